@@ -1,0 +1,160 @@
+"""Messages as the broker holds them, independent of the protocol that carried them.
+
+A `Message` is shared by every queue it was routed to; each queue holds its own
+`MessageReference` to it (see `queue.py`). Header names that carry broker meaning follow
+Artemis so a user of Artemis recognises them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import msgspec
+
+# Property names with broker meaning (Artemis spelling).
+DUPLICATE_ID = "_AMQ_DUPL_ID"
+SCHEDULED_DELIVERY_TIME = "_AMQ_SCHED_DELIVERY"  # absolute, epoch ms
+SCHEDULED_DELAY = "AMQ_SCHEDULED_DELAY"  # relative, ms (ActiveMQ Classic spelling)
+ORIGINAL_ADDRESS = "_AMQ_ORIG_ADDRESS"
+ORIGINAL_QUEUE = "_AMQ_ORIG_QUEUE"
+ORIGINAL_MESSAGE_ID = "_AMQ_ORIG_MESSAGE_ID"
+ACTUAL_EXPIRY_TIME = "_AMQ_ACTUAL_EXPIRY"
+GROUP_ID = "JMSXGroupID"
+
+
+class RoutingType(IntEnum):
+    ANYCAST = 0
+    MULTICAST = 1
+
+    @classmethod
+    def parse(cls, text: str) -> RoutingType:
+        try:
+            return cls[text.upper()]
+        except KeyError:
+            raise ValueError(f"routing type must be ANYCAST or MULTICAST, not {text!r}") from None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True, eq=False)
+class Message:
+    """One message. `properties` are the application headers, values kept as strings or numbers."""
+
+    id: int
+    address: str
+    body: bytes
+    properties: dict[str, object] = field(default_factory=dict)
+    durable: bool = False
+    priority: int = 4
+    expiration: int = 0  # epoch ms, 0 = never
+    timestamp: int = 0  # epoch ms
+    scheduled: int = 0  # epoch ms, 0 = deliver now
+    routing_type: RoutingType | None = None
+    user_id: str | None = None
+    # Queues still holding a reference; when it falls to zero the stored message goes.
+    ref_count: int = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + 64 + sum(len(k) + len(str(v)) for k, v in self.properties.items())
+
+    @property
+    def duplicate_id(self) -> str | None:
+        value = self.properties.get(DUPLICATE_ID)
+        return None if value is None else str(value)
+
+    def expired(self, now: int) -> bool:
+        return self.expiration != 0 and now >= self.expiration
+
+    def selector_value(self, name: str) -> object | None:
+        """Resolve a selector identifier: JMS/AMQ headers first, then properties."""
+        header = _HEADERS.get(name)
+        if header is not None:
+            return header(self)
+        return self.properties.get(name)
+
+    def copy_to(self, new_id: int, address: str, extra: dict[str, object]) -> Message:
+        """A copy for another address (dead-letter, expiry), keeping origin in properties."""
+        props = dict(self.properties)
+        props.update(extra)
+        return Message(
+            id=new_id,
+            address=address,
+            body=self.body,
+            properties=props,
+            durable=self.durable,
+            priority=self.priority,
+            expiration=0,
+            timestamp=self.timestamp,
+            user_id=self.user_id,
+        )
+
+
+def _delivery_mode(m: Message) -> str:
+    return "PERSISTENT" if m.durable else "NON_PERSISTENT"
+
+
+_HEADERS = {
+    "JMSMessageID": lambda m: f"ID:{m.id}",
+    "JMSPriority": lambda m: m.priority,
+    "AMQPriority": lambda m: m.priority,
+    "JMSTimestamp": lambda m: m.timestamp,
+    "AMQTimestamp": lambda m: m.timestamp,
+    "JMSExpiration": lambda m: m.expiration,
+    "AMQExpiration": lambda m: m.expiration,
+    "JMSDeliveryMode": _delivery_mode,
+    "AMQDurable": lambda m: "DURABLE" if m.durable else "NON_DURABLE",
+    "JMSCorrelationID": lambda m: m.properties.get("correlation-id", m.properties.get("JMSCorrelationID")),
+    "JMSType": lambda m: m.properties.get("type", m.properties.get("JMSType")),
+    "JMSDestination": lambda m: m.address,
+    "AMQAddress": lambda m: m.address,
+    "AMQSize": lambda m: m.size,
+    "AMQUserID": lambda m: m.user_id,
+    "AMQGroupID": lambda m: m.properties.get(GROUP_ID),
+}
+
+
+# -- persistence encoding (journal payload); no I/O --------------------------------------
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+def encode_message(m: Message) -> bytes:
+    return _encoder.encode(
+        (
+            m.address,
+            m.body,
+            m.properties,
+            m.durable,
+            m.priority,
+            m.expiration,
+            m.timestamp,
+            m.scheduled,
+            -1 if m.routing_type is None else int(m.routing_type),
+            m.user_id,
+        )
+    )
+
+
+def decode_message(message_id: int, data: bytes) -> Message:
+    (address, body, props, durable, priority, expiration, timestamp, scheduled, rt, user_id) = _decoder.decode(
+        data
+    )
+    return Message(
+        id=message_id,
+        address=address,
+        body=body,
+        properties=props,
+        durable=durable,
+        priority=priority,
+        expiration=expiration,
+        timestamp=timestamp,
+        scheduled=scheduled,
+        routing_type=None if rt < 0 else RoutingType(rt),
+        user_id=user_id,
+    )

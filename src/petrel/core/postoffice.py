@@ -1,0 +1,517 @@
+"""The post office: addresses, queues, routing, and what happens to a message at the end.
+
+Pure and synchronous. It talks to a `Store` (appends only) and a `Scheduler` (timers), both
+supplied by the server, so tests drive it without an event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from petrel.core.address import Address
+from petrel.core.duplicates import DuplicateIdCache
+from petrel.core.message import (
+    ACTUAL_EXPIRY_TIME,
+    ORIGINAL_ADDRESS,
+    ORIGINAL_MESSAGE_ID,
+    ORIGINAL_QUEUE,
+    Message,
+    RoutingType,
+    now_ms,
+)
+from petrel.core.queue import DONE, Consumer, MessageReference, Queue
+from petrel.core.selector import compile_selector
+from petrel.core.settings import AddressSettings, AddressSettingsRepository
+from petrel.core.transaction import Transaction, TransactionRolledBack
+from petrel.storage.store import AddressRecord, QueueRecord, Recovered, Store
+
+log = logging.getLogger("petrel.core.postoffice")
+
+SEQ_RESERVATION = 10_000
+
+
+class RoutingError(Exception):
+    """A send or subscribe that cannot be done; the message says why and what to do."""
+
+
+class Handle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Scheduler(Protocol):
+    def call_at_ms(self, when_ms: int, fn: Callable[[], None]) -> Handle: ...
+
+
+class SendOutcome(Enum):
+    ROUTED = "routed"
+    UNROUTED = "unrouted"
+    DUPLICATE = "duplicate"
+    QUEUED_IN_TX = "queued-in-transaction"
+
+
+@dataclass(slots=True)
+class SendResult:
+    outcome: SendOutcome
+    queues: int = 0
+
+
+class PostOffice:
+    def __init__(
+        self,
+        store: Store,
+        settings: AddressSettingsRepository,
+        scheduler: Scheduler,
+        *,
+        id_cache_size: int = 20000,
+        persist_id_cache: bool = True,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.scheduler = scheduler
+        self.id_cache_size = id_cache_size
+        self.persist_id_cache = persist_id_cache
+        self.now = clock
+        self.addresses: dict[str, Address] = {}
+        self.queues: dict[str, Queue] = {}
+        self.queues_by_id: dict[int, Queue] = {}
+        self.dup_caches: dict[str, DuplicateIdCache] = {}
+        self.unrouted = 0
+        self.duplicates = 0
+        self.messages_routed = 0
+
+    def settings_for(self, address: str) -> AddressSettings:
+        return self.settings.match(address)
+
+    # -- addresses and queues ------------------------------------------------------------
+
+    def create_address(self, name: str, routing_types: set[RoutingType], *, auto_created: bool = False) -> Address:
+        address = self.addresses.get(name)
+        if address is not None:
+            missing = set(routing_types) - address.routing_types
+            if missing:
+                address.routing_types |= missing
+                self.store.update_address(self._address_record(address))
+            return address
+        if not name:
+            raise RoutingError("an address needs a name")
+        address = Address(self.store.next_id(), name, routing_types, auto_created)
+        self.addresses[name] = address
+        self.store.add_address(self._address_record(address))
+        log.debug("address created: %s %s", name, routing_types)
+        return address
+
+    def delete_address(self, name: str) -> None:
+        address = self.addresses.get(name)
+        if address is None:
+            raise RoutingError(f"address {name!r} does not exist")
+        for queue in list(address.queues):
+            self.delete_queue(queue.name)
+        del self.addresses[name]
+        self.store.delete_address(address.id)
+
+    @staticmethod
+    def _address_record(address: Address) -> AddressRecord:
+        return AddressRecord(
+            address.id, address.name, sorted(int(rt) for rt in address.routing_types), address.auto_created
+        )
+
+    def create_queue(
+        self,
+        name: str,
+        address: str,
+        routing_type: RoutingType,
+        *,
+        durable: bool = True,
+        filter: str | None = None,
+        auto_created: bool = False,
+        temporary: bool = False,
+        client_id: str | None = None,
+        subscription: str | None = None,
+    ) -> Queue:
+        if name in self.queues:
+            raise RoutingError(f"queue {name!r} already exists")
+        selector = compile_selector(filter) if filter else None
+        addr = self.addresses.get(address)
+        if addr is None:
+            addr = self.create_address(address, {routing_type}, auto_created=auto_created)
+        elif routing_type not in addr.routing_types:
+            self.create_address(address, {routing_type})
+        queue = Queue(
+            self,
+            self.store.next_id(),
+            name,
+            address,
+            routing_type,
+            durable=durable and not temporary,
+            selector=selector,
+            auto_created=auto_created,
+            temporary=temporary,
+            client_id=client_id,
+            subscription=subscription,
+        )
+        self._register(queue, addr)
+        if queue.durable:
+            queue.seq_reserved = SEQ_RESERVATION
+            self.store.add_queue(self._queue_record(queue))
+        return queue
+
+    def _register(self, queue: Queue, address: Address) -> None:
+        self.queues[queue.name] = queue
+        self.queues_by_id[queue.id] = queue
+        address.bind(queue)
+
+    @staticmethod
+    def _queue_record(queue: Queue) -> QueueRecord:
+        return QueueRecord(
+            queue.id,
+            queue.name,
+            queue.address,
+            int(queue.routing_type),
+            queue.selector.text if queue.selector else None,
+            queue.auto_created,
+            queue.client_id,
+            queue.subscription,
+            queue.seq_reserved,
+        )
+
+    def delete_queue(self, name: str) -> None:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise RoutingError(f"queue {name!r} does not exist")
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+            consumer.closed = True
+        queue.purge()
+        queue.deleted = True
+        del self.queues[name]
+        del self.queues_by_id[queue.id]
+        address = self.addresses.get(queue.address)
+        if address is not None:
+            address.unbind(queue)
+        if queue.durable:
+            self.store.delete_queue(queue.id)
+        if address is not None and not address.queues and address.auto_created:
+            if self.settings_for(address.name).auto_delete_addresses:
+                del self.addresses[address.name]
+                self.store.delete_address(address.id)
+
+    def queue_idle_check(self, queue: Queue) -> None:
+        """Auto-delete: temporary queues with no consumer; auto-created ones with nothing left."""
+        if queue.deleted or queue.consumers:
+            return
+        if queue.temporary:
+            self.delete_queue(queue.name)
+        elif queue.auto_created and queue.message_count == 0:
+            if self.settings_for(queue.address).auto_delete_queues:
+                self.delete_queue(queue.name)
+
+    def ensure_address_for(self, name: str, routing_type: RoutingType | None) -> tuple[Address, RoutingType]:
+        """Find (or auto-create) the address a client named, with the routing type to use."""
+        settings = self.settings_for(name)
+        address = self.addresses.get(name)
+        if routing_type is None:
+            if address is not None and len(address.routing_types) == 1:
+                routing_type = next(iter(address.routing_types))
+            elif address is not None:
+                routing_type = RoutingType.MULTICAST
+            else:
+                routing_type = RoutingType.parse(settings.default_address_routing_type)
+        if address is None:
+            if not settings.auto_create_addresses:
+                raise RoutingError(f"address {name!r} does not exist and auto-create-addresses is off for it")
+            address = self.create_address(name, {routing_type}, auto_created=True)
+        elif routing_type not in address.routing_types:
+            if not settings.auto_create_addresses:
+                raise RoutingError(f"address {name!r} does not support {routing_type.name} routing")
+            self.create_address(name, {routing_type})
+        return address, routing_type
+
+    def ensure_anycast_queue(self, address: Address) -> Queue:
+        """The queue behind a point-to-point name (`/queue/X`): the one named like the address."""
+        queue = self.queues.get(address.name)
+        if queue is not None and queue.address == address.name:
+            return queue
+        if address.anycast:
+            return address.anycast[0]
+        if not self.settings_for(address.name).auto_create_queues:
+            raise RoutingError(f"queue {address.name!r} does not exist and auto-create-queues is off for it")
+        return self.create_queue(address.name, address.name, RoutingType.ANYCAST, auto_created=True)
+
+    def subscribe_multicast(
+        self,
+        address: Address,
+        *,
+        filter: str | None,
+        client_id: str | None = None,
+        subscription: str | None = None,
+    ) -> Queue:
+        """A topic subscription: a temporary queue, or a durable one named `client_id.subscription`."""
+        if subscription is None:
+            return self.create_queue(
+                f"{address.name}.{uuid.uuid4()}",
+                address.name,
+                RoutingType.MULTICAST,
+                durable=False,
+                filter=filter,
+                temporary=True,
+            )
+        if not client_id:
+            raise RoutingError("a durable subscription needs a client-id on the connection (client-id header)")
+        name = f"{client_id}.{subscription}"
+        queue = self.queues.get(name)
+        if queue is not None:
+            old_filter = queue.selector.text if queue.selector else None
+            if queue.address == address.name and old_filter == (filter or None):
+                return queue
+            if queue.consumers:
+                raise RoutingError(f"durable subscription {name!r} is in use with another address or selector")
+            self.delete_queue(name)  # JMS: a changed subscription is a new one
+        return self.create_queue(
+            name,
+            address.name,
+            RoutingType.MULTICAST,
+            durable=True,
+            filter=filter,
+            client_id=client_id,
+            subscription=subscription,
+        )
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send(self, message: Message, routing_type: RoutingType | None, tx: Transaction | None = None) -> SendResult:
+        address, routing_type = self.ensure_address_for(message.address, routing_type)
+        if routing_type == RoutingType.ANYCAST:
+            self.ensure_anycast_queue(address)
+        settings = self.settings_for(address.name)
+        if message.expiration == 0 and settings.expiry_delay >= 0:
+            message.expiration = (message.timestamp or self.now()) + settings.expiry_delay
+        dup_id = message.duplicate_id
+        if dup_id is not None:
+            cache = self._dup_cache(address.name, settings)
+            if dup_id in cache or (tx is not None and (address.name, dup_id) in tx.dup_ids):
+                self.duplicates += 1
+                log.warning("duplicate message %r to %s not routed", dup_id, address.name)
+                if tx is not None:
+                    tx.rollback_only = f"duplicate message {dup_id!r} in the transaction"
+                return SendResult(SendOutcome.DUPLICATE)
+        if tx is not None:
+            tx.sends.append((message, routing_type))
+            if dup_id is not None:
+                tx.dup_ids.add((address.name, dup_id))
+            return SendResult(SendOutcome.QUEUED_IN_TX)
+        return self._route(message, routing_type, 0)
+
+    def _dup_cache(self, address: str, settings: AddressSettings) -> DuplicateIdCache:
+        cache = self.dup_caches.get(address)
+        if cache is None:
+            size = settings.id_cache_size if settings.id_cache_size is not None else self.id_cache_size
+            cache = self.dup_caches[address] = DuplicateIdCache(address, size)
+        return cache
+
+    def _route(self, message: Message, routing_type: RoutingType | None, tx_id: int) -> SendResult:
+        address = self.addresses.get(message.address)
+        targets = address.targets(message, routing_type) if address is not None else []
+        dup_id = message.duplicate_id
+        persist_dup = dup_id is not None and self.persist_id_cache
+        own_tx = 0
+        stored = [q for q in targets if q.durable] if message.durable else []
+        if tx_id == 0 and persist_dup and stored:
+            tx_id = own_tx = self.store.begin()
+        if dup_id is not None and address is not None:
+            cache = self._dup_cache(address.name, self.settings_for(address.name))
+            record_id = self.store.next_id()
+            evicted = cache.add(dup_id, record_id)
+            if persist_dup:
+                if evicted is not None:
+                    self.store.delete_duplicate_id(tx_id, evicted)
+                self.store.add_duplicate_id(tx_id, record_id, address.name, dup_id)
+        if not targets:
+            self.unrouted += 1
+            if own_tx:
+                self.store.commit(own_tx)
+            return SendResult(SendOutcome.UNROUTED)
+        refs = []
+        for queue in targets:
+            refs.append(MessageReference(message, queue, self._take_seq(queue)))
+        if stored:
+            message.ref_count = len(stored)
+            self.store.add_message(tx_id, message, [(r.queue.id, r.seq) for r in refs if r.queue.durable])
+        if own_tx:
+            self.store.commit(own_tx)
+        now = self.now()
+        for ref in refs:
+            ref.queue.messages_added += 1
+            ref.queue.add(ref, now=now)
+        self.messages_routed += 1
+        return SendResult(SendOutcome.ROUTED, len(refs))
+
+    def _take_seq(self, queue: Queue) -> int:
+        seq = queue.take_seq()
+        if queue.durable and seq > queue.seq_reserved:
+            queue.seq_reserved = seq + SEQ_RESERVATION
+            self.store.reserve_queue_seq(queue.id, queue.seq_reserved)
+        return seq
+
+    # -- the end of a reference -------------------------------------------------------------
+
+    def reference_done(self, ref: MessageReference, tx_id: int) -> None:
+        message = ref.message
+        if message.durable and ref.queue.durable and message.ref_count > 0:
+            message.ref_count -= 1
+            if message.ref_count == 0:
+                self.store.delete_message(tx_id, message.id)
+            else:
+                self.store.ack(tx_id, message.id, ref.queue.id)
+
+    def delivery_count_changed(self, ref: MessageReference) -> None:
+        if ref.message.durable and ref.queue.durable and ref.message.ref_count > 0:
+            self.store.update_delivery_count(ref.message.id, ref.queue.id, ref.delivery_count)
+
+    def expire(self, ref: MessageReference) -> None:
+        """A reference whose message expired: to the expiry address, or dropped."""
+        ref.state = DONE
+        queue = ref.queue
+        queue.messages_expired += 1
+        target = self.settings_for(queue.address).expiry_address
+        extra = {ACTUAL_EXPIRY_TIME: self.now()}
+        self._move_to(ref, target, extra, "expired")
+
+    def dead_letter(self, ref: MessageReference) -> None:
+        """Too many delivery attempts: to the dead-letter address, or dropped."""
+        ref.state = DONE
+        queue = ref.queue
+        queue.messages_killed += 1
+        target = self.settings_for(queue.address).dead_letter_address
+        self._move_to(ref, target, {}, "dead-lettered")
+
+    def _move_to(self, ref: MessageReference, target: str | None, extra: dict, why: str) -> None:
+        queue = ref.queue
+        if not target or (target == queue.address):
+            log.info("message %s on %s %s and dropped (no address configured)", ref.message.id, queue.name, why)
+            self.reference_done(ref, 0)
+            self.queue_idle_check(queue)
+            return
+        tx_id = self.store.begin()
+        extra = {
+            ORIGINAL_ADDRESS: ref.message.address,
+            ORIGINAL_QUEUE: queue.name,
+            ORIGINAL_MESSAGE_ID: ref.message.id,
+            **extra,
+        }
+        copy = ref.message.copy_to(self.store.next_id(), target, extra)
+        try:
+            address, _ = self.ensure_address_for(target, RoutingType.ANYCAST if target not in self.addresses else None)
+            if RoutingType.ANYCAST in address.routing_types and not address.anycast:
+                self.ensure_anycast_queue(address)
+            copy.properties.pop("_AMQ_DUPL_ID", None)
+            self._route(copy, None, tx_id)
+        except RoutingError as exc:
+            log.warning("message %s %s but %s: dropped", ref.message.id, why, exc)
+        self.reference_done(ref, tx_id)
+        self.store.commit(tx_id)
+        self.queue_idle_check(queue)
+
+    def expire_scan(self) -> int:
+        now = self.now()
+        return sum(q.expire_scan(now) for q in list(self.queues.values()))
+
+    # -- transactions -------------------------------------------------------------------
+
+    def commit(self, tx: Transaction) -> None:
+        """Route the transaction's sends and settle its acks, atomically in the store."""
+        if tx.rollback_only:
+            reason = tx.rollback_only
+            self.rollback(tx)
+            raise TransactionRolledBack(reason)
+        tx_id = self.store.begin()
+        for message, routing_type in tx.sends:
+            self._route(message, routing_type, tx_id)
+        for ref in tx.acks:
+            ref.queue.acknowledge(ref, tx_id)
+        self.store.commit(tx_id)
+        tx.close()
+
+    def rollback(self, tx: Transaction) -> None:
+        for ref in reversed(tx.acks):
+            if not ref.queue.deleted:
+                ref.queue.cancel(ref, redelivered=True)
+        tx.close()
+
+    # -- consumers ----------------------------------------------------------------------
+
+    def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
+        queue.add_consumer(consumer)
+
+    # -- recovery -----------------------------------------------------------------------
+
+    def recover(self, recovered: Recovered) -> None:
+        for rec in recovered.addresses:
+            address = Address(rec.id, rec.name, {RoutingType(r) for r in rec.routing_types}, rec.auto_created)
+            self.addresses[rec.name] = address
+        for rec in recovered.queues:
+            address = self.addresses.get(rec.address)
+            if address is None:
+                address = Address(self.store.next_id(), rec.address, {RoutingType(rec.routing_type)})
+                self.addresses[rec.address] = address
+                self.store.add_address(self._address_record(address))
+            try:
+                selector = compile_selector(rec.filter) if rec.filter else None
+            except ValueError:
+                log.error("queue %s has an invalid stored filter %r; ignoring it", rec.name, rec.filter)
+                selector = None
+            queue = Queue(
+                self,
+                rec.id,
+                rec.name,
+                rec.address,
+                RoutingType(rec.routing_type),
+                durable=True,
+                selector=selector,
+                auto_created=rec.auto_created,
+                client_id=rec.client_id,
+                subscription=rec.subscription,
+                next_seq=rec.seq_reserved + 1,
+            )
+            queue.seq_reserved = rec.seq_reserved
+            self._register(queue, address)
+        per_queue: dict[int, list[MessageReference]] = {}
+        for message, refs in recovered.messages:
+            live = [r for r in refs if r.queue_id in self.queues_by_id]
+            message.ref_count = len(live)
+            if not live:
+                self.store.delete_message(0, message.id)
+                continue
+            for r in live:
+                queue = self.queues_by_id[r.queue_id]
+                per_queue.setdefault(r.queue_id, []).append(MessageReference(message, queue, r.seq, r.delivery_count))
+        for queue_id, refs in per_queue.items():
+            queue = self.queues_by_id[queue_id]
+            refs.sort(key=lambda r: r.seq)
+            for ref in refs:
+                queue.add_recovered(ref)
+                queue.messages_added += 1
+            top = refs[-1].seq
+            if top >= queue.next_seq:
+                queue.next_seq = top + 1
+        for record_id, address, dup_id in recovered.duplicate_ids:
+            cache = self._dup_cache(address, self.settings_for(address))
+            evicted = cache.add(dup_id, record_id)
+            if evicted is not None:
+                self.store.delete_duplicate_id(0, evicted)
+        for queue in self.queues.values():
+            if queue.next_seq > queue.seq_reserved:
+                queue.seq_reserved = queue.next_seq + SEQ_RESERVATION
+                self.store.reserve_queue_seq(queue.id, queue.seq_reserved)
+
+    def ensure_defaults(self) -> None:
+        """The dead-letter and expiry queues of the `#` settings, as Artemis's default config has."""
+        defaults = self.settings_for("#")
+        for name in (defaults.dead_letter_address, defaults.expiry_address):
+            if name and name not in self.queues:
+                self.create_queue(name, name, RoutingType.ANYCAST)

@@ -1,0 +1,433 @@
+"""Queues: ordered references to messages, handed to consumers within their credit.
+
+A queue keeps one FIFO per priority (9 first). Consumers with a selector scan for the first
+match; a reference taken out of the middle is marked and skipped when it reaches the head,
+so dispatch stays O(1) for plain consumers. Cancelled references (nack, rollback, a consumer
+that closes) go back to the head in their original order, with their delivery count raised;
+too many attempts send them to the dead-letter address.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from petrel.core.message import Message, RoutingType
+
+if TYPE_CHECKING:
+    from petrel.core.postoffice import PostOffice
+    from petrel.core.selector import Selector
+
+log = logging.getLogger("petrel.core.queue")
+
+# Reference states.
+AVAILABLE, DELIVERING, SCHEDULED, DONE = 0, 1, 2, 3
+
+
+class MessageReference:
+    __slots__ = ("message", "queue", "seq", "delivery_count", "state", "in_deque", "consumer")
+
+    def __init__(self, message: Message, queue: Queue, seq: int, delivery_count: int = 0) -> None:
+        self.message = message
+        self.queue = queue
+        self.seq = seq
+        self.delivery_count = delivery_count
+        self.state = AVAILABLE
+        self.in_deque = False
+        self.consumer: Consumer | None = None
+
+    def __repr__(self) -> str:
+        return f"<ref {self.queue.name}#{self.seq} msg={self.message.id} dc={self.delivery_count}>"
+
+
+Sink = Callable[["Consumer", MessageReference], None]
+
+
+class Consumer:
+    """A subscription's view of a queue: credit, the selector, and what it holds unacknowledged."""
+
+    _ids = itertools.count(1)
+
+    def __init__(
+        self,
+        queue: Queue,
+        sink: Sink,
+        *,
+        selector: Selector | None = None,
+        window: int = -1,
+        window_bytes: int = -1,
+        auto_ack: bool = False,
+        browse_only: bool = False,
+    ) -> None:
+        self.id = next(Consumer._ids)
+        self.queue = queue
+        self.sink = sink
+        self.selector = selector
+        self.window = window  # max unacknowledged messages, -1 unlimited
+        self.window_bytes = window_bytes
+        self.auto_ack = auto_ack
+        self.delivering: dict[int, MessageReference] = {}  # seq -> ref, in delivery order
+        self.bytes_in_flight = 0
+        self.paused = False  # set by the connection when its socket is full
+        self.closed = False
+
+    def has_credit(self) -> bool:
+        if self.paused or self.closed:
+            return False
+        if self.window >= 0 and len(self.delivering) >= self.window:
+            return False
+        if self.window_bytes >= 0 and self.bytes_in_flight >= self.window_bytes:
+            return False
+        return True
+
+    def resume(self) -> None:
+        self.paused = False
+        self.queue.deliver()
+
+
+class Queue:
+    def __init__(
+        self,
+        office: PostOffice,
+        id: int,
+        name: str,
+        address: str,
+        routing_type: RoutingType,
+        *,
+        durable: bool = True,
+        selector: Selector | None = None,
+        auto_created: bool = False,
+        temporary: bool = False,
+        client_id: str | None = None,
+        subscription: str | None = None,
+        next_seq: int = 1,
+    ) -> None:
+        self.office = office
+        self.id = id
+        self.name = name
+        self.address = address
+        self.routing_type = routing_type
+        self.durable = durable
+        self.selector = selector
+        self.auto_created = auto_created
+        self.temporary = temporary
+        self.client_id = client_id
+        self.subscription = subscription
+        self.next_seq = next_seq
+        self.seq_reserved = next_seq - 1
+        self._buckets: list[deque[MessageReference]] = [deque() for _ in range(10)]
+        self._available = 0
+        self._scheduled: list[tuple[int, int, MessageReference]] = []
+        self._scheduled_timer = None
+        self._scheduled_timer_at = 0
+        self.consumers: list[Consumer] = []
+        self._rr = 0
+        self._delivering = False
+        self._again = False
+        self.delivering_count = 0
+        self.messages_added = 0
+        self.messages_acked = 0
+        self.messages_expired = 0
+        self.messages_killed = 0
+        self.deleted = False
+
+    # -- counters ----------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        return self._available + len(self._scheduled) + self.delivering_count
+
+    @property
+    def scheduled_count(self) -> int:
+        return len(self._scheduled)
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def take_seq(self) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        return seq
+
+    # -- adding --------------------------------------------------------------------------
+
+    def add(self, ref: MessageReference, *, head: bool = False, now: int = 0) -> None:
+        """Make a reference available (or scheduled), then dispatch."""
+        if ref.message.scheduled and ref.message.scheduled > (now or self.office.now()):
+            self._schedule(ref, ref.message.scheduled)
+        else:
+            self._make_available(ref, head=head)
+        self.deliver()
+
+    def add_recovered(self, ref: MessageReference) -> None:
+        """Recovery adds in sequence order without dispatching (no consumers yet)."""
+        if ref.message.scheduled and ref.message.scheduled > self.office.now():
+            self._schedule(ref, ref.message.scheduled)
+        else:
+            self._make_available(ref, head=False)
+
+    def _make_available(self, ref: MessageReference, *, head: bool) -> None:
+        ref.state = AVAILABLE
+        ref.consumer = None
+        self._available += 1
+        if ref.in_deque:  # still in place where a selector consumer took it from
+            return
+        ref.in_deque = True
+        bucket = self._buckets[min(max(ref.message.priority, 0), 9)]
+        if head:
+            bucket.appendleft(ref)
+        else:
+            bucket.append(ref)
+
+    def _schedule(self, ref: MessageReference, when: int) -> None:
+        ref.state = SCHEDULED
+        heapq.heappush(self._scheduled, (when, ref.seq, ref))
+        self._arm_scheduled_timer()
+
+    def _arm_scheduled_timer(self) -> None:
+        if not self._scheduled:
+            return
+        when = self._scheduled[0][0]
+        if self._scheduled_timer is not None and self._scheduled_timer_at <= when:
+            return
+        if self._scheduled_timer is not None:
+            self._scheduled_timer.cancel()
+        self._scheduled_timer_at = when
+        self._scheduled_timer = self.office.scheduler.call_at_ms(when, self._release_scheduled)
+
+    def _release_scheduled(self) -> None:
+        self._scheduled_timer = None
+        now = self.office.now()
+        released = []
+        while self._scheduled and self._scheduled[0][0] <= now:
+            released.append(heapq.heappop(self._scheduled)[2])
+        # Keep sequence order among messages released together.
+        released.sort(key=lambda r: r.seq)
+        for ref in released:
+            if ref.state == SCHEDULED:
+                self._make_available(ref, head=False)
+        self._arm_scheduled_timer()
+        if released:
+            self.deliver()
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.deliver()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """The consumer leaves: everything it held unacknowledged is redelivered."""
+        consumer.closed = True
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        refs = list(consumer.delivering.values())
+        consumer.delivering.clear()
+        consumer.bytes_in_flight = 0
+        for ref in reversed(refs):
+            self._cancel(ref, consumer, redelivered=True)
+        self.deliver()
+        self.office.queue_idle_check(self)
+
+    def deliver(self) -> None:
+        """Hand available messages to consumers with credit, round-robin."""
+        if self._delivering:
+            self._again = True
+            return
+        if not self.consumers or self._available == 0:
+            return
+        self._delivering = True
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                self._deliver_round()
+        finally:
+            self._delivering = False
+
+    def _deliver_round(self) -> None:
+        now = self.office.now()
+        consumers = self.consumers
+        while self._available and consumers:
+            progressed = False
+            n = len(consumers)
+            for i in range(n):
+                if not consumers:
+                    break
+                idx = (self._rr + i) % len(consumers)
+                consumer = consumers[idx]
+                if not consumer.has_credit():
+                    continue
+                ref = self._next_for(consumer, now)
+                if ref is None:
+                    continue
+                self._rr = idx + 1
+                self._hand_over(consumer, ref)
+                progressed = True
+                break
+            if not progressed:
+                return
+
+    def _next_for(self, consumer: Consumer, now: int) -> MessageReference | None:
+        selector = consumer.selector
+        for bucket in reversed(self._buckets):
+            if not bucket:
+                continue
+            if selector is None:
+                while bucket:
+                    ref = bucket[0]
+                    if ref.state != AVAILABLE:
+                        bucket.popleft()
+                        ref.in_deque = False
+                        continue
+                    if ref.message.expiration and ref.message.expired(now):
+                        bucket.popleft()
+                        ref.in_deque = False
+                        self._available -= 1
+                        self.office.expire(ref)
+                        continue
+                    bucket.popleft()
+                    ref.in_deque = False
+                    return ref
+            else:
+                expired = []
+                found = None
+                for ref in bucket:
+                    if ref.state != AVAILABLE:
+                        continue
+                    if ref.message.expiration and ref.message.expired(now):
+                        expired.append(ref)
+                        continue
+                    if selector.matches(ref.message):
+                        found = ref
+                        break
+                for ref in expired:
+                    ref.state = DONE
+                    self._available -= 1
+                    self.office.expire(ref)
+                while bucket and bucket[0].state != AVAILABLE:
+                    bucket.popleft().in_deque = False
+                if found is not None:
+                    if bucket and bucket[0] is found:
+                        bucket.popleft()
+                        found.in_deque = False
+                    return found
+        return None
+
+    def _hand_over(self, consumer: Consumer, ref: MessageReference) -> None:
+        self._available -= 1
+        ref.state = DELIVERING
+        ref.consumer = consumer
+        self.delivering_count += 1
+        if consumer.auto_ack:
+            consumer.sink(consumer, ref)
+            self.acknowledge(ref)
+            return
+        consumer.delivering[ref.seq] = ref
+        consumer.bytes_in_flight += len(ref.message.body)
+        consumer.sink(consumer, ref)
+
+    # -- acknowledgement -----------------------------------------------------------------
+
+    def acknowledge(self, ref: MessageReference, tx_id: int = 0) -> None:
+        """The consumer is done with the message: forget it here and in the store."""
+        if ref.state == DONE:
+            return
+        consumer = ref.consumer
+        if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
+            consumer.bytes_in_flight -= len(ref.message.body)
+        if ref.state == DELIVERING:
+            self.delivering_count -= 1
+        elif ref.state == AVAILABLE:
+            self._available -= 1
+        ref.state = DONE
+        ref.consumer = None
+        self.messages_acked += 1
+        self.office.reference_done(ref, tx_id)
+        if consumer is not None and not consumer.closed:
+            self.deliver()
+
+    def cancel(self, ref: MessageReference, *, redelivered: bool = True) -> None:
+        """Negative acknowledgement or rollback: the message goes back (or to the DLA)."""
+        consumer = ref.consumer
+        if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
+            consumer.bytes_in_flight -= len(ref.message.body)
+        self._cancel(ref, consumer, redelivered=redelivered)
+        self.deliver()
+
+    def _cancel(self, ref: MessageReference, consumer: Consumer | None, *, redelivered: bool) -> None:
+        if ref.state != DELIVERING:
+            return
+        self.delivering_count -= 1
+        ref.consumer = None
+        if redelivered:
+            ref.delivery_count += 1
+        settings = self.office.settings_for(self.address)
+        attempts = settings.max_delivery_attempts
+        if redelivered and attempts >= 0 and ref.delivery_count >= attempts:
+            ref.state = DONE
+            self.office.dead_letter(ref)
+            return
+        if redelivered:
+            self.office.delivery_count_changed(ref)
+        delay = _redelivery_delay(settings, ref.delivery_count) if redelivered else 0
+        if delay > 0:
+            self._schedule(ref, self.office.now() + delay)
+        else:
+            self._make_available(ref, head=True)
+
+    # -- removal -------------------------------------------------------------------------
+
+    def iter_refs(self):
+        """Every reference not yet acknowledged, in dispatch order (for browsing and purge)."""
+        for bucket in reversed(self._buckets):
+            for ref in bucket:
+                if ref.state == AVAILABLE:
+                    yield ref
+        for _, _, ref in sorted(self._scheduled):
+            if ref.state == SCHEDULED:
+                yield ref
+
+    def take(self, ref: MessageReference) -> None:
+        """Take an available or scheduled reference out of the queue (expiry scan, purge)."""
+        if ref.state == AVAILABLE:
+            self._available -= 1
+        elif ref.state == SCHEDULED:
+            self._scheduled = [e for e in self._scheduled if e[2] is not ref]
+            heapq.heapify(self._scheduled)
+        ref.state = DONE
+
+    def expire_scan(self, now: int) -> int:
+        expired = [r for r in self.iter_refs() if r.message.expiration and r.message.expired(now)]
+        for ref in expired:
+            self.take(ref)
+            self.office.expire(ref)
+        return len(expired)
+
+    def purge(self) -> int:
+        refs = list(self.iter_refs())
+        for ref in refs:
+            self.take(ref)
+            self.messages_acked += 1
+            self.office.reference_done(ref, 0)
+        return len(refs)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name} address={self.address} {self.routing_type.name} count={self.message_count}>"
+
+
+def _redelivery_delay(settings, delivery_count: int) -> int:
+    delay = settings.redelivery_delay
+    if delay <= 0:
+        return 0
+    multiplier = settings.redelivery_multiplier
+    delay = delay * (multiplier ** max(delivery_count - 1, 0))
+    cap = settings.max_redelivery_delay
+    if cap is None:
+        cap = settings.redelivery_delay * 10
+    return int(min(delay, cap))

@@ -1,0 +1,111 @@
+"""The seam between the domain and durable storage.
+
+The post office calls a `Store` for every change that must survive a restart. Calls only
+append: they never block and never wait for the disk. Whoever needs durability (a receipt
+for a persistent send, a transaction commit) asks `sync(done)` afterwards; `done` runs once
+everything appended before it is on disk.
+
+`tx_id == 0` means "not in a transaction". Transactions are opened with `begin()`, which
+costs nothing until a record is written under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from petrel.core.message import Message
+
+
+@dataclass(slots=True)
+class AddressRecord:
+    id: int
+    name: str
+    routing_types: list[int]
+    auto_created: bool = False
+
+
+@dataclass(slots=True)
+class QueueRecord:
+    id: int
+    name: str
+    address: str
+    routing_type: int
+    filter: str | None = None
+    auto_created: bool = False
+    client_id: str | None = None
+    subscription: str | None = None
+    seq_reserved: int = 0
+
+
+@dataclass(slots=True)
+class RecoveredRef:
+    queue_id: int
+    seq: int
+    delivery_count: int = 0
+
+
+@dataclass(slots=True)
+class Recovered:
+    addresses: list[AddressRecord] = field(default_factory=list)
+    queues: list[QueueRecord] = field(default_factory=list)
+    # messages in journal order, each with its unacknowledged references
+    messages: list[tuple[Message, list[RecoveredRef]]] = field(default_factory=list)
+    # (record id, address, duplicate id), oldest first
+    duplicate_ids: list[tuple[int, str, str]] = field(default_factory=list)
+    rolled_back: int = 0
+
+
+class Store(Protocol):
+    def recover(self) -> Recovered: ...
+    def next_id(self) -> int: ...
+    def begin(self) -> int: ...
+    def commit(self, tx_id: int) -> None: ...
+    def rollback(self, tx_id: int) -> None: ...
+    def sync(self, done: Callable[[], None]) -> None: ...
+    def add_address(self, record: AddressRecord) -> None: ...
+    def update_address(self, record: AddressRecord) -> None: ...
+    def delete_address(self, address_id: int) -> None: ...
+    def add_queue(self, record: QueueRecord) -> None: ...
+    def reserve_queue_seq(self, queue_id: int, reserved: int) -> None: ...
+    def delete_queue(self, queue_id: int) -> None: ...
+    def add_message(self, tx_id: int, message: Message, refs: list[tuple[int, int]]) -> None: ...
+    def ack(self, tx_id: int, message_id: int, queue_id: int) -> None: ...
+    def delete_message(self, tx_id: int, message_id: int) -> None: ...
+    def update_delivery_count(self, message_id: int, queue_id: int, count: int) -> None: ...
+    def add_duplicate_id(self, tx_id: int, record_id: int, address: str, dup_id: str) -> None: ...
+    def delete_duplicate_id(self, tx_id: int, record_id: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class NullStore:
+    """No persistence (`persistence_enabled = false`): everything lives in memory only."""
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def recover(self) -> Recovered:
+        return Recovered()
+
+    def next_id(self) -> int:
+        n = self._next
+        self._next += 1
+        return n
+
+    def begin(self) -> int:
+        return self.next_id()
+
+    def sync(self, done: Callable[[], None]) -> None:
+        done()
+
+    def close(self) -> None:
+        pass
+
+    def _ignore(self, *args, **kwargs) -> None:
+        pass
+
+    commit = rollback = add_address = update_address = delete_address = _ignore
+    add_queue = reserve_queue_seq = delete_queue = _ignore
+    add_message = ack = delete_message = update_delivery_count = _ignore
+    add_duplicate_id = delete_duplicate_id = _ignore

@@ -1,0 +1,280 @@
+"""The post office without an event loop: routing, credit, acks, redelivery, expiry, transactions."""
+
+from __future__ import annotations
+
+import heapq
+
+import pytest
+
+from petrel.core.message import DUPLICATE_ID, ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message, RoutingType
+from petrel.core.postoffice import PostOffice, RoutingError, SendOutcome
+from petrel.core.queue import Consumer
+from petrel.core.settings import AddressSettingsRepository
+from petrel.core.transaction import Transaction, TransactionRolledBack
+from petrel.storage.store import NullStore
+
+ANY, MULTI = RoutingType.ANYCAST, RoutingType.MULTICAST
+
+
+class ManualClock:
+    """A clock and scheduler the test advances by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000
+        self._timers: list = []
+        self._n = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+    def call_at_ms(self, when, fn):
+        self._n += 1
+        entry = [when, self._n, fn, False]
+        heapq.heappush(self._timers, entry)
+
+        class H:
+            def cancel(_):
+                entry[3] = True
+
+        return H()
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+        while self._timers and self._timers[0][0] <= self.now:
+            when, _, fn, cancelled = heapq.heappop(self._timers)
+            if not cancelled:
+                fn()
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.got = []
+
+    def __call__(self, consumer, ref) -> None:
+        self.got.append(ref)
+
+    @property
+    def bodies(self):
+        return [r.message.body for r in self.got]
+
+
+def make_office(settings: dict | None = None) -> tuple[PostOffice, ManualClock]:
+    clock = ManualClock()
+    office = PostOffice(NullStore(), AddressSettingsRepository(settings or {}), clock, clock=clock)
+    office.ensure_defaults()
+    return office, clock
+
+
+def msg(office, address, body=b"x", **kw) -> Message:
+    return Message(id=office.store.next_id(), address=address, body=body, timestamp=office.now(), **kw)
+
+
+def consume(office, queue_name, **kw):
+    sink = Sink()
+    queue = office.queues[queue_name]
+    consumer = Consumer(queue, sink, **kw)
+    queue.add_consumer(consumer)
+    return consumer, sink
+
+
+def test_anycast_round_robin_between_consumers():
+    office, _ = make_office()
+    office.send(msg(office, "orders"), ANY)
+    c1, s1 = consume(office, "orders", auto_ack=True)
+    c2, s2 = consume(office, "orders", auto_ack=True)
+    for i in range(4):
+        office.send(msg(office, "orders", str(i).encode()), ANY)
+    assert s1.bodies == [b"x", b"1", b"3"]
+    assert s2.bodies == [b"0", b"2"]
+    assert office.queues["orders"].message_count == 0
+
+
+def test_multicast_copies_to_every_subscription_and_drops_without_one():
+    office, _ = make_office()
+    addr, _ = office.ensure_address_for("news", MULTI)
+    assert office.send(msg(office, "news"), MULTI).outcome == SendOutcome.UNROUTED
+    q1 = office.subscribe_multicast(addr, filter=None)
+    q2 = office.subscribe_multicast(addr, filter="region = 'eu'")
+    office.send(msg(office, "news", properties={"region": "eu"}), MULTI)
+    office.send(msg(office, "news", properties={"region": "us"}), MULTI)
+    assert q1.message_count == 2
+    assert q2.message_count == 1
+
+
+def test_credit_window_limits_unacked_and_ack_releases():
+    office, _ = make_office()
+    for i in range(5):
+        office.send(msg(office, "q", bytes([i])), ANY)
+    consumer, sink = consume(office, "q", window=2)
+    assert len(sink.got) == 2
+    office.queues["q"].acknowledge(sink.got[0])
+    assert len(sink.got) == 3
+    assert office.queues["q"].message_count == 4
+
+
+def test_selector_consumer_skips_non_matching():
+    from petrel.core.selector import compile_selector
+
+    office, _ = make_office()
+    for color in ["red", "blue", "red", "green"]:
+        office.send(msg(office, "q", color.encode(), properties={"color": color}), ANY)
+    _, sink = consume(office, "q", selector=compile_selector("color <> 'red'"), auto_ack=True)
+    assert sink.bodies == [b"blue", b"green"]
+    _, sink2 = consume(office, "q", auto_ack=True)
+    assert sink2.bodies == [b"red", b"red"]
+
+
+def test_priorities_highest_first_fifo_within():
+    office, _ = make_office()
+    for i, p in enumerate([1, 9, 4, 9, 0]):
+        office.send(msg(office, "q", str(i).encode(), priority=p), ANY)
+    _, sink = consume(office, "q", auto_ack=True)
+    assert sink.bodies == [b"1", b"3", b"2", b"0", b"4"]
+
+
+def test_nack_redelivers_in_order_then_dead_letters():
+    office, _ = make_office({"q": {"max_delivery_attempts": 2}})
+    office.send(msg(office, "q", b"a"), ANY)
+    office.send(msg(office, "q", b"b"), ANY)
+    consumer, sink = consume(office, "q", window=10)
+    queue = office.queues["q"]
+    a, b = sink.got
+    queue.cancel(a)
+    queue.cancel(b)
+    assert [r.message.body for r in sink.got[2:]] == [b"a", b"b"]
+    assert sink.got[2].delivery_count == 1
+    queue.cancel(sink.got[2])
+    dlq = office.queues["DLQ"]
+    assert dlq.message_count == 1
+    dead = next(dlq.iter_refs()).message
+    assert dead.body == b"a"
+    assert dead.properties[ORIGINAL_ADDRESS] == "q"
+    assert dead.properties[ORIGINAL_QUEUE] == "q"
+    assert queue.messages_killed == 1
+
+
+def test_redelivery_delay_with_multiplier():
+    office, clock = make_office({"q": {"redelivery_delay": 100, "redelivery_multiplier": 2.0}})
+    office.send(msg(office, "q"), ANY)
+    consumer, sink = consume(office, "q", window=10)
+    office.queues["q"].cancel(sink.got[0])
+    clock.advance(99)
+    assert len(sink.got) == 1
+    clock.advance(1)
+    assert len(sink.got) == 2
+    office.queues["q"].cancel(sink.got[1])
+    clock.advance(199)
+    assert len(sink.got) == 2
+    clock.advance(1)
+    assert len(sink.got) == 3
+
+
+def test_scheduled_delivery_waits():
+    office, clock = make_office()
+    m = msg(office, "q", b"later")
+    m.scheduled = clock.now + 500
+    office.send(m, ANY)
+    office.send(msg(office, "q", b"now"), ANY)
+    _, sink = consume(office, "q", auto_ack=True)
+    assert sink.bodies == [b"now"]
+    assert office.queues["q"].scheduled_count == 1
+    clock.advance(500)
+    assert sink.bodies == [b"now", b"later"]
+
+
+def test_expiry_moves_to_expiry_queue_or_drops():
+    office, clock = make_office({"drop.#": {"expiry_address": ""}})
+    office.send(msg(office, "q", b"old", expiration=clock.now + 10), ANY)
+    office.send(msg(office, "drop.me", b"old", expiration=clock.now + 10), ANY)
+    queue = office.queues["q"]
+    clock.advance(10)
+    assert office.expire_scan() == 2
+    assert office.queues["ExpiryQueue"].message_count == 1
+    assert queue.messages_expired == 1
+    # expired at dispatch too
+    office.send(msg(office, "q", b"old2", expiration=clock.now + 5), ANY)
+    clock.advance(5)
+    _, sink = consume(office, "q", auto_ack=True)
+    assert sink.got == []
+    assert office.queues["ExpiryQueue"].message_count == 2
+
+
+def test_duplicate_detection_drops_and_counts():
+    office, _ = make_office()
+    r1 = office.send(msg(office, "q", properties={DUPLICATE_ID: "abc"}), ANY)
+    r2 = office.send(msg(office, "q", properties={DUPLICATE_ID: "abc"}), ANY)
+    assert (r1.outcome, r2.outcome) == (SendOutcome.ROUTED, SendOutcome.DUPLICATE)
+    assert office.duplicates == 1
+    assert office.queues["q"].message_count == 1
+
+
+def test_duplicate_cache_is_circular():
+    office, _ = make_office({"q": {"id_cache_size": 2}})
+    for d in ["a", "b", "c"]:
+        office.send(msg(office, "q", properties={DUPLICATE_ID: d}), ANY)
+    assert office.send(msg(office, "q", properties={DUPLICATE_ID: "a"}), ANY).outcome == SendOutcome.ROUTED
+    assert office.send(msg(office, "q", properties={DUPLICATE_ID: "c"}), ANY).outcome == SendOutcome.DUPLICATE
+
+
+def test_transaction_commit_and_rollback():
+    office, _ = make_office()
+    tx = Transaction()
+    office.send(msg(office, "q", b"1"), ANY, tx)
+    assert office.queues["q"].message_count == 0
+    office.commit(tx)
+    assert office.queues["q"].message_count == 1
+    consumer, sink = consume(office, "q", window=10)
+    tx2 = Transaction()
+    tx2.hold_ack(sink.got[0])
+    office.rollback(tx2)
+    assert len(sink.got) == 2 and sink.got[1].delivery_count == 1
+    tx3 = Transaction()
+    tx3.hold_ack(sink.got[1])
+    office.commit(tx3)
+    assert office.queues["q"].message_count == 0
+
+
+def test_duplicate_in_transaction_makes_it_rollback_only():
+    office, _ = make_office()
+    office.send(msg(office, "q", properties={DUPLICATE_ID: "d"}), ANY)
+    tx = Transaction()
+    office.send(msg(office, "q", b"fresh"), ANY, tx)
+    office.send(msg(office, "q", properties={DUPLICATE_ID: "d"}), ANY, tx)
+    with pytest.raises(TransactionRolledBack):
+        office.commit(tx)
+    assert office.queues["q"].message_count == 1
+
+
+def test_consumer_close_redelivers_unacked():
+    office, _ = make_office()
+    office.send(msg(office, "q", b"a"), ANY)
+    c1, s1 = consume(office, "q", window=10)
+    office.queues["q"].remove_consumer(c1)
+    _, s2 = consume(office, "q", window=10)
+    assert s2.got[0].message.body == b"a" and s2.got[0].delivery_count == 1
+
+
+def test_auto_create_off_is_a_clear_error():
+    office, _ = make_office({"strict.#": {"auto_create_addresses": False}})
+    with pytest.raises(RoutingError, match="does not exist"):
+        office.send(msg(office, "strict.x"), ANY)
+
+
+def test_auto_delete_of_auto_created_queue_when_drained_and_idle():
+    office, _ = make_office()
+    office.send(msg(office, "tmp"), ANY)
+    consumer, sink = consume(office, "tmp", window=10)
+    office.queues["tmp"].acknowledge(sink.got[0])
+    office.queues["tmp"].remove_consumer(consumer)
+    assert "tmp" not in office.queues
+    assert "tmp" not in office.addresses
+
+
+def test_durable_subscription_needs_client_id_and_is_reused():
+    office, _ = make_office()
+    addr, _ = office.ensure_address_for("t", MULTI)
+    with pytest.raises(RoutingError, match="client-id"):
+        office.subscribe_multicast(addr, filter=None, subscription="s")
+    q = office.subscribe_multicast(addr, filter=None, client_id="c", subscription="s")
+    assert q.name == "c.s" and q.durable
+    assert office.subscribe_multicast(addr, filter=None, client_id="c", subscription="s") is q
