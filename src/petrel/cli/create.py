@@ -1,0 +1,129 @@
+"""``petrel create DIR``: a broker instance directory, like ``artemis create``.
+
+The instance holds ``broker.toml`` and ``data/{journal,bindings}``.  The
+``broker.toml`` is generated from the config model itself: every setting with
+its description and default, commented out except the instance's own name,
+data directory and port offset, so the listed defaults cannot drift from code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import BaseModel
+
+from petrel import __version__
+from petrel.config import AddressSettingsModel, BrokerConfig, load_config
+from petrel.core.settings import AddressSettings
+from petrel.errors import PetrelError, UsageError
+
+__all__ = ["create", "render_broker_toml", "toml_value"]
+
+CONFIG_NAME = "broker.toml"
+#: Settings written active (uncommented) in a new instance.
+ACTIVE = ("name", "data_dir", "port_offset")
+DATA_SUBDIRS = ("journal", "bindings")
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML literal (str, Path, bool, int, float, tuple/list)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (str, Path)):
+        # JSON string escapes are valid TOML basic-string escapes; TOML also wants DEL escaped.
+        return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def _comment(text: str | None) -> list[str]:
+    return [f"# {text}"] if text else []
+
+
+def _describe(model: type[BaseModel], field: str) -> str | None:
+    return model.model_fields[field].description
+
+
+def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 0) -> str:
+    """The text of a new instance's ``broker.toml``."""
+    active = {"name": name, "data_dir": data_dir, "port_offset": port_offset}
+    lines = [
+        f"# Petrel broker {toml_value(name)}, made by `petrel create` (Petrel {__version__}).",
+        "#",
+        "# Every setting is listed with its default; uncomment a line to change it.",
+        "# PETREL_<SETTING> environment variables (e.g. PETREL_PORT_OFFSET=1) override",
+        "# this file, and `petrel run` flags override both.",
+        "",
+    ]
+    for field, info in BrokerConfig.model_fields.items():
+        if field == "address_settings":
+            continue
+        lines.extend(_comment(info.description))
+        if field in active:
+            lines.append(f"{field} = {toml_value(active[field])}")
+        else:
+            lines.append(f"# {field} = {toml_value(info.get_default(call_default_factory=True))}")
+        lines.append("")
+
+    lines += [
+        "# Address settings, per address pattern: words are separated by \".\", \"*\" matches",
+        "# one word and \"#\" any number of words.  For each address, every matching pattern",
+        "# applies, field by field, the most specific one first (an exact name beats \"*\",",
+        "# which beats \"#\"); anything left unset takes the default shown below.",
+        "# Add more tables the same way, e.g. [address_settings.\"orders.#\"].",
+        "#",
+        "# [address_settings.\"#\"]",
+    ]
+    defaults = AddressSettings()
+    for field in dataclasses.fields(AddressSettings):
+        lines.extend(_comment(_describe(AddressSettingsModel, field.name)))
+        value = getattr(defaults, field.name)
+        shown = "<unset>" if value is None else toml_value(value)
+        lines.append(f"# {field.name} = {shown}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+@click.command("create")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--name", help="Broker name (default: the directory's name).")
+@click.option("--port-offset", type=int, default=0, show_default=True,
+              help="Added to every acceptor port, to run several brokers on one host.")
+@click.option("--force", is_flag=True, help="Write into a directory that is not empty (overwrites broker.toml).")
+def create(directory: Path, name: str | None, port_offset: int, force: bool) -> None:
+    """Create a broker instance in DIRECTORY: broker.toml and data directories."""
+    if directory.exists() and any(directory.iterdir()) and not force:
+        raise UsageError(f"{directory} is not empty; use --force to create the instance there anyway")
+    if name is None:
+        name = directory.resolve().name or "petrel"
+    # Bad flag values fail here, before anything is written, with load_config's messages.
+    load_config(None, env={}, overrides={"name": name, "port_offset": port_offset})
+    text = render_broker_toml(name=name, port_offset=port_offset)
+    BrokerConfig.model_validate(tomllib.loads(text))  # the template itself must always load
+
+    config_path = directory / CONFIG_NAME
+    created = [config_path]
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        config_path.write_text(text, encoding="utf-8")
+        for sub in DATA_SUBDIRS:
+            path = directory / "data" / sub
+            path.mkdir(parents=True, exist_ok=True)
+            created.append(path)
+    except OSError as exc:
+        raise PetrelError(f"cannot create the instance in {directory}: {exc.strerror or exc}") from None
+
+    click.echo(f"Created broker instance {name!r} in {directory}:")
+    for path in created:
+        click.echo(f"  {path}{'/' if path.is_dir() else ''}")
+    click.echo("Start it with:")
+    click.echo(f"  petrel run --config {shlex.quote(str(config_path))}")

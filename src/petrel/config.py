@@ -1,0 +1,364 @@
+"""Broker configuration: ``broker.toml``, then ``PETREL_*`` variables, then flags.
+
+:func:`load_config` reads the TOML file (standard library ``tomllib``), lays
+environment variables over its top-level keys, then explicit overrides (the CLI
+flags), and validates the result once with pydantic.  Every failure is a
+:class:`~petrel.errors.ConfigError` whose one-line message names where the bad
+value came from and its key, e.g.::
+
+    broker.toml: journal_file_size: Input should be a valid integer (got 'abc')
+    environment: PETREL_PORT_OFFSET: Input should be a valid integer (got 'two')
+
+Environment variables: ``PETREL_<FIELD>`` (upper-case field name) sets a
+top-level field; booleans take ``true/false/1/0/yes/no``, ``stomp_heartbeat``
+takes ``"10000,10000"``.  ``address_settings`` can only come from the file.  A
+``PETREL_`` variable that names no field is an error (a typo would otherwise go
+unnoticed), except the ones Petrel uses for other things, listed in
+:data:`NON_CONFIG_VARIABLES` and :data:`NON_CONFIG_PREFIXES`.
+
+A relative ``data_dir`` is resolved against the config file's directory when
+it comes from the file (or is the default and a file is used), and against the
+current directory when it comes from the environment, a flag, or no file at all.
+
+Fields in :data:`RELOADABLE` may be re-read by a running broker; the rest take
+effect on restart.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from petrel.core.settings import AddressSettingsRepository
+from petrel.errors import ConfigError
+
+__all__ = [
+    "AddressSettingsModel",
+    "BrokerConfig",
+    "ENV_PREFIX",
+    "NON_CONFIG_PREFIXES",
+    "NON_CONFIG_VARIABLES",
+    "RELOADABLE",
+    "load_config",
+]
+
+ENV_PREFIX = "PETREL_"
+#: PETREL_ variables that are not settings (read by the CLI and the tooling).
+NON_CONFIG_VARIABLES = frozenset({"PETREL_LOG_LEVEL", "PETREL_LOG_FORMAT", "PETREL_CONFIG"})
+#: Prefixes reserved for test and benchmark tooling.
+NON_CONFIG_PREFIXES = ("PETREL_TEST_", "PETREL_BENCH_")
+#: Top-level fields a running broker may reload.
+RELOADABLE = frozenset({"address_settings", "message_expiry_scan_period"})
+
+KIB = 1024
+MIB = 1024 * 1024
+
+Port = Annotated[int, Field(ge=-1, le=65535)]
+NonNegative = Annotated[int, Field(ge=0)]
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+RoutingType = Annotated[Literal["ANYCAST", "MULTICAST"], BeforeValidator(_upper)]
+
+
+class AddressSettingsModel(BaseModel):
+    """One ``[address_settings."<pattern>"]`` table; unset fields are inherited.
+
+    Mirrors :class:`petrel.core.settings.AddressSettings` field for field.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dead_letter_address: str | None = Field(
+        None, description='where undeliverable messages go ("" = drop them)')
+    expiry_address: str | None = Field(
+        None, description='where expired messages go ("" = drop them)')
+    expiry_delay: int | None = Field(
+        None, ge=-1, description="ms; expiration given to messages that have none (-1 = keep theirs)")
+    max_delivery_attempts: int | None = Field(
+        None, ge=-1, description="deliveries before a message goes to the dead-letter address (-1 = infinite)")
+    redelivery_delay: int | None = Field(
+        None, ge=0, description="ms to wait before redelivering a rolled-back message")
+    redelivery_multiplier: float | None = Field(
+        None, gt=0, description="factor applied to redelivery_delay on each further attempt")
+    max_redelivery_delay: int | None = Field(
+        None, ge=0, description="ms cap on the redelivery delay (default redelivery_delay * 10)")
+    auto_create_addresses: bool | None = Field(
+        None, description="create an address when a client first uses it")
+    auto_create_queues: bool | None = Field(
+        None, description="create a queue when a client first uses it")
+    auto_delete_addresses: bool | None = Field(
+        None, description="delete auto-created addresses once they have no queues")
+    auto_delete_queues: bool | None = Field(
+        None, description="delete auto-created queues once they have no consumers and no messages")
+    auto_delete_queues_delay: int | None = Field(
+        None, ge=0, description="ms to wait before auto-deleting a queue")
+    default_address_routing_type: RoutingType | None = Field(
+        None, description="routing type of auto-created addresses: ANYCAST or MULTICAST")
+    default_queue_routing_type: RoutingType | None = Field(
+        None, description="routing type of auto-created queues: ANYCAST or MULTICAST")
+    id_cache_size: int | None = Field(
+        None, ge=0, description="duplicate-ID cache entries per address (default: the broker's id_cache_size)")
+    send_to_dla_on_no_route: bool | None = Field(
+        None, description="send messages that match no queue to the dead-letter address")
+
+    def partial(self) -> dict[str, Any]:
+        """Only the keys that were set, for :class:`AddressSettingsRepository`."""
+        return self.model_dump(exclude_none=True)
+
+
+class BrokerConfig(BaseModel):
+    """Everything one broker reads at start-up (validated, immutable)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field("petrel", min_length=1, description="broker name, shown in logs and management")
+    data_dir: Path = Field(
+        Path("data"), description="journal, bindings, paging and large messages (relative to this file)")
+    host: str = Field("0.0.0.0", description="interface the acceptors listen on")
+    port_offset: int = Field(
+        0, ge=0, le=65535, description="added to every port below, to run several brokers on one host")
+    port: Port = Field(61616, description="acceptor for all protocols, detected from the first bytes (-1 = off, 0 = any free port)")
+    stomp_port: Port = Field(61613, description="STOMP-only acceptor (-1 = off, 0 = any free port)")
+    http_port: Port = Field(8161, description="management API and console (-1 = off, 0 = any free port)")
+    max_frame_size: int = Field(10 * MIB, ge=1, description="largest STOMP frame accepted, in bytes")
+    stomp_heartbeat_min: int = Field(
+        0, ge=0, description="ms; fastest heart-beat the server agrees to, whatever a client asks (0 = no floor)")
+    stomp_heartbeat: tuple[NonNegative, NonNegative] = Field(
+        (10000, 10000), description="ms; heart-beats the server offers in CONNECTED: [send every, expect every]")
+    connection_ttl: int = Field(
+        60000, ge=-1, description="ms; drop a connection silent this long when no heart-beats are agreed (-1 = never)")
+    journal_type: Literal["NIO"] = Field("NIO", description="journal I/O: NIO (plain file writes)")
+    journal_file_size: int = Field(
+        10 * MIB, ge=64 * KIB, multiple_of=4096, description="bytes per journal file (>= 64 KiB, a multiple of 4096)")
+    journal_min_files: int = Field(2, ge=2, description="journal files created up front and always kept")
+    journal_pool_files: int = Field(
+        10, ge=-1, description="free journal files kept for reuse (-1 = keep all)")
+    journal_sync_transactional: bool = Field(
+        True, description="wait for the disk before confirming a commit")
+    journal_sync_non_transactional: bool = Field(
+        True, description="wait for the disk before confirming a persistent send or ack")
+    journal_datasync: bool = Field(
+        True, description="fsync journal writes (false survives a process crash but not a power loss)")
+    journal_buffer_timeout: int = Field(
+        0, ge=0, description="ns to gather writes before a sync (0 = sync as soon as the previous one ends)")
+    journal_compact_min_files: int = Field(
+        10, ge=0, description="compact only when at least this many journal files are in use")
+    journal_compact_percentage: int = Field(
+        30, ge=0, le=100, description="compact when live data falls below this percentage")
+    journal_skip_damaged: bool = Field(
+        False, description="on start, skip damaged journal records instead of refusing to start")
+    persistence_enabled: bool = Field(True, description="false keeps everything in memory")
+    id_cache_size: int = Field(20000, ge=0, description="duplicate-ID cache entries per address (0 = off)")
+    persist_id_cache: bool = Field(True, description="journal duplicate IDs so they survive a restart")
+    message_expiry_scan_period: int = Field(
+        30000, ge=-1, description="ms between scans for expired messages (-1 = never)")
+    address_settings: dict[str, AddressSettingsModel] = Field(
+        default_factory=dict, description="per address pattern; see the tables below")
+
+    @model_validator(mode="after")
+    def _check(self) -> BrokerConfig:
+        if self.message_expiry_scan_period == 0:
+            raise ValueError("message_expiry_scan_period: must be -1 (never) or a positive number of ms")
+        for field in ("port", "stomp_port", "http_port"):
+            port = getattr(self, field)
+            if port > 0 and port + self.port_offset > 65535:
+                raise ValueError(
+                    f"{field}: {port} + port_offset {self.port_offset} is above 65535")
+        return self
+
+    # -- derived values ----------------------------------------------------
+
+    def _offset(self, port: int) -> int:
+        return port + self.port_offset if port > 0 else port
+
+    def listen_port(self) -> int:
+        """The all-protocols port after the offset (0 = ephemeral, -1 = off)."""
+        return self._offset(self.port)
+
+    def listen_stomp_port(self) -> int:
+        """The STOMP port after the offset (0 = ephemeral, -1 = off)."""
+        return self._offset(self.stomp_port)
+
+    def listen_http_port(self) -> int:
+        """The management port after the offset (0 = ephemeral, -1 = off)."""
+        return self._offset(self.http_port)
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.data_dir / "journal"
+
+    @property
+    def bindings_dir(self) -> Path:
+        return self.data_dir / "bindings"
+
+    @property
+    def paging_dir(self) -> Path:
+        return self.data_dir / "paging"
+
+    @property
+    def large_messages_dir(self) -> Path:
+        return self.data_dir / "large-messages"
+
+    def address_settings_repository(self) -> AddressSettingsRepository:
+        """A new repository holding this config's address settings (build once per broker)."""
+        return AddressSettingsRepository(
+            {pattern: model.partial() for pattern, model in self.address_settings.items()},
+            id_cache_size=self.id_cache_size,
+        )
+
+
+# Fields that environment variables may not set.
+_NOT_FROM_ENV = frozenset({"address_settings"})
+
+
+def load_config(
+    path: Path | str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    overrides_source: str = "command line",
+) -> BrokerConfig:
+    """Read, merge and validate the configuration; raise ``ConfigError`` if bad.
+
+    ``path`` is the TOML file (None: defaults only); ``env`` defaults to
+    ``os.environ``; ``overrides`` are top-level fields that win over both
+    (``None`` values are ignored).
+    """
+    if env is None:
+        env = os.environ
+    raw: dict[str, Any] = {}
+    # key -> (where it came from, whether messages should repeat the key)
+    sources: dict[str, tuple[str, bool]] = {}
+    base_dir = Path.cwd()
+
+    if path is not None:
+        path = Path(path)
+        raw = _read_toml(path)
+        sources = {key: (str(path), True) for key in raw}
+        base_dir = path.parent.absolute()
+
+    for key, value in _from_env(env).items():
+        raw[key] = value
+        sources[key] = (f"environment: {ENV_PREFIX}{key.upper()}", False)
+
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key not in BrokerConfig.model_fields:
+            raise ConfigError(f"{overrides_source}: {key}: unknown setting{_suggest(key, BrokerConfig)}")
+        raw[key] = value
+        sources[key] = (overrides_source, True)
+
+    try:
+        config = BrokerConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, sources, str(path) if path is not None else "config")) from None
+
+    data_dir = config.data_dir.expanduser()
+    if not data_dir.is_absolute():
+        # from the file, or the default while a file is used: next to the file
+        from_file = path is not None and sources.get("data_dir", (str(path),))[0] == str(path)
+        data_dir = (base_dir if from_file else Path.cwd()) / data_dir
+    return config.model_copy(update={"data_dir": data_dir})
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 text") from None
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    unknown: list[str] = []
+    for var, value in env.items():
+        if not var.startswith(ENV_PREFIX) or var in NON_CONFIG_VARIABLES:
+            continue
+        if var.startswith(NON_CONFIG_PREFIXES):
+            continue
+        key = var[len(ENV_PREFIX):].lower()
+        if key not in BrokerConfig.model_fields:
+            unknown.append(var)
+            continue
+        if key in _NOT_FROM_ENV:
+            raise ConfigError(f"environment: {var}: {key} can only be set in the config file")
+        if key == "stomp_heartbeat":
+            values[key] = [part.strip() for part in value.split(",")]
+        else:
+            values[key] = value
+    if unknown:
+        described = ", ".join(
+            var + _suggest(var[len(ENV_PREFIX):].lower(), BrokerConfig, prefix=ENV_PREFIX, upper=True)
+            for var in sorted(unknown))
+        raise ConfigError(f"environment: unknown Petrel setting {described}")
+    return values
+
+
+def _suggest(key: str, model: type[BaseModel], *, prefix: str = "", upper: bool = False) -> str:
+    close = difflib.get_close_matches(key.replace("-", "_"), list(model.model_fields), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    name = close[0].upper() if upper else close[0]
+    return f" (did you mean {prefix}{name}?)"
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        text = part if _BARE_KEY.fullmatch(part) else '"' + part.replace('"', '\\"') + '"'
+        out += f".{text}" if out else text
+    return out
+
+
+def _shown(value: Any) -> str:
+    text = repr(str(value) if isinstance(value, Path) else value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _describe(exc: ValidationError, sources: Mapping[str, tuple[str, bool]], default_source: str) -> str:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            model: type[BaseModel] = BrokerConfig if len(loc) == 1 else AddressSettingsModel
+            message = "unknown setting" + _suggest(str(loc[-1]), model)
+        else:
+            message = error["msg"]
+            if message.startswith("Value error, "):
+                message = message[len("Value error, "):]
+            if loc and "input" in error and kind != "missing":
+                message += f" (got {_shown(error['input'])})"
+        source, show_key = sources.get(loc[0], (default_source, True)) if loc else (default_source, False)
+        if show_key:
+            problems.append(f"{source}: {_dotted(loc)}: {message}")
+        else:
+            problems.append(f"{source}: {message}")
+    return "; ".join(problems)
