@@ -1,0 +1,221 @@
+"""The broker process: one event loop, its listeners, the post office and the store.
+
+`Broker(config)` is the programmatic form (`async with Broker(config) as b:`); `run(config)`
+is what `petrel run` calls: it blocks until SIGTERM/SIGINT and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from petrel import __version__
+from petrel.config import BrokerConfig
+from petrel.core.message import now_ms
+from petrel.core.postoffice import PostOffice
+from petrel.errors import PetrelError
+from petrel.storage.server_lock import DataDirLocked, ServerLock
+from petrel.storage.store import NullStore
+from petrel.server.connection import Connection
+
+log = logging.getLogger("petrel.server")
+
+
+class LoopScheduler:
+    """The post office's timers on the event loop, in epoch milliseconds."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def call_at_ms(self, when_ms: int, fn: Callable[[], None]) -> asyncio.TimerHandle:
+        return self.loop.call_later(max(0.0, (when_ms - now_ms()) / 1000), fn)
+
+
+class Broker:
+    version = __version__
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.connections: set[Connection] = set()
+        self.servers: list[asyncio.AbstractServer] = []
+        self.ports: dict[str, int] = {}
+        self.node_id = ""
+        self.started_at = 0.0
+        self._lock: ServerLock | None = None
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._stopping = False
+        self.store = None
+        self.office: PostOffice | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        data_dir = Path(config.data_dir)
+        self._lock = ServerLock(data_dir)
+        try:
+            self.node_id = self._lock.acquire()
+        except DataDirLocked as exc:
+            raise PetrelError(str(exc)) from None
+        try:
+            self.store = self._make_store(loop, data_dir)
+            t0 = time.monotonic()
+            recovered = await loop.run_in_executor(None, self.store.recover)
+        except Exception as exc:
+            self._lock.release()
+            if type(exc).__module__.startswith("petrel.storage"):
+                raise PetrelError(str(exc)) from None
+            raise
+        self.office = PostOffice(
+            self.store,
+            config.address_settings_repository(),
+            LoopScheduler(loop),
+            id_cache_size=config.id_cache_size,
+            persist_id_cache=config.persist_id_cache,
+        )
+        self.office.recover(recovered)
+        self.office.ensure_defaults()
+        count = sum(q.message_count for q in self.office.queues.values())
+        log.info(
+            "recovered %d queues and %d messages in %.2fs (node %s)",
+            len(self.office.queues), count, time.monotonic() - t0, self.node_id,
+            extra={"event": "broker.recovered"},
+        )
+        await self._listen("all", config.listen_port(), ("stomp",))
+        stomp_port = config.listen_stomp_port()
+        if stomp_port >= 0:
+            await self._listen("stomp", stomp_port, ("stomp",))
+        self._schedule_expiry_scan()
+        self.started_at = time.time()
+        log.info(
+            "Petrel %s started: %s", __version__,
+            ", ".join(f"{k} on {config.host}:{v}" for k, v in self.ports.items()),
+            extra={"event": "broker.started"},
+        )
+
+    def _make_store(self, loop: asyncio.AbstractEventLoop, data_dir: Path):
+        config = self.config
+        if not config.persistence_enabled:
+            return NullStore()
+        from petrel.storage.file_store import FileStore
+
+        def dispatch(callbacks: list[Callable[[], None]]) -> None:
+            loop.call_soon_threadsafe(_run_all, callbacks)
+
+        return FileStore(
+            data_dir,
+            dispatch=dispatch,
+            sync_transactional=config.journal_sync_transactional,
+            sync_non_transactional=config.journal_sync_non_transactional,
+            skip_damaged=config.journal_skip_damaged,
+            file_size=config.journal_file_size,
+            min_files=config.journal_min_files,
+            pool_files=config.journal_pool_files,
+            datasync=config.journal_datasync,
+            buffer_timeout_ns=config.journal_buffer_timeout,
+            compact_min_files=config.journal_compact_min_files,
+            compact_percentage=config.journal_compact_percentage,
+        )
+
+    async def _listen(self, name: str, port: int, protocols: tuple[str, ...]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(
+                lambda: Connection(self, protocols), self.config.host, port, reuse_address=True, backlog=1024
+            )
+        except OSError as exc:
+            raise PetrelError(f"cannot listen on {self.config.host}:{port} ({name}): {exc.strerror}") from None
+        self.servers.append(server)
+        self.ports[name] = server.sockets[0].getsockname()[1]
+
+    def make_adapter(self, kind: str, conn: Connection):
+        if kind == "stomp":
+            from petrel.server.adapters.stomp import StompAdapter
+
+            return StompAdapter(self, conn)
+        raise ValueError(kind)
+
+    def _schedule_expiry_scan(self) -> None:
+        period = self.config.message_expiry_scan_period
+        if period <= 0 or self._stopping:
+            return
+
+        def scan() -> None:
+            try:
+                n = self.office.expire_scan()
+                if n:
+                    log.debug("expiry scan expired %d messages", n)
+            finally:
+                self._schedule_expiry_scan()
+
+        self._expiry_timer = asyncio.get_running_loop().call_later(period / 1000, scan)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, close connections, finish in-flight syncs, release the data directory."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        for server in self.servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.close()
+        deadline = time.monotonic() + timeout
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for server in self.servers:
+            await server.wait_closed()
+        if self.store is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.store.close)
+            # the store's last callbacks were handed to the loop; let them run
+            await asyncio.sleep(0)
+        if self._lock is not None:
+            self._lock.release()
+        log.info("Petrel stopped", extra={"event": "broker.stopped"})
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for cb in callbacks:
+        try:
+            cb()
+        except Exception:
+            log.exception("error in a durability callback")
+
+
+async def serve(config: BrokerConfig) -> int:
+    broker = Broker(config)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("signal received, stopping", extra={"event": "broker.stopping"})
+    finally:
+        await broker.stop()
+    return 0
+
+
+def run(config: BrokerConfig) -> int:
+    """Run a broker in the foreground until SIGTERM/SIGINT; returns the exit code."""
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    return runner(serve(config))

@@ -1,0 +1,134 @@
+"""One object per socket: protocol detection, buffered writes, flow control.
+
+The connection owns the transport; a protocol adapter (chosen from the first bytes) owns the
+codec and talks to the post office. Writes made while handling a read (or from a dispatch)
+are coalesced into one `transport.write` per loop iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from petrel.server.broker import Broker
+
+log = logging.getLogger("petrel.server.connection")
+
+STOMP_PREFIXES = (b"CONNECT", b"STOMP")
+DETECT_BYTES = 8
+
+
+class Adapter(Protocol):
+    def data_received(self, data: bytes) -> None: ...
+    def connection_lost(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+
+
+def detect(head: bytes) -> str | None:
+    """The protocol a client speaks, from its first bytes: 'stomp', 'unknown', or None (need more)."""
+    stripped = head.lstrip(b"\r\n")
+    if not stripped:
+        return None if len(head) < 1024 else "unknown"
+    for prefix in STOMP_PREFIXES:
+        n = min(len(prefix), len(stripped))
+        if stripped[:n] == prefix[:n]:
+            return "stomp" if n == len(prefix) else None
+    return "unknown"
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, broker: Broker, protocols: tuple[str, ...]) -> None:
+        self.broker = broker
+        self.protocols = protocols
+        self.transport: asyncio.Transport | None = None
+        self.adapter: Adapter | None = None
+        self.peer = "?"
+        self._head = b""
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
+        self.closed = False
+        self.writing_paused = False
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.broker.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        adapter = self.adapter
+        if adapter is not None:
+            adapter.data_received(data)
+            return
+        self._head += data
+        kind = detect(self._head)
+        if kind is None:
+            return
+        if kind not in self.protocols:
+            log.info("closing %s: unrecognised protocol (first bytes %r)", self.peer, self._head[:16])
+            self.close()
+            return
+        self.adapter = self.broker.make_adapter(kind, self)
+        head, self._head = self._head, b""
+        self.adapter.data_received(head)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.broker.connections.discard(self)
+        if self.adapter is not None:
+            try:
+                self.adapter.connection_lost()
+            except Exception:
+                log.exception("error cleaning up connection %s", self.peer)
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        if self.adapter is not None:
+            self.adapter.pause()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if self.adapter is not None:
+            self.adapter.resume()
+
+    # -- output ----------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out and not self.closed and self.transport is not None:
+            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+            self._out.clear()
+            self.transport.write(data)
+
+    def close(self, *, after_flush: bool = True) -> None:
+        if self.closed:
+            return
+        if after_flush:
+            self.flush()
+        self.closed = True
+        if self.transport is not None:
+            if after_flush:
+                self.transport.close()
+            else:
+                self.transport.abort()
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
+        return self._loop.call_later(delay, fn)

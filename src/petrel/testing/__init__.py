@@ -1,0 +1,1 @@
+"""Test support: real broker processes on free loopback ports, and waiting with deadlines."""

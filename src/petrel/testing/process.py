@@ -1,0 +1,119 @@
+"""`BrokerProcess`: a real `petrel run` in a subprocess, on free ports, with its own data dir."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.02, message: str = "") -> object:
+    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(message or f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+class BrokerProcess:
+    def __init__(self, workdir: Path, *, settings: str = "", name: str = "petrel", env: dict | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = self.workdir / "data"
+        self.port = free_port()
+        self.stomp_port = free_port()
+        self.config_path = self.workdir / "broker.toml"
+        self.config_path.write_text(
+            f'name = "{name}"\n'
+            f'data_dir = "{self.data_dir}"\n'
+            f'host = "127.0.0.1"\n'
+            f"port = {self.port}\n"
+            f"stomp_port = {self.stomp_port}\n"
+            f"http_port = -1\n" + settings
+        )
+        self.log_path = self.workdir / "broker.log"
+        self.env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self, *extra_args: str, wait: bool = True) -> BrokerProcess:
+        env = dict(os.environ)
+        env.update(self.env)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "petrel", "run", "--config", str(self.config_path), *extra_args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.stomp_port), timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        wait_for(ready, timeout, message=f"broker not ready in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except FileNotFoundError:
+            return ""
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        self._close_log()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._close_log()
+        return self.proc.returncode
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import queue
+import socket
+import time
+
+import pytest
+import stomp
+
+from petrel.testing.process import BrokerProcess
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    started: list[BrokerProcess] = []
+
+    def make(settings: str = "", name: str = "b") -> BrokerProcess:
+        b = BrokerProcess(tmp_path / name, settings=settings)
+        started.append(b)
+        return b
+
+    yield make
+    for b in started:
+        if b.proc is not None and b.proc.poll() is None:
+            b.kill9()
+
+
+@pytest.fixture
+def broker(broker_factory):
+    return broker_factory().start()
+
+
+class Listener(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.messages: queue.Queue = queue.Queue()
+        self.receipts: queue.Queue = queue.Queue()
+        self.errors: queue.Queue = queue.Queue()
+        self.disconnected = False
+
+    def on_message(self, frame) -> None:
+        self.messages.put(frame)
+
+    def on_receipt(self, frame) -> None:
+        self.receipts.put(frame.headers.get("receipt-id"))
+
+    def on_error(self, frame) -> None:
+        self.errors.put(frame)
+
+    def on_disconnected(self) -> None:
+        self.disconnected = True
+
+    def get(self, timeout: float = 10.0):
+        return self.messages.get(timeout=timeout)
+
+    def drain(self, idle: float = 0.5, limit: int = 1_000_000) -> list:
+        """Everything that arrives until nothing has come for `idle` seconds."""
+        out = []
+        while len(out) < limit:
+            try:
+                out.append(self.messages.get(timeout=idle))
+            except queue.Empty:
+                break
+        return out
+
+    def nothing_within(self, seconds: float) -> bool:
+        try:
+            self.messages.get(timeout=seconds)
+            return False
+        except queue.Empty:
+            return True
+
+
+def connect(b: BrokerProcess, *, client_id: str | None = None, version: str = "1.2", heartbeats=(0, 0)):
+    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
+    kwargs = {} if version == "1.0" else {"heartbeats": heartbeats}
+    conn = cls([("127.0.0.1", b.stomp_port)], **kwargs)
+    listener = Listener()
+    conn.set_listener("l", listener)
+    headers = {"client-id": client_id} if client_id else {}
+    conn.connect("guest", "guest", wait=True, headers=headers)
+    return conn, listener
+
+
+def raw(b: BrokerProcess, port: int | None = None) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port or b.port), timeout=10)
+    return s
+
+
+def read_until_closed(s: socket.socket, timeout: float = 10.0) -> bytes:
+    s.settimeout(timeout)
+    data = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:  # closed with our unread bytes still in its buffer
+            return data + b"<closed>"
+        except (TimeoutError, socket.timeout):
+            break
+        if not chunk:
+            return data + b"<closed>"
+        data += chunk
+    return data
