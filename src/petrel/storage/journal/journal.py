@@ -1,0 +1,364 @@
+"""FileJournal: the append API over segment files, one writer thread.
+
+Appends are called from one thread (the event loop) and never block on I/O:
+they encode the record, give it its place (segment, offset), hand it to the
+writer and return.  ``done`` callbacks come back through ``on_batch_durable``
+once their batch is durable.  No asyncio here: the server adapts callbacks to
+futures.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from .compact import clean_strays, roll_forward
+from .errors import JournalError
+from .ledger import Ledger
+from .records import (
+    HEADER_SIZE,
+    RecordType,
+    encode_data,
+    encode_tx_counts,
+    encode_tx_data,
+    encode_tx_end,
+    record_size,
+)
+from .recovery import LoadedJournal, recover
+from .segment import FilePool, Layout, SegmentInfo
+from .writer import BatchHook, Callback, Pending, Writer
+
+__all__ = ["FileJournal"]
+
+log = logging.getLogger("petrel.storage.journal")
+
+_ADD = RecordType.ADD
+_UPDATE = RecordType.UPDATE
+_DELETE = RecordType.DELETE
+_ADD_TX = RecordType.ADD_TX
+_UPDATE_TX = RecordType.UPDATE_TX
+_DELETE_TX = RecordType.DELETE_TX
+_PREPARE = RecordType.PREPARE
+_COMMIT = RecordType.COMMIT
+_ROLLBACK = RecordType.ROLLBACK
+_ADD_SIZE = record_size(_ADD, 0)
+_DELETE_SIZE = record_size(_DELETE, 0)
+_TX_SIZE = record_size(_ADD_TX, 0)
+
+
+class _OpenTx:
+    """The appender's view of a transaction not yet committed or rolled back."""
+
+    __slots__ = ("counts", "total", "added", "ops")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}  # segment -> records of this tx there
+        self.total = 0
+        self.added: set[int] = set()
+        self.ops: list[tuple[bool, int]] = []  # (added?, id) in order, applied at commit
+
+
+class FileJournal:
+    """An append-only journal of records in preallocated segment files."""
+
+    def __init__(self, directory: str | Path, *, prefix: str = "petrel-data", extension: str = "pj",
+                 file_size: int = 10 * 1024 * 1024, min_files: int = 2, pool_files: int = 10,
+                 datasync: bool = True, buffer_timeout_ns: int = 0,
+                 compact_min_files: int = 10, compact_percentage: int = 30) -> None:
+        if file_size < HEADER_SIZE + 2 * _TX_SIZE:
+            raise ValueError(f"file_size {file_size} is too small")
+        self.layout = Layout(directory, prefix, extension)
+        self.file_size = file_size
+        self.datasync = datasync
+        self._pending = Pending()
+        self._ledger = Ledger()
+        self._pool = FilePool(self.layout, file_size, datasync)
+        self._writer = Writer(self.layout, self._pool, self._ledger, self._pending,
+                              file_size=file_size, datasync=datasync,
+                              buffer_timeout_ns=buffer_timeout_ns, min_files=min_files,
+                              pool_files=pool_files, compact_min_files=compact_min_files,
+                              compact_percentage=compact_percentage)
+        # appender state (the appending thread only)
+        self._seg = 0
+        self._off = 0
+        self._next_seg = 1
+        self._known: set[int] = set()
+        self._txs: dict[int, _OpenTx] = {}
+        self._state = "new"  # new -> loaded -> started -> stopped
+
+    # replication hook -----------------------------------------------------------------
+
+    @property
+    def before_durable(self) -> BatchHook | None:
+        """The replication hook.
+
+        If set, the writer thread calls it with each batch as
+        ``[(segment_id, offset, bytes), ...]`` after the local write and sync and
+        before firing the batch's callbacks; when it returns, the batch counts as
+        confirmed (a replicating journal blocks here until the backup has it).
+        If it raises, the journal fails: nothing more is confirmed.
+        """
+        return self._writer.before_durable
+
+    @before_durable.setter
+    def before_durable(self, hook: BatchHook | None) -> None:
+        self._writer.before_durable = hook
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(segment id, offset) where the next record will be written."""
+        return self._seg, self._off
+
+    # lifecycle ------------------------------------------------------------------------
+
+    def load(self, *, skip_damaged: bool = False) -> LoadedJournal:
+        """Recover the directory (created if missing) and return its live records."""
+        if self._state != "new":
+            raise JournalError("load() can be called once")
+        layout = self.layout
+        layout.directory.mkdir(parents=True, exist_ok=True)
+        self._pool.adopt(layout.free_files())
+        if roll_forward(layout, self._writer.release, self.datasync):
+            log.info("finished an interrupted compaction in %s", layout.directory)
+        clean_strays(layout)
+        found = recover(layout, self._ledger, skip_damaged=skip_damaged, sync=self.datasync)
+        loaded = found.loaded
+        if found.resume_segment:
+            seg, off, exists = found.resume_segment, found.resume_offset, found.resume_exists
+        else:
+            seg, off, exists = found.max_segment + 1, HEADER_SIZE, False
+        self._writer.open_current(seg, exists)
+        self._seg, self._off, self._next_seg = seg, off, max(seg, found.max_segment) + 1
+        self._known = set(loaded.records)
+        self._state = "loaded"
+        for tx_id, _prepared in found.open_txs:  # keep them dead
+            self.rollback(tx_id)
+        self._writer.flush_now()
+        return loaded
+
+    def start(self, on_batch_durable: Callable[[list[Callback]], None]) -> None:
+        """Start the writer thread; it calls ``on_batch_durable(callbacks)`` once per batch."""
+        if self._state != "loaded":
+            raise JournalError(f"cannot start a journal that is {self._state}")
+        self._state = "started"
+        self._writer.start(on_batch_durable)
+
+    def stop(self) -> None:
+        """Write and sync everything pending, fire its callbacks, stop the thread, close files."""
+        if self._state in ("new", "stopped"):
+            self._state = "stopped"
+            return
+        self._state = "stopped"
+        self._writer.stop()
+
+    # appends --------------------------------------------------------------------------
+
+    def _place(self, size: int) -> tuple[int, int]:
+        """Position for a record of ``size`` bytes, rolling over when it does not fit."""
+        off = self._off
+        if off + size > self.file_size:
+            if size > self.file_size - HEADER_SIZE:
+                raise JournalError(f"record of {size} bytes does not fit in a {self.file_size}-byte segment")
+            self._seg = self._next_seg
+            self._next_seg += 1
+            off = HEADER_SIZE
+        self._off = off + size
+        return self._seg, off
+
+    def _check(self) -> None:
+        if self._state not in ("loaded", "started"):
+            raise JournalError(f"journal is {self._state}")
+        failure = self._writer.failure
+        if failure is not None:
+            raise JournalError(f"journal writer failed: {failure}") from failure
+
+    def _push(self, seg: int, off: int, data: bytes, item: tuple, done: Callback | None) -> None:
+        p = self._pending
+        with p.lock:
+            chunks = p.chunks
+            if chunks:
+                last = chunks[-1]
+                if last[0] == seg and last[1] + len(last[2]) == off:
+                    last[2] += data
+                else:
+                    chunks.append([seg, off, bytearray(data)])
+            else:
+                chunks.append([seg, off, bytearray(data)])
+            p.items.append(item)
+            if done is not None:
+                p.callbacks.append(done)
+            if p.waiting:
+                p.cond.notify()
+
+    def add(self, id: int, user_type: int, body: bytes, done: Callback | None = None) -> None:
+        if self._state != "started" or self._writer.failure is not None:
+            self._check()
+        if id in self._known:
+            raise JournalError(f"record {id} already exists")
+        size = _ADD_SIZE + len(body)
+        seg, off = self._place(size)
+        data = encode_data(_ADD, seg, user_type, id, body)
+        self._known.add(id)
+        self._push(seg, off, data, (_ADD, id, 0, seg, size), done)
+
+    def update(self, id: int, user_type: int, body: bytes, done: Callback | None = None) -> None:
+        if self._state != "started" or self._writer.failure is not None:
+            self._check()
+        size = _ADD_SIZE + len(body)
+        seg, off = self._place(size)
+        data = encode_data(_UPDATE, seg, user_type, id, body)
+        self._push(seg, off, data, (_UPDATE, id, 0, seg, size), done)
+
+    def delete(self, id: int, done: Callback | None = None) -> None:
+        if self._state != "started" or self._writer.failure is not None:
+            self._check()
+        if id not in self._known:
+            raise JournalError(f"cannot delete unknown record {id}")
+        seg, off = self._place(_DELETE_SIZE)
+        data = encode_data(_DELETE, seg, 0, id, b"")
+        self._known.discard(id)
+        self._push(seg, off, data, (_DELETE, id, 0, seg, _DELETE_SIZE), done)
+
+    def _tx_record(self, rtype: int, tx_id: int, id: int, user_type: int, body: bytes) -> _OpenTx:
+        if self._state != "started" or self._writer.failure is not None:
+            self._check()
+        tx = self._txs.get(tx_id)
+        if tx is None:
+            tx = _OpenTx()
+        size = _TX_SIZE + len(body)
+        seg, off = self._place(size)
+        data = encode_tx_data(rtype, seg, user_type, tx_id, id, body)
+        self._txs[tx_id] = tx
+        tx.counts[seg] = tx.counts.get(seg, 0) + 1
+        tx.total += 1
+        self._push(seg, off, data, (rtype, id, tx_id, seg, size), None)
+        return tx
+
+    def add_tx(self, tx_id: int, id: int, user_type: int, body: bytes) -> None:
+        if id in self._known:
+            raise JournalError(f"record {id} already exists")
+        tx = self._tx_record(_ADD_TX, tx_id, id, user_type, body)
+        tx.added.add(id)
+        tx.ops.append((True, id))
+
+    def update_tx(self, tx_id: int, id: int, user_type: int, body: bytes) -> None:
+        self._tx_record(_UPDATE_TX, tx_id, id, user_type, body)
+
+    def delete_tx(self, tx_id: int, id: int) -> None:
+        tx = self._txs.get(tx_id)
+        if id not in self._known and (tx is None or id not in tx.added):
+            raise JournalError(f"cannot delete unknown record {id} in transaction {tx_id}")
+        tx = self._tx_record(_DELETE_TX, tx_id, id, 0, b"")
+        tx.ops.append((False, id))
+
+    def prepare(self, tx_id: int, data: bytes = b"", done: Callback | None = None) -> None:
+        self._check()
+        tx = self._txs.get(tx_id)
+        total = tx.total if tx is not None else 0
+        size = record_size(_PREPARE, len(data))
+        seg, off = self._place(size)
+        encoded = encode_tx_end(_PREPARE, seg, tx_id, total, data)
+        self._push(seg, off, encoded, (_PREPARE, 0, tx_id, seg, size), done)
+
+    def commit(self, tx_id: int, done: Callback | None = None) -> None:
+        self._check()
+        tx = self._txs.get(tx_id)
+        body = encode_tx_counts(tx.counts) if tx is not None else b""
+        total = tx.total if tx is not None else 0
+        size = record_size(_COMMIT, len(body))
+        seg, off = self._place(size)
+        data = encode_tx_end(_COMMIT, seg, tx_id, total, body)
+        if tx is not None:
+            del self._txs[tx_id]
+            known = self._known
+            for added, rid in tx.ops:
+                if added:
+                    known.add(rid)
+                else:
+                    known.discard(rid)
+        self._push(seg, off, data, (_COMMIT, 0, tx_id, seg, size), done)
+
+    def rollback(self, tx_id: int, done: Callback | None = None) -> None:
+        self._check()
+        size = record_size(_ROLLBACK, 0)
+        seg, off = self._place(size)
+        data = encode_tx_end(_ROLLBACK, seg, tx_id, 0, b"")
+        self._txs.pop(tx_id, None)
+        self._push(seg, off, data, (_ROLLBACK, 0, tx_id, seg, size), done)
+
+    def sync(self, done: Callback) -> None:
+        """``done`` runs once everything appended so far is durable."""
+        self._check()
+        p = self._pending
+        with p.lock:
+            p.callbacks.append(done)
+            if p.waiting:
+                p.cond.notify()
+
+    # maintenance and introspection ----------------------------------------------------
+
+    def compact(self) -> int:
+        """Compact now, whatever the thresholds; returns the number of segments replaced.
+
+        Blocks until done (it runs in the writer thread when that is started).
+        """
+        self._check()
+        if self._state != "started":
+            return self._writer.maybe_compact(force=True)
+        done = threading.Event()
+        result: list = []
+
+        def request() -> None:
+            try:
+                result.append(self._writer.maybe_compact(force=True))
+            except BaseException as e:
+                result.append(e)
+                raise
+            finally:
+                done.set()
+
+        p = self._pending
+        with p.lock:
+            p.requests.append(request)
+            p.cond.notify()
+        while not done.wait(0.5):
+            if self._writer.failure is not None:
+                raise JournalError(f"journal writer failed: {self._writer.failure}")
+        if isinstance(result[0], BaseException):
+            raise JournalError(f"compaction failed: {result[0]}") from result[0]
+        return result[0]
+
+    def segments(self) -> list[SegmentInfo]:
+        """The data segments: id, path, live records, bytes used."""
+        with self._writer.meta_lock:
+            states = sorted(self._ledger.segments.values(), key=lambda s: s.id)
+            return [SegmentInfo(s.id, self.layout.data_path(s.id), s.live, s.used, s.records)
+                    for s in states]
+
+    def stats(self) -> dict:
+        w = self._writer
+        with w.meta_lock:
+            used = self._ledger.used_bytes()
+            segments = len(self._ledger.segments)
+        live = self._ledger.live_bytes
+        return {
+            "batches": w.batches,
+            "records": w.records,
+            "syncs": w.syncs,
+            "bytes": w.bytes,
+            "records_per_batch": w.records / w.batches if w.batches else 0.0,
+            "max_batch": w.max_batch,
+            "last_sync_latency_ns": w.last_sync_ns,
+            "segments": segments,
+            "free_files": len(self._pool.free),
+            "files_created": self._pool.created,
+            "files_reused": self._pool.reused,
+            "reclaimed": w.reclaimed,
+            "compactions": w.compactions,
+            "live_bytes": live,
+            "used_bytes": used,
+            "live_ratio": live / used if used else 0.0,
+            "position": self.position,
+        }

@@ -1,0 +1,207 @@
+"""The durable accounting of the journal: what each segment still holds.
+
+The ledger sees records only once they are durable (the writer applies a batch
+after its sync; load applies what it read), so a reclaim decision never rests on
+a record that could still be lost.
+
+Per segment it counts the live adds and updates (and the records of open
+transactions, which pin their segment until the transaction ends), the bytes
+they take, and ``refs``: the older segments this segment's DELETE, COMMIT and
+ROLLBACK records refer to.  A segment is reclaimable when it holds nothing live
+and none of the segments it refers to still exists: its deletes (and commits)
+are then no longer needed to keep older records dead (or alive).
+"""
+
+from __future__ import annotations
+
+from .records import HEADER_SIZE, RecordType
+
+__all__ = ["Ledger", "SegmentState"]
+
+_ADD = RecordType.ADD
+_UPDATE = RecordType.UPDATE
+_DELETE = RecordType.DELETE
+_ADD_TX = RecordType.ADD_TX
+_UPDATE_TX = RecordType.UPDATE_TX
+_DELETE_TX = RecordType.DELETE_TX
+_PREPARE = RecordType.PREPARE
+_COMMIT = RecordType.COMMIT
+_ROLLBACK = RecordType.ROLLBACK
+
+
+class SegmentState:
+    __slots__ = ("id", "live", "live_bytes", "used", "records", "refs")
+
+    def __init__(self, segment_id: int, used: int = HEADER_SIZE) -> None:
+        self.id = segment_id
+        self.live = 0
+        self.live_bytes = 0
+        self.used = used
+        self.records = 0
+        self.refs: set[int] = set()
+
+
+class Ledger:
+    """Owned by one thread at a time: load, then the writer thread."""
+
+    def __init__(self) -> None:
+        self.segments: dict[int, SegmentState] = {}
+        # record id -> flat [segment, size, segment, size, ...] of its add and updates
+        self.live: dict[int, list[int]] = {}
+        # tx id -> [(type, record id, segment, size), ...] of durable records of open txs
+        self.open_txs: dict[int, list[tuple[int, int, int, int]]] = {}
+        self.live_bytes = 0
+        self.dirty = False  # something may have become reclaimable
+
+    # segments -------------------------------------------------------------------------
+
+    def add_segment(self, segment_id: int, used: int = HEADER_SIZE) -> SegmentState:
+        state = SegmentState(segment_id, used)
+        self.segments[segment_id] = state
+        return state
+
+    def remove_segment(self, segment_id: int) -> None:
+        state = self.segments.pop(segment_id)
+        self.live_bytes -= state.live_bytes
+        self.dirty = True
+
+    def used_bytes(self) -> int:
+        return sum(s.used for s in self.segments.values())
+
+    def reclaimable(self, current: int) -> list[int]:
+        """Segments older than ``current`` that can go, oldest first."""
+        self.dirty = False
+        segments = self.segments
+        gone: set[int] = set()
+        out = []
+        for seg in sorted(segments):
+            if seg >= current:
+                break
+            state = segments[seg]
+            if state.refs:
+                state.refs = {r for r in state.refs if r in segments and r not in gone}
+            if state.live == 0 and not state.refs:
+                gone.add(seg)
+                out.append(seg)
+        return out
+
+    def tx_segments(self) -> set[int]:
+        """Segments holding durable records of transactions still open."""
+        return {rec[2] for recs in self.open_txs.values() for rec in recs}
+
+    # records --------------------------------------------------------------------------
+
+    def _uncount(self, seg: int, size: int) -> None:
+        state = self.segments.get(seg)
+        if state is not None:
+            state.live -= 1
+            state.live_bytes -= size
+            self.live_bytes -= size
+            if state.live == 0:
+                self.dirty = True
+
+    def _kill(self, entry: list[int], by: SegmentState) -> None:
+        refs = by.refs
+        for i in range(0, len(entry), 2):
+            seg = entry[i]
+            self._uncount(seg, entry[i + 1])
+            if seg != by.id:
+                refs.add(seg)
+
+    def apply(self, rtype: int, rid: int, tx_id: int, seg: int, size: int) -> None:
+        """Account one durable record of ``size`` bytes written into ``seg``."""
+        state = self.segments[seg]
+        state.records += 1
+        if rtype == _ADD:
+            old = self.live.get(rid)
+            if old is not None:
+                self._kill(old, state)
+            self.live[rid] = [seg, size]
+        elif rtype == _UPDATE:
+            entry = self.live.get(rid)
+            if entry is None:
+                return  # update of a record that is gone: dead on arrival
+            entry.append(seg)
+            entry.append(size)
+        elif rtype == _DELETE:
+            entry = self.live.pop(rid, None)
+            if entry is not None:
+                self._kill(entry, state)
+            return
+        elif rtype == _ADD_TX or rtype == _UPDATE_TX or rtype == _DELETE_TX:
+            recs = self.open_txs.get(tx_id)
+            if recs is None:
+                recs = self.open_txs[tx_id] = []
+            recs.append((rtype, rid, seg, size))
+        elif rtype == _COMMIT:
+            self.commit(tx_id, state)
+            return
+        elif rtype == _ROLLBACK:
+            self.rollback(tx_id, state)
+            return
+        else:  # PREPARE: the transaction stays open
+            return
+        state.live += 1
+        state.live_bytes += size
+        self.live_bytes += size
+
+    def commit(self, tx_id: int, state: SegmentState) -> None:
+        recs = self.open_txs.pop(tx_id, ())
+        live = self.live
+        for rtype, rid, seg, size in recs:
+            if seg != state.id:
+                state.refs.add(seg)
+            if rtype == _ADD_TX:
+                old = live.get(rid)
+                if old is not None:
+                    self._kill(old, self.segments.get(seg) or state)
+                live[rid] = [seg, size]
+            elif rtype == _UPDATE_TX:
+                entry = live.get(rid)
+                if entry is None:
+                    self._uncount(seg, size)
+                else:
+                    entry.append(seg)
+                    entry.append(size)
+            else:  # DELETE_TX
+                self._uncount(seg, size)
+                entry = live.pop(rid, None)
+                if entry is not None:
+                    self._kill(entry, self.segments.get(seg) or state)
+
+    def rollback(self, tx_id: int, state: SegmentState) -> None:
+        for _rtype, _rid, seg, size in self.open_txs.pop(tx_id, ()):
+            self._uncount(seg, size)
+            if seg != state.id:
+                state.refs.add(seg)
+
+    def rebase(self, moved: dict[int, list[int]], replaced: set[int], outputs: dict[int, SegmentState]) -> None:
+        """Swap compacted segments in: ``replaced`` ids go, ``outputs`` come.
+
+        ``moved`` maps each record id copied by compaction to its new flat
+        [segment, size, ...] entries (add and the updates that were in the
+        replaced segments); updates it had in later segments are kept after them.
+        """
+        for seg in replaced:
+            state = self.segments.pop(seg, None)
+            if state is not None:
+                self.live_bytes -= state.live_bytes
+        for rid, entry in moved.items():
+            old = self.live.get(rid)
+            if old is None:
+                continue
+            kept = []
+            for i in range(0, len(old), 2):
+                if old[i] not in replaced:
+                    kept.append(old[i])
+                    kept.append(old[i + 1])
+            self.live[rid] = entry + kept
+        for seg, state in outputs.items():
+            self.segments[seg] = state
+            self.live_bytes += state.live_bytes
+        # deletes in later segments that pointed into the replaced ones killed
+        # records compaction did not copy: those references are done with
+        for state in self.segments.values():
+            if state.refs and state.id not in outputs:
+                state.refs -= replaced
+        self.dirty = True

@@ -1,0 +1,302 @@
+"""Journal records: pure encode/decode functions, no I/O.
+
+On-disk format (all integers little-endian)
+===========================================
+
+A journal is a directory of fixed-size, preallocated segment files named
+``<prefix>-<segment_id>.<ext>``.  Segment ids are u64, strictly increasing, and
+define the order in which segments are replayed.
+
+Segment header, 16 bytes at offset 0::
+
+    0  4s   magic b"PTRJ"
+    4  u16  format version (1)
+    6  u16  reserved (0)
+    8  u64  segment id
+
+Records follow the header back to back.  Every record starts with a common
+16-byte header and ends with a CRC32 trailer::
+
+    0  u8   type (RecordType)
+    1  u8   user type (the caller's meaning; 0 for PREPARE/COMMIT/ROLLBACK)
+    2  u32  total length of the record, header and trailer included
+    6  u64  segment id of the segment the record was written into
+    14 u16  header check: zlib.crc32(bytes 0..14) & 0xFFFF
+    16 ...  type-specific fields (below), then the body
+    -4 u32  zlib.crc32 of every byte of the record before it
+
+Type-specific fields:
+
+    ADD, UPDATE, DELETE               u64 id
+    ADD_TX, UPDATE_TX, DELETE_TX      u64 tx_id, u64 id
+    PREPARE, COMMIT                   u64 tx_id, u32 count
+    ROLLBACK                          u64 tx_id
+
+The body is whatever the caller stored.  A COMMIT's body lists, for each segment
+that holds records of the transaction, ``u64 segment id, u32 records`` (see
+:func:`encode_tx_counts`), so a transaction whose older segments were reclaimed
+can still be checked on load.  A PREPARE's body is the caller's data.
+
+Why this layout reads safely:
+
+* A zeroed region has a zero header: end of data (``TornRecord``).
+* A record left from a file's previous life carries that life's segment id
+  (files are reused without re-zeroing): with a valid header check and a foreign
+  segment id it is end of data (``TornRecord``).
+* A flipped bit anywhere is caught: in the first 14 bytes by the header check
+  (and then the segment id is still ours, or one bit away from ours), elsewhere
+  by the record CRC.  Either way ``CorruptRecord``.
+* A record whose header is sound but that runs past the end of the buffer is
+  incomplete (a truncated file): ``TornRecord``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from zlib import crc32
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "MAGIC",
+    "RECORD_HEADER_SIZE",
+    "SEGMENT_ID_OFFSET",
+    "CorruptRecord",
+    "Record",
+    "RecordError",
+    "RecordType",
+    "TornRecord",
+    "decode",
+    "decode_segment_header",
+    "decode_tx_counts",
+    "encode",
+    "encode_segment_header",
+    "encode_tx_counts",
+    "find_candidate",
+    "record_size",
+]
+
+MAGIC = b"PTRJ"
+FORMAT_VERSION = 1
+HEADER_SIZE = 16  # segment header
+RECORD_HEADER_SIZE = 16  # common record header
+SEGMENT_ID_OFFSET = 6  # where a record keeps its segment id (used to rescan damage)
+TRAILER_SIZE = 4
+
+_SEGMENT_HEADER = struct.Struct("<4sHHQ")
+_COMMON = struct.Struct("<BBIQ")  # 14 bytes, followed by the u16 header check
+_CHECK = struct.Struct("<H")
+_CRC = struct.Struct("<I")
+_ID = struct.Struct("<HQ")  # header check + id
+_TX_ID = struct.Struct("<HQQ")  # header check + tx_id + id
+_TX_COUNT = struct.Struct("<HQI")  # header check + tx_id + count
+_TX_ONLY = struct.Struct("<HQ")  # header check + tx_id
+_PAIR = struct.Struct("<QI")
+_U64 = struct.Struct("<Q")
+_MAX_U64 = (1 << 64) - 1
+
+
+class RecordType(IntEnum):
+    ADD = 11
+    UPDATE = 12
+    ADD_TX = 13
+    UPDATE_TX = 14
+    DELETE_TX = 15
+    DELETE = 16
+    PREPARE = 17
+    COMMIT = 18
+    ROLLBACK = 19
+
+
+_BY_CODE = {int(t): t for t in RecordType}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    type: RecordType
+    id: int = 0  # record id (u64); unused for PREPARE/COMMIT/ROLLBACK
+    user_type: int = 0  # u8, the caller's meaning
+    body: bytes = b""
+    tx_id: int = 0  # u64, for *_TX, PREPARE, COMMIT, ROLLBACK
+    count: int = 0  # COMMIT/PREPARE: number of records of this tx
+
+
+class RecordError(Exception):
+    """Nothing decodable at this offset."""
+
+
+class TornRecord(RecordError):
+    """Nothing valid here: zeros, a record of another segment, or an incomplete record.
+
+    ``ours`` is true when a sound header of this segment is here but the record
+    runs past the end of the buffer (a truncated file, or a torn write).
+    """
+
+    def __init__(self, message: str, ours: bool = False) -> None:
+        super().__init__(message)
+        self.ours = ours
+
+
+class CorruptRecord(RecordError):
+    """A plausible record of this segment whose checks fail."""
+
+
+# type code -> (fields struct including the header check, layout kind)
+_ID_KIND, _TX_KIND, _COUNT_KIND, _TX_ONLY_KIND = range(4)
+_LAYOUT = {
+    RecordType.ADD: (_ID, _ID_KIND),
+    RecordType.UPDATE: (_ID, _ID_KIND),
+    RecordType.DELETE: (_ID, _ID_KIND),
+    RecordType.ADD_TX: (_TX_ID, _TX_KIND),
+    RecordType.UPDATE_TX: (_TX_ID, _TX_KIND),
+    RecordType.DELETE_TX: (_TX_ID, _TX_KIND),
+    RecordType.PREPARE: (_TX_COUNT, _COUNT_KIND),
+    RecordType.COMMIT: (_TX_COUNT, _COUNT_KIND),
+    RecordType.ROLLBACK: (_TX_ONLY, _TX_ONLY_KIND),
+}
+# smallest valid total length per type code
+_MIN_LENGTH = {int(t): _COMMON.size + s.size + TRAILER_SIZE for t, (s, _) in _LAYOUT.items()}
+_OVERHEAD = _MIN_LENGTH  # bytes a record of that type takes beyond its body
+
+
+def record_size(rtype: int, body_len: int) -> int:
+    """Total encoded length of a record of type ``rtype`` with a body of ``body_len`` bytes."""
+    return _OVERHEAD[rtype] + body_len
+
+
+def _finish(head: bytes, fields: bytes, body: bytes) -> bytes:
+    crc = crc32(body, crc32(fields, crc32(head)))
+    return b"".join((head, fields, body, _CRC.pack(crc)))
+
+
+def encode_data(rtype: int, segment_id: int, user_type: int, id: int, body: bytes) -> bytes:
+    """Encode ADD/UPDATE/DELETE without building a Record (the append hot path)."""
+    head = _COMMON.pack(rtype, user_type, _OVERHEAD[rtype] + len(body), segment_id)
+    fields = _ID.pack(crc32(head) & 0xFFFF, id)
+    return _finish(head, fields, body)
+
+
+def encode_tx_data(rtype: int, segment_id: int, user_type: int, tx_id: int, id: int,
+                   body: bytes) -> bytes:
+    """Encode ADD_TX/UPDATE_TX/DELETE_TX without building a Record."""
+    head = _COMMON.pack(rtype, user_type, _OVERHEAD[rtype] + len(body), segment_id)
+    fields = _TX_ID.pack(crc32(head) & 0xFFFF, tx_id, id)
+    return _finish(head, fields, body)
+
+
+def encode_tx_end(rtype: int, segment_id: int, tx_id: int, count: int, body: bytes) -> bytes:
+    """Encode PREPARE/COMMIT (``count`` is used) or ROLLBACK (``count`` ignored)."""
+    head = _COMMON.pack(rtype, 0, _OVERHEAD[rtype] + len(body), segment_id)
+    if rtype == RecordType.ROLLBACK:
+        fields = _TX_ONLY.pack(crc32(head) & 0xFFFF, tx_id)
+    else:
+        fields = _TX_COUNT.pack(crc32(head) & 0xFFFF, tx_id, count)
+    return _finish(head, fields, body)
+
+
+def encode(record: Record, segment_id: int) -> bytes:
+    """Encode ``record`` as written into segment ``segment_id``."""
+    rtype = RecordType(record.type)
+    body = bytes(record.body)
+    if not 0 <= record.user_type <= 0xFF:
+        raise ValueError(f"user_type {record.user_type} does not fit in a byte")
+    if not 0 < segment_id <= _MAX_U64:
+        raise ValueError(f"segment id {segment_id} out of range")
+    kind = _LAYOUT[rtype][1]
+    if kind == _ID_KIND:
+        return encode_data(rtype, segment_id, record.user_type, record.id, body)
+    if kind == _TX_KIND:
+        return encode_tx_data(rtype, segment_id, record.user_type, record.tx_id, record.id, body)
+    return encode_tx_end(rtype, segment_id, record.tx_id, record.count, body)
+
+
+def decode(buf, offset: int, segment_id: int) -> tuple[Record, int]:
+    """Decode the record at ``offset`` of ``buf`` (bytes, bytearray, memoryview or mmap).
+
+    Returns the record and the offset just past it.  Raises :class:`TornRecord`
+    when nothing valid is here, :class:`CorruptRecord` when a record of this
+    segment is here but fails its checks.
+    """
+    end = len(buf)
+    if end - offset < RECORD_HEADER_SIZE:
+        raise TornRecord(f"incomplete record header at offset {offset}")
+    code, user_type, length, seg = _COMMON.unpack_from(buf, offset)
+    (check,) = _CHECK.unpack_from(buf, offset + 14)
+    head = bytes(buf[offset:offset + 14])
+    if check != crc32(head) & 0xFFFF:
+        if not any(head) and not check:
+            raise TornRecord(f"zeros at offset {offset}")
+        if (seg ^ segment_id).bit_count() <= 1:
+            raise CorruptRecord(f"record header check failed at offset {offset}")
+        raise TornRecord(f"no record at offset {offset}")
+    if seg != segment_id:
+        raise TornRecord(f"record of segment {seg} at offset {offset}")
+    minimum = _MIN_LENGTH.get(code)
+    if minimum is None:
+        raise CorruptRecord(f"unknown record type {code} at offset {offset}")
+    if length < minimum:
+        raise CorruptRecord(f"bad record length {length} at offset {offset}")
+    stop = offset + length
+    if stop > end:
+        raise TornRecord(f"incomplete record at offset {offset} ({length} bytes, {end - offset} left)",
+                         ours=True)
+    (stored,) = _CRC.unpack_from(buf, stop - TRAILER_SIZE)
+    view = memoryview(buf)[offset:stop - TRAILER_SIZE]
+    try:
+        if crc32(view) != stored:
+            raise CorruptRecord(f"CRC mismatch in record at offset {offset}")
+        rtype = _BY_CODE[code]
+        fields, kind = _LAYOUT[rtype]
+        body_at = offset + _COMMON.size + fields.size
+        body = bytes(view[body_at - offset:])
+    finally:
+        view.release()
+    if kind == _ID_KIND:
+        _, rid = fields.unpack_from(buf, offset + 14)
+        return Record(rtype, rid, user_type, body), stop
+    if kind == _TX_KIND:
+        _, tx_id, rid = fields.unpack_from(buf, offset + 14)
+        return Record(rtype, rid, user_type, body, tx_id), stop
+    if kind == _COUNT_KIND:
+        _, tx_id, count = fields.unpack_from(buf, offset + 14)
+        return Record(rtype, 0, user_type, body, tx_id, count), stop
+    _, tx_id = fields.unpack_from(buf, offset + 14)
+    return Record(rtype, 0, user_type, body, tx_id), stop
+
+
+def find_candidate(buf, start: int, segment_id: int) -> int:
+    """Offset >= ``start`` of the next place that may hold a record of ``segment_id``, or -1.
+
+    Only a hint for rescanning damage: the caller still has to decode there.
+    """
+    hit = buf.find(_U64.pack(segment_id), start + SEGMENT_ID_OFFSET)
+    return hit - SEGMENT_ID_OFFSET if hit >= 0 else -1
+
+
+def encode_segment_header(segment_id: int) -> bytes:
+    return _SEGMENT_HEADER.pack(MAGIC, FORMAT_VERSION, 0, segment_id)
+
+
+def decode_segment_header(buf) -> int:
+    """Segment id from a segment header; ValueError when it is not one."""
+    if len(buf) < HEADER_SIZE:
+        raise ValueError("short segment header")
+    magic, version, _reserved, segment_id = _SEGMENT_HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise ValueError(f"bad magic {magic!r}")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unsupported format version {version}")
+    return segment_id
+
+
+def encode_tx_counts(counts: dict[int, int]) -> bytes:
+    """COMMIT body: per segment id, how many records of the transaction it holds."""
+    return b"".join(_PAIR.pack(seg, n) for seg, n in counts.items())
+
+
+def decode_tx_counts(body: bytes) -> dict[int, int]:
+    if len(body) % _PAIR.size:
+        raise ValueError("COMMIT body is not a list of (segment, count)")
+    return dict(_PAIR.iter_unpack(body))

@@ -1,0 +1,337 @@
+"""Reading a journal back: scanning segments, replaying records, judging damage.
+
+Load reads every data segment in id order and replays its records:
+
+* A record that fails to decode ends the segment's data, unless a valid record
+  of the same segment follows it: then the bytes in between are damage.
+* The end of a segment is clean when what follows is zeros or records of another
+  segment (a reused file).  It is a torn tail when a record of this segment is
+  cut short or fails its CRC there.  A torn tail is dropped if no later segment
+  holds data (the crash cut the last write; nothing there was confirmed);
+  otherwise it is damage.
+* Damage raises :class:`DamagedJournal`, or with ``skip_damaged`` is skipped,
+  reported in :attr:`LoadedJournal.skipped` and logged.
+
+Transactions take effect at their COMMIT.  A COMMIT whose counts do not match the
+records found is dropped; a transaction left open (or only prepared) at the end
+is rolled back and reported, and the caller appends a ROLLBACK for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import DamagedJournal
+from .ledger import Ledger
+from .records import (
+    HEADER_SIZE,
+    CorruptRecord,
+    Record,
+    RecordError,
+    RecordType,
+    TornRecord,
+    decode,
+    decode_tx_counts,
+    find_candidate,
+)
+from .segment import Layout, SegmentInfo, check_header, read_file
+
+__all__ = ["LoadedJournal", "LoadedRecord", "Replay", "Scan", "read_segments", "recover", "scan"]
+
+log = logging.getLogger("petrel.storage.journal")
+
+_ADD = RecordType.ADD
+_UPDATE = RecordType.UPDATE
+_DELETE = RecordType.DELETE
+_ADD_TX = RecordType.ADD_TX
+_UPDATE_TX = RecordType.UPDATE_TX
+_DELETE_TX = RecordType.DELETE_TX
+_PREPARE = RecordType.PREPARE
+_COMMIT = RecordType.COMMIT
+_ROLLBACK = RecordType.ROLLBACK
+_ZEROS = bytes(1 << 20)
+
+
+@dataclass
+class LoadedRecord:
+    id: int
+    user_type: int
+    body: bytes
+    updates: list[tuple[int, bytes]] = field(default_factory=list)  # (user_type, body), in order
+
+
+@dataclass
+class LoadedJournal:
+    records: dict[int, LoadedRecord]  # live records in insertion (add) order
+    rolled_back: list[int]  # tx ids rolled back on load
+    skipped: list[str]  # damaged regions skipped (skip_damaged=True)
+    max_id: int  # highest record id seen anywhere, even deleted
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    offset: int
+    reason: str
+    resume: int  # offset of the next valid record
+
+
+@dataclass(slots=True)
+class Scan:
+    records: list[tuple[int, Record, int]]  # (offset, record, size)
+    damage: list[Damage]  # holes followed by valid records
+    end: int  # offset just past the last valid record
+    tail: RecordError | None  # what stopped the scan at ``end`` (None: end of buffer)
+
+    @property
+    def torn(self) -> bool:
+        """The data ends in a record of this segment that is cut short or corrupt."""
+        tail = self.tail
+        return isinstance(tail, CorruptRecord) or (isinstance(tail, TornRecord) and tail.ours)
+
+
+def next_valid(buf, start: int, segment_id: int) -> int:
+    """Offset of the first decodable record of ``segment_id`` at or after ``start``, or -1."""
+    at = start
+    while True:
+        at = find_candidate(buf, at, segment_id)
+        if at < 0:
+            return -1
+        try:
+            decode(buf, at, segment_id)
+        except RecordError:
+            at += 1
+            continue
+        return at
+
+
+def scan(buf, segment_id: int, start: int = HEADER_SIZE) -> Scan:
+    """Decode every record of one segment's bytes, noting holes and how the data ends."""
+    records = []
+    damage = []
+    off = start
+    size = len(buf)
+    while off < size:
+        try:
+            rec, nxt = decode(buf, off, segment_id)
+        except RecordError as e:
+            resume = next_valid(buf, off + 1, segment_id)
+            if resume < 0:
+                return Scan(records, damage, off, e)
+            damage.append(Damage(off, str(e), resume))
+            off = resume
+            continue
+        records.append((off, rec, nxt - off))
+        off = nxt
+    return Scan(records, damage, off, None)
+
+
+class _Tx:
+    __slots__ = ("records", "found", "prepared")
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.found: dict[int, int] = {}
+        self.prepared = False
+
+
+class Replay:
+    """Applies records in journal order; feeds a ledger when given one."""
+
+    def __init__(self, ledger: Ledger | None = None) -> None:
+        self.ledger = ledger
+        self.records: dict[int, LoadedRecord] = {}
+        self.txs: dict[int, _Tx] = {}
+        self.max_id = 0
+        self.dropped: list[int] = []
+
+    def apply(self, rec: Record, seg: int, size: int) -> None:
+        rtype = rec.type
+        records = self.records
+        rtype_for_ledger = rtype
+        if rtype <= _DELETE:
+            if rec.id > self.max_id:
+                self.max_id = rec.id
+        if rtype == _ADD:
+            records.pop(rec.id, None)
+            records[rec.id] = LoadedRecord(rec.id, rec.user_type, rec.body, [])
+        elif rtype == _UPDATE:
+            r = records.get(rec.id)
+            if r is not None:
+                r.updates.append((rec.user_type, rec.body))
+        elif rtype == _DELETE:
+            records.pop(rec.id, None)
+        elif rtype == _ADD_TX or rtype == _UPDATE_TX or rtype == _DELETE_TX:
+            tx = self.txs.get(rec.tx_id)
+            if tx is None:
+                tx = self.txs[rec.tx_id] = _Tx()
+            tx.records.append(rec)
+            tx.found[seg] = tx.found.get(seg, 0) + 1
+        elif rtype == _PREPARE:
+            tx = self.txs.get(rec.tx_id)
+            if tx is None:
+                tx = self.txs[rec.tx_id] = _Tx()
+            tx.prepared = True
+        elif rtype == _COMMIT:
+            tx = self.txs.pop(rec.tx_id, None)
+            reason = _commit_mismatch(tx, rec, seg)
+            if reason is None:
+                if tx is not None:
+                    self._commit(tx)
+            else:
+                log.warning("dropping transaction %d: %s", rec.tx_id, reason,
+                            extra={"event": "journal.tx_dropped"})
+                self.dropped.append(rec.tx_id)
+                rtype_for_ledger = _ROLLBACK
+        else:  # ROLLBACK
+            self.txs.pop(rec.tx_id, None)
+        if self.ledger is not None:
+            self.ledger.apply(rtype_for_ledger, rec.id, rec.tx_id, seg, size)
+
+    def _commit(self, tx: _Tx) -> None:
+        records = self.records
+        for r in tx.records:
+            if r.type == _ADD_TX:
+                records.pop(r.id, None)
+                records[r.id] = LoadedRecord(r.id, r.user_type, r.body, [])
+            elif r.type == _UPDATE_TX:
+                live = records.get(r.id)
+                if live is not None:
+                    live.updates.append((r.user_type, r.body))
+            else:
+                records.pop(r.id, None)
+
+
+def _commit_mismatch(tx: _Tx | None, rec: Record, seg: int) -> str | None:
+    """Why a COMMIT does not match the records found, or None when it does.
+
+    Segments listed in the COMMIT body that hold none of the transaction's
+    records were reclaimed or compacted (older segments are synced before a
+    newer one is written, so they cannot have lost records to a crash); only the
+    COMMIT's own segment must hold exactly what it lists.
+    """
+    found = tx.found if tx is not None else {}
+    if not rec.body:
+        total = sum(found.values())
+        return None if total == rec.count else f"COMMIT counts {rec.count} records, found {total}"
+    try:
+        listed = decode_tx_counts(rec.body)
+    except ValueError as e:
+        return str(e)
+    if sum(listed.values()) != rec.count:
+        return "COMMIT count disagrees with its per-segment counts"
+    for s, n in listed.items():
+        have = found.get(s, 0)
+        if have != n and (have != 0 or s == seg):
+            return f"segment {s}: COMMIT counts {n} records, found {have}"
+    for s in found:
+        if s not in listed:
+            return f"segment {s} holds records the COMMIT does not count"
+    return None
+
+
+@dataclass
+class Recovered:
+    """What load found, beyond the loaded journal itself."""
+
+    loaded: LoadedJournal
+    resume_segment: int  # segment to append to (0: none usable, start a new one)
+    resume_offset: int
+    resume_exists: bool  # the resume segment's file exists
+    max_segment: int  # highest segment id in the directory
+    open_txs: list[tuple[int, bool]]  # (tx id, prepared) still open: to roll back
+
+
+def _zero_from(path: Path, offset: int, sync: bool) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        end = os.fstat(fd).st_size
+        while offset < end:
+            n = os.pwrite(fd, _ZEROS[:min(len(_ZEROS), end - offset)], offset)
+            offset += n
+        if sync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -> Recovered:
+    """Replay every data segment of ``layout`` into ``ledger``; see the module doc."""
+    replay = Replay(ledger)
+    skipped: list[str] = []
+    files = layout.data_files()
+    # a torn tail waiting to learn whether later segments hold data: (path, offset, reason, segment)
+    suspect: tuple[Path, int, str, int] | None = None
+    last: tuple[int, Path, Scan, bytes] | None = None  # last segment with a sound header
+
+    def damaged(path: Path, offset: int, reason: str, until: str) -> None:
+        if not skip_damaged:
+            raise DamagedJournal(str(path), offset, reason)
+        note = f"{path} at offset {offset} ({reason}), skipped to {until}"
+        log.warning("journal damage skipped: %s", note, extra={"event": "journal.damage_skipped"})
+        skipped.append(note)
+
+    for seg, path in files.items():
+        buf = read_file(path)
+        problem = check_header(path, buf, seg)
+        if problem is not None:
+            damaged(path, 0, problem, "the next segment")
+            continue
+        result = scan(buf, seg)
+        ledger.add_segment(seg, result.end)
+        if result.records and suspect is not None:
+            s_path, s_off, s_reason, _ = suspect
+            damaged(s_path, s_off, f"torn record followed by data in later segments: {s_reason}",
+                    "the next segment")
+            suspect = None
+        for d in result.damage:
+            damaged(path, d.offset, d.reason, f"offset {d.resume}")
+        for _off, rec, size in result.records:
+            replay.apply(rec, seg, size)
+        if result.torn:
+            suspect = (path, result.end, str(result.tail), seg)
+        last = (seg, path, result, buf)
+
+    if suspect is not None:  # a torn tail nothing follows: the crash cut the last write
+        s_path, s_off, s_reason, s_seg = suspect
+        log.info("dropping torn tail of %s at offset %d: %s", s_path, s_off, s_reason)
+        _zero_from(s_path, s_off, sync)
+
+    max_segment = max(files) if files else 0
+    resume_segment, resume_offset, resume_exists = 0, HEADER_SIZE, False
+    if last is not None and last[0] == max_segment:
+        seg, path, result, buf = last
+        resume_segment, resume_offset, resume_exists = seg, result.end, True
+        if suspect is None or suspect[3] != seg:
+            if find_candidate(buf, result.end, seg) >= 0:  # leftovers of an earlier torn tail
+                _zero_from(path, result.end, sync)
+
+    open_txs = [(tx_id, tx.prepared) for tx_id, tx in replay.txs.items()]
+    for tx_id, prepared in open_txs:
+        if prepared:
+            log.warning("rolling back prepared transaction %d (no XA recovery)", tx_id,
+                        extra={"event": "journal.tx_rolled_back"})
+        else:
+            log.warning("rolling back unfinished transaction %d", tx_id,
+                        extra={"event": "journal.tx_rolled_back"})
+    loaded = LoadedJournal(replay.records, [tx_id for tx_id, _ in open_txs], skipped, replay.max_id)
+    return Recovered(loaded, resume_segment, resume_offset, resume_exists, max_segment, open_txs)
+
+
+def read_segments(directory: str | Path, prefix: str = "petrel-data",
+                  extension: str = "pj") -> Iterator[tuple[SegmentInfo, Iterator[tuple[int, Record]]]]:
+    """Decode a journal offline (``petrel data print``): each segment in id order
+    with its valid records and their offsets.  Damaged bytes are skipped; nothing
+    is written."""
+    layout = Layout(directory, prefix, extension)
+    for seg, path in layout.data_files().items():
+        buf = read_file(path)
+        if check_header(path, buf, seg) is not None:
+            yield SegmentInfo(seg, path, None, 0, 0), iter(())
+            continue
+        result = scan(buf, seg)
+        info = SegmentInfo(seg, path, None, result.end, len(result.records))
+        yield info, iter([(off, rec) for off, rec, _size in result.records])
