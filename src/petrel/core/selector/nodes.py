@@ -71,6 +71,8 @@ class Arithmetic:
     left: Node
     right: Node
     pos: int
+    # NUMBER, or ANY for '+' on operands that may both be strings (concatenation).
+    kind: Kind = field(default=Kind.NUMBER, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +139,6 @@ Node = Union[
     Literal, Identifier, Negation, Arithmetic, Comparison, Between, InList, Like, IsNull, Not, And, Or
 ]
 
-_CONDITIONS = (Comparison, Between, InList, Like, IsNull, Not, And, Or)
-
-
 def kind_of(node: Node) -> Kind:
     if isinstance(node, Literal):
         value = node.value
@@ -152,7 +151,9 @@ def kind_of(node: Node) -> Kind:
         return Kind.NUMBER
     if isinstance(node, Identifier):
         return Kind.ANY
-    if isinstance(node, (Negation, Arithmetic)):
+    if isinstance(node, Arithmetic):
+        return node.kind
+    if isinstance(node, Negation):
         return Kind.NUMBER
     return Kind.BOOLEAN
 

@@ -274,7 +274,10 @@ class _Parser:
             op = token.value
             self._advance()
             right = self._multiplicative()
-            left = Arithmetic(op, self._numeric(left, op), self._numeric(right, op), left.pos)  # type: ignore[arg-type]
+            kind = Kind.NUMBER
+            if op == "+" and Kind.NUMBER not in (kind_of(left), kind_of(right)):
+                kind = Kind.ANY  # may be a string concatenation
+            left = Arithmetic(op, self._numeric(left, op), self._numeric(right, op), left.pos, kind)  # type: ignore[arg-type]
 
     def _multiplicative(self) -> Node:
         left = self._unary()
