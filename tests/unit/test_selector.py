@@ -721,6 +721,9 @@ def test_in_edge_values() -> None:
         ("'ab%ba'", "aba", F),
         ("'%x%y_'", "xxyy", T),
         ("'%x%y_'", "xy", F),
+        ("'%a_%b'", "xab", F),  # a middle segment may not overlap the anchored tail
+        ("'%a_%b'", "xacb", T),
+        ("'%a_%b'", "abab", T),
         ("'a.c'", "a.c", T),
         ("'a.c'", "abc", F),
         ("'a*'", "a*", T),
