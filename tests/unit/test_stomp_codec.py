@@ -1,0 +1,826 @@
+"""STOMP codec: parsing, escaping, state, limits and serialisation (sans-IO)."""
+
+from __future__ import annotations
+
+import pytest
+
+from petrel.codec.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from petrel.codec.stomp import (
+    CLIENT_COMMANDS,
+    HEARTBEAT,
+    NEED_DATA,
+    SERVER_COMMANDS,
+    Frame,
+    Heartbeat,
+    Phase,
+    Role,
+    StompConnection,
+)
+
+VERSIONS = ["1.0", "1.1", "1.2"]
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def drain(conn: StompConnection) -> list:
+    """Every event currently available, up to NEED_DATA."""
+    out = []
+    while True:
+        event = conn.next_event()
+        if event is NEED_DATA:
+            return out
+        out.append(event)
+
+
+def feed(conn: StompConnection, data: bytes, chunk: int | None = None) -> list:
+    """Feed ``data`` (in ``chunk``-byte pieces) draining events after each piece."""
+    if chunk is None:
+        conn.receive_data(data)
+        return drain(conn)
+    out = []
+    for i in range(0, len(data), chunk):
+        conn.receive_data(data[i : i + chunk])
+        out.extend(drain(conn))
+    return out
+
+
+def frames_of(events: list) -> list[Frame]:
+    return [e for e in events if isinstance(e, Frame)]
+
+
+def server(version: str | None = "1.2", **limits) -> StompConnection:
+    """A server that has received CONNECT and negotiated ``version`` (None: not negotiated)."""
+    conn = StompConnection(Role.SERVER, **limits)
+    accept = "1.0,1.1,1.2" if version is None else version
+    conn.receive_data(f"CONNECT\naccept-version:{accept}\nhost:h\n\n\x00".encode())
+    [connect] = drain(conn)
+    assert connect.command == "CONNECT"
+    if version is not None:
+        assert conn.negotiate(connect.headers["accept-version"]) == version
+    return conn
+
+
+def client(version: str = "1.2", **limits) -> StompConnection:
+    """A client that sent CONNECT and received CONNECTED for ``version``."""
+    conn = StompConnection(Role.CLIENT, **limits)
+    conn.send(Frame("CONNECT", {"accept-version": version, "host": "h"}))
+    conn.receive_data(f"CONNECTED\nversion:{version}\n\n\x00".encode())
+    [connected] = drain(conn)
+    assert connected.command == "CONNECTED" and conn.version == version
+    return conn
+
+
+def pair(version: str) -> tuple[StompConnection, StompConnection]:
+    """A connected (client, server) pair that negotiated ``version`` through the codecs."""
+    c = StompConnection(Role.CLIENT)
+    s = StompConnection(Role.SERVER)
+    s.receive_data(c.send(Frame("CONNECT", {"accept-version": version, "host": "h"})))
+    [connect] = drain(s)
+    s.negotiate(connect.headers.get("accept-version"))
+    c.receive_data(s.send(Frame("CONNECTED", {})))
+    [connected] = drain(c)
+    assert c.version == s.version == version
+    assert connected.headers["version"] == version
+    return c, s
+
+
+def raises_remote(conn: StompConnection, data: bytes, *fragments: str, chunk: int | None = None):
+    with pytest.raises(RemoteProtocolError) as info:
+        feed(conn, data, chunk)
+    for fragment in fragments:
+        assert fragment in info.value.message, info.value.message
+    assert "\n" not in info.value.message and "\r" not in info.value.message
+    return info.value
+
+
+# -- every command, whole, byte by byte, with trailing bytes -------------------------------
+
+CLIENT_FRAMES = {
+    "CONNECT": b"CONNECT\naccept-version:1.2\nhost:example\nlogin:u\npasscode:p\n\n\x00",
+    "STOMP": b"STOMP\naccept-version:1.2\nhost:example\nheart-beat:0,0\n\n\x00",
+    "SEND": b"SEND\ndestination:/queue/a\ncontent-type:text/plain\n\nhello\x00",
+    "SUBSCRIBE": b"SUBSCRIBE\nid:0\ndestination:/queue/a\nack:client\n\n\x00",
+    "UNSUBSCRIBE": b"UNSUBSCRIBE\nid:0\n\n\x00",
+    "ACK": b"ACK\nid:12345\ntransaction:tx1\n\n\x00",
+    "NACK": b"NACK\nid:12345\n\n\x00",
+    "BEGIN": b"BEGIN\ntransaction:tx1\n\n\x00",
+    "COMMIT": b"COMMIT\ntransaction:tx1\n\n\x00",
+    "ABORT": b"ABORT\ntransaction:tx1\n\n\x00",
+    "DISCONNECT": b"DISCONNECT\nreceipt:77\n\n\x00",
+}
+SERVER_FRAMES = {
+    "CONNECTED": b"CONNECTED\nversion:1.2\nserver:petrel/0\nheart-beat:0,0\n\n\x00",
+    "MESSAGE": b"MESSAGE\nsubscription:0\nmessage-id:007\ndestination:/queue/a\n"
+    b"content-length:5\n\nhe\x00lo\x00",
+    "RECEIPT": b"RECEIPT\nreceipt-id:77\n\n\x00",
+    "ERROR": b"ERROR\nmessage:malformed frame received\ncontent-type:text/plain\n\noops\x00",
+}
+EXPECTED = {
+    "CONNECT": {"accept-version": "1.2", "host": "example", "login": "u", "passcode": "p"},
+    "STOMP": {"accept-version": "1.2", "host": "example", "heart-beat": "0,0"},
+    "SEND": {"destination": "/queue/a", "content-type": "text/plain"},
+    "SUBSCRIBE": {"id": "0", "destination": "/queue/a", "ack": "client"},
+    "UNSUBSCRIBE": {"id": "0"},
+    "ACK": {"id": "12345", "transaction": "tx1"},
+    "NACK": {"id": "12345"},
+    "BEGIN": {"transaction": "tx1"},
+    "COMMIT": {"transaction": "tx1"},
+    "ABORT": {"transaction": "tx1"},
+    "DISCONNECT": {"receipt": "77"},
+    "CONNECTED": {"version": "1.2", "server": "petrel/0", "heart-beat": "0,0"},
+    "MESSAGE": {
+        "subscription": "0",
+        "message-id": "007",
+        "destination": "/queue/a",
+        "content-length": "5",
+    },
+    "RECEIPT": {"receipt-id": "77"},
+    "ERROR": {"message": "malformed frame received", "content-type": "text/plain"},
+}
+BODIES = {"SEND": b"hello", "MESSAGE": b"he\x00lo", "ERROR": b"oops"}
+
+
+def test_command_tables_cover_the_spec():
+    assert CLIENT_COMMANDS == set(CLIENT_FRAMES)
+    assert SERVER_COMMANDS == set(SERVER_FRAMES)
+
+
+def _receiver_for(command: str) -> StompConnection:
+    if command in ("CONNECT", "STOMP"):
+        return StompConnection(Role.SERVER)
+    if command in CLIENT_COMMANDS:
+        return server("1.2")
+    conn = StompConnection(Role.CLIENT)
+    conn.send(Frame("CONNECT", {"accept-version": "1.2"}))
+    if command != "CONNECTED":
+        conn.receive_data(b"CONNECTED\nversion:1.2\n\n\x00")
+        drain(conn)
+    return conn
+
+
+@pytest.mark.parametrize("command", sorted(CLIENT_FRAMES) + sorted(SERVER_FRAMES))
+@pytest.mark.parametrize("mode", ["whole", "bytewise", "trailing"])
+def test_every_command_parses(command, mode):
+    raw = {**CLIENT_FRAMES, **SERVER_FRAMES}[command]
+    conn = _receiver_for(command)
+    if mode == "whole":
+        events = feed(conn, raw)
+    elif mode == "bytewise":
+        events = feed(conn, raw, chunk=1)
+    else:
+        events = feed(conn, raw + b"\nSEN")
+    assert events[0] == Frame(command, EXPECTED[command], BODIES.get(command, b""))
+    assert isinstance(events[0].body, bytes)
+    if mode == "trailing":
+        # The EOL is a heart-beat; the start of the next frame stays buffered.
+        assert events[1:] == [HEARTBEAT]
+        assert conn.buffered_bytes == 3
+        assert conn.next_event() is NEED_DATA
+    else:
+        assert len(events) == 1
+        assert conn.buffered_bytes == 0
+
+
+def test_trailing_partial_frame_is_completed_by_the_next_read():
+    conn = server()
+    first = CLIENT_FRAMES["SEND"]
+    second = CLIENT_FRAMES["SUBSCRIBE"]
+    stream = first + second + first
+    for cut in range(1, len(stream)):
+        conn = server()
+        events = feed(conn, stream[:cut]) + feed(conn, stream[cut:])
+        assert [f.command for f in frames_of(events)] == ["SEND", "SUBSCRIBE", "SEND"]
+        assert frames_of(events)[1].headers == EXPECTED["SUBSCRIBE"]
+
+
+def test_many_frames_in_one_read():
+    conn = server()
+    frames = [
+        Frame("SEND", {"destination": f"/queue/{i}", "n": str(i)}, bytes([i % 256]) * i)
+        for i in range(300)
+    ]
+    c = client()
+    stream = b"".join(c.send(f) for f in frames)
+    got = feed(conn, stream)
+    assert len(got) == 300
+    for sent, parsed in zip(frames, got):
+        assert parsed.headers["n"] == sent.headers["n"]
+        assert parsed.body == sent.body
+
+
+# -- escaping --------------------------------------------------------------------------------
+
+TRICKY = "a:b\\c\nd\re"
+
+
+@pytest.mark.parametrize(
+    "version, wire",
+    [
+        ("1.1", b"SEND\nk\\cey:a\\cb\\\\c\\nd\re\n\n\x00"),
+        ("1.2", b"SEND\nk\\cey:a\\cb\\\\c\\nd\\re\n\n\x00"),
+    ],
+)
+def test_escaping_on_the_wire(version, wire):
+    c = client(version)
+    assert c.send(Frame("SEND", {"k:ey": TRICKY})) == wire
+    s = server(version)
+    assert feed(s, wire) == [Frame("SEND", {"k:ey": TRICKY})]
+
+
+def test_stomp_10_has_no_escaping():
+    c = client("1.0")
+    wire = c.send(Frame("SEND", {"destination": "/queue/a:b\\c", "x": "p\\nq"}))
+    assert wire == b"SEND\ndestination:/queue/a:b\\c\nx:p\\nq\n\n\x00"
+    s = server("1.0")
+    assert feed(s, wire)[0].headers == {"destination": "/queue/a:b\\c", "x": "p\\nq"}
+    with pytest.raises(LocalProtocolError, match="cannot be sent unescaped"):
+        c.send(Frame("SEND", {"x": "line\nbreak"}))
+    with pytest.raises(LocalProtocolError, match="cannot be sent unescaped"):
+        c.send(Frame("SEND", {"na:me": "v"}))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_escaping_round_trips_both_ways(version):
+    c, s = pair(version)
+    if version == "1.0":
+        headers = {"destination": "/queue/x:y", "weird\\name": "back\\slash\ttab\rcr-inside"}
+    elif version == "1.1":
+        headers = {"destination": "/queue/x:y", "we:ird\nname\\": "a\nb:c\\d\re"}
+    else:
+        headers = {"destination": "/queue/x:y", "we:ird\r\nname\\": "a\nb:c\\d\re\r"}
+    s.receive_data(c.send(Frame("SEND", headers, b"body")))
+    [got] = drain(s)
+    assert got == Frame("SEND", {**headers, "content-length": "4"}, b"body")
+    c.receive_data(s.send(Frame("MESSAGE", headers, b"")))
+    [got] = drain(c)
+    assert got == Frame("MESSAGE", headers)
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_escaped_header_names_and_first_value_wins(version):
+    s = server(version)
+    [frame] = feed(s, b"SEND\na\\cb:1\na\\cb:2\nplain:x\nplain:y\n\n\x00")
+    assert frame.headers == {"a:b": "1", "plain": "x"}
+
+
+def test_repeated_header_first_wins_unescaped():
+    s = server("1.0")
+    [frame] = feed(s, b"SEND\ndestination:/a\ndestination:/b\ncontent-length:2\ncontent-length:9\n\nhi\x00")
+    assert frame.headers == {"destination": "/a", "content-length": "2"}
+    assert frame.body == b"hi"
+
+
+@pytest.mark.parametrize("escape", [b"\\t", b"\\x", b"\\"])
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_undefined_escape_is_an_error(version, escape):
+    s = server(version)
+    raises_remote(s, b"SEND\ndestination:/q" + escape + b"\n\n\x00", "escape")
+
+
+def test_cr_escape_is_only_defined_in_12():
+    raises_remote(server("1.1"), b"SEND\nx:a\\rb\n\n\x00", "escape", "1.1")
+    assert feed(server("1.2"), b"SEND\nx:a\\rb\n\n\x00")[0].headers == {"x": "a\rb"}
+
+
+def test_undefined_escape_in_a_repeated_header_is_still_an_error():
+    raises_remote(server("1.2"), b"SEND\nx:1\nx:\\q\n\n\x00", "escape")
+
+
+def test_headers_are_not_unescaped_before_negotiation():
+    s = server(None)  # CONNECT received but negotiate() not called yet
+    [frame] = feed(s, b"SEND\nx:a\\cb\\t\n\n\x00")
+    assert frame.headers == {"x": "a\\cb\\t"}
+
+
+@pytest.mark.parametrize("command", ["CONNECT", "STOMP"])
+def test_connect_is_never_unescaped(command):
+    s = StompConnection(Role.SERVER)
+    [frame] = feed(s, command.encode() + b"\naccept-version:1.2\nlogin:a\\cb\\t\n\n\x00")
+    assert frame.headers["login"] == "a\\cb\\t"
+
+
+def test_connected_is_never_escaped_or_unescaped():
+    s = server("1.2")
+    wire = s.send(Frame("CONNECTED", {"server": "petrel:1\\x"}))
+    assert b"server:petrel:1\\x\n" in wire
+    c = StompConnection(Role.CLIENT)
+    c.send(Frame("CONNECT", {"accept-version": "1.2"}))
+    [frame] = feed(c, wire)
+    assert frame.headers == {"server": "petrel:1\\x", "version": "1.2"}
+    # ... but later frames are escaped in both directions.
+    assert c.send(Frame("SEND", {"d": "x:y"})) == b"SEND\nd:x\\cy\n\n\x00"
+
+
+def test_connect_and_connected_refuse_unencodable_headers():
+    c = StompConnection(Role.CLIENT)
+    with pytest.raises(LocalProtocolError):
+        c.send(Frame("CONNECT", {"login": "two\nlines"}))
+    s = server("1.2")
+    with pytest.raises(LocalProtocolError):
+        s.send(Frame("CONNECTED", {"bad:name": "x"}))
+    # The failed sends changed nothing.
+    assert c.our_phase is Phase.IDLE
+    assert s.our_phase is Phase.CONNECTING
+    s.send(Frame("CONNECTED", {}))
+    assert s.our_phase is Phase.OPEN
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_value_ending_in_cr_cannot_be_sent_without_cr_escape(version):
+    c = client(version)
+    with pytest.raises(LocalProtocolError):
+        c.send(Frame("SEND", {"x": "ends\r"}))
+    # CR elsewhere in a value is fine and survives.
+    s = server(version)
+    [frame] = feed(s, c.send(Frame("SEND", {"x": "a\rb"})))
+    assert frame.headers == {"x": "a\rb"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_nul_and_empty_names_cannot_be_sent(version):
+    c = client(version)
+    with pytest.raises(LocalProtocolError):
+        c.send(Frame("SEND", {"x": "a\x00b"}))
+    with pytest.raises(LocalProtocolError):
+        c.send(Frame("SEND", {"": "v"}))
+
+
+# -- EOLs: CRLF and heart-beats -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("chunk", [None, 1, 7])
+def test_crlf_frames(version, chunk):
+    s = server(version)
+    stream = (
+        b"SEND\r\ndestination:/queue/a\r\nreceipt:1\r\n\r\nbody\x00\r\n"
+        b"SEND\ndestination:/queue/b\r\n\nx\x00"  # CRLF header, LF blank line
+        b"SEND\r\ndestination:/queue/c\n\r\ny\x00"  # LF header, CRLF blank line
+    )
+    got = frames_of(feed(s, stream, chunk))
+    assert got == [
+        Frame("SEND", {"destination": "/queue/a", "receipt": "1"}, b"body"),
+        Frame("SEND", {"destination": "/queue/b"}, b"x"),
+        Frame("SEND", {"destination": "/queue/c"}, b"y"),
+    ]
+
+
+def test_crlf_no_headers_and_cr_inside_value():
+    s = server("1.0")
+    got = feed(s, b"BEGIN\r\n\r\n\x00SEND\nx:a\rb\n\n\x00")
+    assert got == [Frame("BEGIN", {}), Frame("SEND", {"x": "a\rb"})]
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 3])
+def test_heartbeats_between_frames(chunk):
+    s = server()
+    eols = [b"\n", b"\r\n", b"\n\n\n", b"\r\n\n\r\n"]
+    stream = b"".join(CLIENT_FRAMES["SEND"] + e for e in eols) + CLIENT_FRAMES["SEND"]
+    events = feed(s, stream, chunk)
+    assert len(frames_of(events)) == 5
+    assert all(isinstance(e, (Frame, Heartbeat)) for e in events)
+    beats = [e for e in events if isinstance(e, Heartbeat)]
+    # At least one heart-beat per gap, never more than one per byte.
+    assert len(eols) <= len(beats) <= sum(len(e) for e in eols)
+    # A heart-beat sits between each pair of frames.
+    kinds = [type(e) for e in events]
+    for i in range(len(kinds) - 1):
+        assert not (kinds[i] is Frame and kinds[i + 1] is Frame)
+
+
+def test_heartbeats_before_connect_and_split_crlf():
+    s = StompConnection(Role.SERVER)
+    assert feed(s, b"\n\n") == [HEARTBEAT]
+    assert feed(s, b"\r") == []  # waits for the LF
+    assert s.buffered_bytes == 1
+    assert feed(s, b"\n") == [HEARTBEAT]
+    assert s.buffered_bytes == 0
+    assert s.send_heartbeat() == b"\n"
+    assert feed(s, b"\r\nCONNECT\n\n\x00") == [HEARTBEAT, Frame("CONNECT", {})]
+
+
+def test_heartbeat_event_is_a_singleton_value():
+    assert Heartbeat() == HEARTBEAT
+    s = server()
+    assert feed(s, b"\n")[0] is HEARTBEAT
+
+
+# -- bodies -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 5])
+def test_content_length_body_may_hold_nuls(chunk):
+    s = server()
+    body = b"\x00a\x00\x00b\x00"
+    stream = f"SEND\ndestination:/q\ncontent-length:{len(body)}\n\n".encode() + body + b"\x00"
+    stream += b"SEND\ncontent-length:0\n\n\x00"
+    got = feed(s, stream, chunk)
+    assert got == [
+        Frame("SEND", {"destination": "/q", "content-length": "6"}, body),
+        Frame("SEND", {"content-length": "0"}, b""),
+    ]
+
+
+def test_body_without_content_length_ends_at_first_nul():
+    s = server()
+    s.receive_data(b"SEND\nd:/q\n\nabc\x00def\x00")
+    assert s.next_event() == Frame("SEND", {"d": "/q"}, b"abc")
+    # What follows is read as the next frame, which has no blank line.
+    with pytest.raises(RemoteProtocolError, match="NUL"):
+        s.next_event()
+
+
+def test_content_length_waits_for_the_whole_body():
+    s = server()
+    head = b"SEND\ncontent-length:10\n\n"
+    assert feed(s, head + b"01234") == []
+    assert feed(s, b"56789") == []
+    assert feed(s, b"\x00") == [Frame("SEND", {"content-length": "10"}, b"0123456789")]
+
+
+def test_large_body_in_small_chunks_is_linear_enough():
+    s = server()
+    body = bytes(range(256)) * 4096  # 1 MiB, NULs included
+    stream = f"SEND\ncontent-length:{len(body)}\n\n".encode() + body + b"\x00"
+    got = feed(s, stream, chunk=4096)
+    assert got == [Frame("SEND", {"content-length": str(len(body))}, body)]
+    body = b"z" * (1 << 20)
+    got = feed(s, b"SEND\n\n" + body + b"\x00", chunk=4096)
+    assert got == [Frame("SEND", {}, body)]
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_frame_before_connect():
+    raises_remote(StompConnection(Role.SERVER), CLIENT_FRAMES["SEND"], "expected CONNECT or STOMP")
+
+
+def test_unknown_command_is_named():
+    raises_remote(server(), b"FROB\nx:y\n\n\x00", "unknown command", "FROB")
+
+
+def test_unknown_command_refused_before_the_blank_line():
+    s = StompConnection(Role.SERVER)
+    raises_remote(s, b"GET / HTTP/1.1\r\nHost: example\r\n", "unknown command", "GET")
+
+
+def test_lowercase_command_is_unknown():
+    raises_remote(server(), b"send\n\n\x00", "unknown command")
+
+
+def test_server_must_not_receive_server_commands():
+    e = raises_remote(server(), b"MESSAGE\n\n\x00", "MESSAGE")
+    assert "client" in e.message
+
+
+def test_client_must_not_receive_client_commands():
+    raises_remote(client(), b"SEND\ndestination:/q\n\n\x00", "SEND")
+
+
+def test_client_expects_connected_first():
+    c = StompConnection(Role.CLIENT)
+    c.send(Frame("CONNECT", {"accept-version": "1.2"}))
+    raises_remote(c, b"MESSAGE\n\n\x00", "expected CONNECTED or ERROR")
+
+
+def test_second_connect_is_refused():
+    raises_remote(server(), b"CONNECT\naccept-version:1.2\n\n\x00", "already connected")
+
+
+def test_frames_after_disconnect_are_refused():
+    s = server()
+    assert feed(s, b"DISCONNECT\nreceipt:1\n\n\x00\n")[0].command == "DISCONNECT"
+    assert s.their_phase is Phase.CLOSED
+    raises_remote(s, CLIENT_FRAMES["SEND"], "after DISCONNECT")
+
+
+def test_frames_after_error_are_refused_by_a_client():
+    c = client()
+    feed(c, b"ERROR\nmessage:bye\n\n\x00")
+    raises_remote(c, b"MESSAGE\n\n\x00", "after ERROR")
+
+
+@pytest.mark.parametrize("value", [b"abc", b"-1", b"", b"1.5", b"0x10", b"+3", "\u0663".encode()])
+def test_bad_content_length(value):
+    e = raises_remote(server(), b"SEND\nreceipt:r-9\ncontent-length:" + value + b"\n\nx\x00", "content-length")
+    assert e.hint == {"receipt-id": "r-9"}
+
+
+def test_content_length_body_must_end_in_nul():
+    raises_remote(server(), b"SEND\ncontent-length:2\n\nabc\x00", "NUL", "content-length")
+
+
+def test_header_line_without_colon():
+    raises_remote(server(), b"SEND\ndestination/queue/a\n\n\x00", "without ':'")
+
+
+def test_empty_header_name():
+    raises_remote(server(), b"SEND\n:value\n\n\x00", "empty header name")
+
+
+@pytest.mark.parametrize(
+    "raw", [b"SEND\nx:\xff\xfe\n\n\x00", b"S\xc3END\n\n\x00", b"SEND\n\xed\xa0\x80:v\n\n\x00"]
+)
+def test_invalid_utf8(raw):
+    raises_remote(server(), raw, "UTF-8")
+
+
+def test_invalid_utf8_command_refused_before_the_blank_line():
+    raises_remote(server(), b"\xffSEND\nx:y\n", "UTF-8")
+
+
+def test_nul_inside_headers():
+    raises_remote(server(), b"DISCONNECT\n\x00", "NUL")
+    raises_remote(server(), b"SEND\nx:a\x00b\n\n\x00", "NUL")
+
+
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_too_many_headers(chunk):
+    s = server(max_headers=3)
+    assert feed(s, b"SEND\na:1\nb:2\nc:3\n\n\x00", chunk)[0].headers == {"a": "1", "b": "2", "c": "3"}
+    raises_remote(s, b"SEND\na:1\nb:2\nc:3\nd:4\n\n\x00", "too many headers", chunk=chunk)
+
+
+def test_too_many_headers_detected_before_the_blank_line():
+    s = server(max_headers=3)
+    raises_remote(s, b"SEND\n" + b"a:1\n" * 10, "too many headers")
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 10])
+def test_header_line_too_long(chunk):
+    s = server(max_header_length=32)
+    ok = b"SEND\nx:" + b"v" * 30 + b"\n\n\x00"
+    assert feed(s, ok, chunk)[0].headers == {"x": "v" * 30}
+    raises_remote(s, b"SEND\nx:" + b"v" * 40 + b"\n\n\x00", "too long", chunk=chunk)
+
+
+def test_header_line_too_long_detected_before_its_end():
+    s = server(max_header_length=32)
+    raises_remote(s, b"SEND\nx:" + b"v" * 40, "too long")
+
+
+def test_content_length_over_limit_refused_before_the_body():
+    s = server(max_frame_size=1000)
+    e = raises_remote(s, b"SEND\nreceipt:big\ncontent-length:5000\n\n", "too large")
+    assert e.hint == {"receipt-id": "big"}
+
+
+def test_frame_exactly_at_the_limit_passes():
+    limit = 200
+    head = b"SEND\n\n"
+    s = server(max_frame_size=limit)
+    body = b"x" * (limit - len(head))
+    assert feed(s, head + body + b"\x00", chunk=16) == [Frame("SEND", {}, body)]
+    s = server(max_frame_size=limit)
+    raises_remote(s, head + body + b"y\x00", "too large", chunk=16)
+    cl_head = b"SEND\ncontent-length:180\n\n"
+    s = server(max_frame_size=len(cl_head) + 180)
+    assert feed(s, cl_head + b"z" * 180 + b"\x00")[0].body == b"z" * 180
+    s = server(max_frame_size=len(cl_head) + 179)
+    raises_remote(s, cl_head, "too large")
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"SEND\ndestination:/q\n\n" + b"x" * 100_000,  # body never ends
+        b"SEND\n" + b"h:v\n" * 50_000,  # headers never end
+        b"SEND\nx:" + b"y" * 100_000,  # one endless header line
+        b"\n" * 1000 + b"A" * 100_000,  # garbage with no EOL at all
+    ],
+)
+@pytest.mark.parametrize("chunk", [64, 1000])
+def test_size_limit_in_small_chunks_keeps_memory_bounded(stream, chunk):
+    limit = 4096
+    s = server(max_frame_size=limit, max_headers=100_000, max_header_length=1 << 20)
+    with pytest.raises(RemoteProtocolError) as info:
+        for i in range(0, len(stream), chunk):
+            s.receive_data(stream[i : i + chunk])
+            assert s.buffered_bytes <= limit + chunk
+            assert len(s._parser.buf.data) <= limit + chunk
+            drain(s)
+    assert "too large" in info.value.message or "unknown command" in info.value.message
+    assert i < limit + 2 * chunk + 1000  # noticed as soon as the limit was passed
+
+
+def test_error_state_is_sticky_and_drops_input():
+    s = server()
+    with pytest.raises(RemoteProtocolError) as first:
+        feed(s, b"BOGUS\n\n\x00")
+    for _ in range(3):
+        with pytest.raises(RemoteProtocolError) as again:
+            s.next_event()
+        assert again.value.message == first.value.message
+    s.receive_data(CLIENT_FRAMES["SEND"])
+    assert s.buffered_bytes == 0
+    assert s.error is not None and s.error.message == first.value.message
+    with pytest.raises(RemoteProtocolError):
+        s.next_event()
+
+
+def test_error_frame_can_still_be_sent_after_a_remote_error():
+    s = StompConnection(Role.SERVER)
+    with pytest.raises(RemoteProtocolError) as info:
+        feed(s, b"SEND\n\n\x00")
+    exc = info.value
+    wire = s.send(Frame("ERROR", {"message": exc.message, **exc.hint}, exc.message.encode()))
+    c = StompConnection(Role.CLIENT)
+    c.send(Frame("CONNECT", {}))
+    [err] = feed(c, wire)
+    assert err.command == "ERROR" and err.headers["message"] == exc.message
+    with pytest.raises(LocalProtocolError, match="after ERROR"):
+        s.send(Frame("ERROR", {}))
+
+
+def test_eof_between_frames_is_clean():
+    s = server()
+    feed(s, CLIENT_FRAMES["SEND"] + b"\r")
+    s.receive_data(b"")
+    assert s.they_closed
+    assert s.next_event() is NEED_DATA
+    s.receive_data(b"")  # a second EOF is harmless
+    with pytest.raises(LocalProtocolError):
+        s.receive_data(b"more")
+
+
+@pytest.mark.parametrize(
+    "partial", [b"SE", b"SEND\nx:y\n", b"SEND\n\nbody", b"SEND\ncontent-length:4\n\nab"]
+)
+def test_eof_in_the_middle_of_a_frame(partial):
+    s = server()
+    s.receive_data(partial)
+    assert drain(s) == []
+    s.receive_data(b"")
+    with pytest.raises(RemoteProtocolError, match="middle of a frame"):
+        s.next_event()
+
+
+def test_protocol_errors_are_protocol_errors():
+    assert issubclass(RemoteProtocolError, ProtocolError)
+    assert issubclass(LocalProtocolError, ProtocolError)
+    e = RemoteProtocolError("boom", {"receipt-id": "1"})
+    assert e.message == str(e) == "boom" and e.hint == {"receipt-id": "1"}
+    assert ProtocolError("x").hint == {}
+
+
+# -- sending ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", sorted(SERVER_COMMANDS))
+def test_client_cannot_send_server_commands(command):
+    c = client()
+    with pytest.raises(LocalProtocolError, match=command):
+        c.send(Frame(command, {}))
+
+
+@pytest.mark.parametrize("command", sorted(CLIENT_COMMANDS))
+def test_server_cannot_send_client_commands(command):
+    s = server()
+    s.send(Frame("CONNECTED", {}))
+    with pytest.raises(LocalProtocolError, match=command):
+        s.send(Frame(command, {}))
+
+
+def test_unknown_command_cannot_be_sent():
+    with pytest.raises(LocalProtocolError):
+        client().send(Frame("FROB", {}))
+
+
+def test_server_send_order():
+    s = StompConnection(Role.SERVER)
+    with pytest.raises(LocalProtocolError, match="before a CONNECT"):
+        s.send(Frame("CONNECTED", {}))
+    feed(s, b"CONNECT\n\n\x00")
+    with pytest.raises(LocalProtocolError, match="expected CONNECTED"):
+        s.send(Frame("MESSAGE", {}))
+    s.negotiate(None)
+    s.send(Frame("CONNECTED", {}))
+    s.send(Frame("MESSAGE", {"destination": "/q"}, b"m"))
+    s.send(Frame("RECEIPT", {"receipt-id": "1"}))
+    with pytest.raises(LocalProtocolError, match="already connected"):
+        s.send(Frame("CONNECTED", {}))
+    s.send(Frame("ERROR", {"message": "bye"}))
+    assert s.our_phase is Phase.CLOSED
+    with pytest.raises(LocalProtocolError):
+        s.send(Frame("RECEIPT", {"receipt-id": "2"}))
+
+
+def test_server_may_send_receipt_after_disconnect():
+    s = server()
+    s.send(Frame("CONNECTED", {}))
+    feed(s, b"DISCONNECT\nreceipt:9\n\n\x00")
+    assert s.send(Frame("RECEIPT", {"receipt-id": "9"})) == b"RECEIPT\nreceipt-id:9\n\n\x00"
+
+
+def test_client_send_order():
+    c = StompConnection(Role.CLIENT)
+    with pytest.raises(LocalProtocolError, match="expected CONNECT or STOMP"):
+        c.send(Frame("SEND", {}))
+    c.send(Frame("STOMP", {"accept-version": "1.1,1.2"}))
+    with pytest.raises(LocalProtocolError, match="before CONNECTED"):
+        c.send(Frame("SEND", {}))
+    feed(c, b"CONNECTED\nversion:1.1\n\n\x00")
+    assert c.version == "1.1" and c.our_phase is Phase.OPEN
+    c.send(Frame("SEND", {"destination": "/q"}))
+    c.send(Frame("DISCONNECT", {}))
+    with pytest.raises(LocalProtocolError, match="after DISCONNECT"):
+        c.send(Frame("SEND", {}))
+
+
+def test_content_length_is_added_to_non_empty_bodies():
+    s = server("1.2")
+    s.send(Frame("CONNECTED", {}))
+    assert s.send(Frame("MESSAGE", {"d": "q"}, b"abc")) == b"MESSAGE\nd:q\ncontent-length:3\n\nabc\x00"
+    assert s.send(Frame("MESSAGE", {"d": "q"})) == b"MESSAGE\nd:q\n\n\x00"
+    assert s.send(Frame("MESSAGE", {}, b"\x00")) == b"MESSAGE\ncontent-length:1\n\n\x00\x00"
+    given = Frame("MESSAGE", {"content-length": "3"}, b"abc")
+    assert s.send(given) == b"MESSAGE\ncontent-length:3\n\nabc\x00"
+    with pytest.raises(LocalProtocolError, match="content-length"):
+        s.send(Frame("MESSAGE", {"content-length": "2"}, b"abc"))
+    with pytest.raises(LocalProtocolError, match="content-length"):
+        s.send(Frame("MESSAGE", {"content-length": "2"}, b""))
+
+
+def test_no_content_length_on_connect_frames():
+    c = StompConnection(Role.CLIENT)
+    assert c.send(Frame("CONNECT", {"accept-version": "1.2"}, b"hi")) == (
+        b"CONNECT\naccept-version:1.2\n\nhi\x00"
+    )
+    c = StompConnection(Role.CLIENT)
+    with pytest.raises(LocalProtocolError, match="NUL"):
+        c.send(Frame("CONNECT", {}, b"a\x00b"))
+    s = server("1.2")
+    assert s.send(Frame("CONNECTED", {"version": "1.2"}, b"x")) == b"CONNECTED\nversion:1.2\n\nx\x00"
+
+
+def test_connected_version_header():
+    s = server("1.1")
+    with pytest.raises(LocalProtocolError, match="negotiated"):
+        s.send(Frame("CONNECTED", {"version": "1.2"}))
+    assert b"version:1.1\n" in s.send(Frame("CONNECTED", {}))
+
+
+def test_header_values_must_be_strings():
+    s = server()
+    s.send(Frame("CONNECTED", {}))
+    with pytest.raises(LocalProtocolError, match="str"):
+        s.send(Frame("MESSAGE", {"priority": 4}))  # type: ignore[dict-item]
+
+
+# -- negotiation -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "accept, chosen",
+    [
+        (None, "1.0"),
+        ("1.0", "1.0"),
+        ("1.1", "1.1"),
+        ("1.0,1.1", "1.1"),
+        ("1.2,1.0", "1.2"),
+        (" 1.1 , 1.0 ", "1.1"),
+        ("1.1,1.2,3.0", "1.2"),
+        ("2.0", None),
+        ("", None),
+        ("1.3,0.9", None),
+    ],
+)
+def test_negotiate(accept, chosen):
+    s = StompConnection(Role.SERVER)
+    feed(s, b"CONNECT\n\n\x00")
+    assert s.negotiate(accept) == chosen
+    assert s.version == chosen
+
+
+def test_failed_negotiation_lets_the_server_send_error():
+    s = StompConnection(Role.SERVER)
+    feed(s, b"CONNECT\naccept-version:9.9\n\n\x00")
+    assert s.negotiate("9.9") is None
+    wire = s.send(Frame("ERROR", {"version": "1.0,1.1,1.2", "message": "unsupported version"}))
+    assert wire.startswith(b"ERROR\nversion:1.0,1.1,1.2\n")
+
+
+@pytest.mark.parametrize(
+    "accept, reply, version",
+    [
+        ("1.0,1.1,1.2", b"CONNECTED\nversion:1.1\n\n\x00", "1.1"),
+        ("1.2", b"CONNECTED\nversion:1.2\n\n\x00", "1.2"),
+        (None, b"CONNECTED\n\n\x00", "1.0"),
+        ("1.0,1.2", b"CONNECTED\n\n\x00", "1.0"),
+    ],
+)
+def test_client_negotiates_from_connected(accept, reply, version):
+    c = StompConnection(Role.CLIENT)
+    c.send(Frame("CONNECT", {} if accept is None else {"accept-version": accept}))
+    assert c.version is None
+    feed(c, reply)
+    assert c.version == version
+
+
+@pytest.mark.parametrize("reply", [b"CONNECTED\nversion:1.1\n\n\x00", b"CONNECTED\nversion:7\n\n\x00"])
+def test_client_refuses_a_version_it_did_not_offer(reply):
+    c = StompConnection(Role.CLIENT)
+    c.send(Frame("CONNECT", {"accept-version": "1.2"}))
+    raises_remote(c, reply, "version")
