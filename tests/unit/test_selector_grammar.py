@@ -233,6 +233,7 @@ def test_jms_header_identifiers_resolved_by_message() -> None:
         ("a = 08", "invalid octal literal '08'", 5),
         ("a = 9223372036854775808", "out of range", 5),
         ("a = 0x8000000000000000", "out of range", 5),
+        ("a = +9223372036854775808", "out of range", 6),
         ("a = 99999999999999999999", "out of range", 5),
         ("3 + 5", "expected a boolean expression", 1),
         ("'abc'", "expected a boolean expression", 1),

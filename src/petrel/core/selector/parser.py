@@ -210,7 +210,9 @@ class _Parser:
                 op = token.value
                 self._advance()
                 right = self._additive()
-                left = Comparison(op, self._ordered(left, op), self._ordered(right, op), left.pos)  # type: ignore[arg-type]
+                self._ordered(left, op)  # type: ignore[arg-type]
+                self._ordered(right, op)  # type: ignore[arg-type]
+                left = Comparison(op, left, right, left.pos)  # type: ignore[arg-type]
                 continue
             negated = self._at_keyword("NOT")
             if negated:
@@ -277,7 +279,9 @@ class _Parser:
             kind = Kind.NUMBER
             if op == "+" and Kind.NUMBER not in (kind_of(left), kind_of(right)):
                 kind = Kind.ANY  # may be a string concatenation
-            left = Arithmetic(op, self._numeric(left, op), self._numeric(right, op), left.pos, kind)  # type: ignore[arg-type]
+            self._numeric(left, op)  # type: ignore[arg-type]
+            self._numeric(right, op)  # type: ignore[arg-type]
+            left = Arithmetic(op, left, right, left.pos, kind)  # type: ignore[arg-type]
 
     def _multiplicative(self) -> Node:
         left = self._unary()
@@ -300,7 +304,9 @@ class _Parser:
             # Fold the sign into the literal: this is what lets -9223372036854775808 in.
             self._advance()
             value = following.value
-            return Literal(-value if token.value == "-" else self._in_range(following), token.pos)  # type: ignore[operator]
+            if token.value == "+":
+                value = self._in_range(following)
+            return Literal(-value if token.value == "-" else value, token.pos)  # type: ignore[operator]
         self._enter(token)
         operand = self._numeric(self._unary(), token.value)  # type: ignore[arg-type]
         self._nesting -= 1
