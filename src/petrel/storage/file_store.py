@@ -1,0 +1,254 @@
+"""`FileStore`: the broker's state in two journals, `bindings/` and `journal/`.
+
+Record kinds (the journal's user type byte), bodies in msgpack:
+
+bindings journal
+  1 ADDRESS        add     (name, [routing types], auto_created)
+  2 QUEUE          add     (name, address, routing type, filter, auto_created, client_id, subscription, seq)
+  3 QUEUE_SEQ      update  (reserved sequence high-water mark)
+  4 ID_COUNTER     add     (reserved id high-water mark); the previous one is deleted
+
+message journal
+  10 MESSAGE       add     (encoded message, [(queue id, seq), ...])
+  11 ACK           update  (queue id)
+  12 DELIVERY      update  (queue id, delivery count)
+  13 DUPLICATE_ID  add     (address, duplicate id)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from enum import IntEnum
+from pathlib import Path
+
+import msgspec
+
+from petrel.core.message import Message, decode_message, encode_message
+from petrel.storage.journal import FileJournal
+from petrel.storage.store import AddressRecord, QueueRecord, Recovered, RecoveredRef
+
+log = logging.getLogger("petrel.storage")
+
+ID_BATCH = 100_000
+
+
+class RecordKind(IntEnum):
+    ADDRESS = 1
+    QUEUE = 2
+    QUEUE_SEQ = 3
+    ID_COUNTER = 4
+    MESSAGE = 10
+    ACK = 11
+    DELIVERY = 12
+    DUPLICATE_ID = 13
+
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+pack = _enc.encode
+unpack = _dec.decode
+
+
+class FileStore:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        dispatch: Callable[[list[Callable[[], None]]], None] | None = None,
+        sync_transactional: bool = True,
+        sync_non_transactional: bool = True,
+        skip_damaged: bool = False,
+        **journal_options,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.dispatch = dispatch or _run_all
+        self.sync_transactional = sync_transactional
+        self.sync_non_transactional = sync_non_transactional
+        self.skip_damaged = skip_damaged
+        bindings_options = dict(journal_options)
+        bindings_options["file_size"] = min(journal_options.get("file_size", 1 << 20), 1 << 20)
+        bindings_options["compact_min_files"] = 2
+        self.bindings = FileJournal(
+            self.data_dir / "bindings", prefix="petrel-bindings", extension="bindings", **bindings_options
+        )
+        self.messages = FileJournal(self.data_dir / "journal", prefix="petrel-data", extension="pj", **journal_options)
+        self._next_id = 1
+        self._reserved = 0
+        self._counter_record = 0
+        self._tx_with_records: set[int] = set()
+        self._bindings_dirty = False
+        self.rolled_back = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def recover(self) -> Recovered:
+        b = self.bindings.load(skip_damaged=self.skip_damaged)
+        m = self.messages.load(skip_damaged=self.skip_damaged)
+        rec = Recovered(rolled_back=len(b.rolled_back) + len(m.rolled_back))
+        top = max(b.max_id, m.max_id)
+        for r in b.records.values():
+            if r.user_type == RecordKind.ADDRESS:
+                name, rts, auto = unpack(r.body)
+                rec.addresses.append(AddressRecord(r.id, name, list(rts), auto))
+            elif r.user_type == RecordKind.QUEUE:
+                name, address, rt, filt, auto, client_id, sub, seq = unpack(r.body)
+                for kind, body in r.updates:
+                    if kind == RecordKind.QUEUE_SEQ:
+                        seq = max(seq, unpack(body))
+                rec.queues.append(QueueRecord(r.id, name, address, rt, filt, auto, client_id, sub, seq))
+            elif r.user_type == RecordKind.ID_COUNTER:
+                top = max(top, unpack(r.body))
+                self._counter_record = r.id
+        for r in m.records.values():
+            if r.user_type == RecordKind.MESSAGE:
+                encoded, refs = unpack(r.body)
+                message = decode_message(r.id, encoded)
+                live = {qid: RecoveredRef(qid, seq) for qid, seq in refs}
+                for kind, body in r.updates:
+                    if kind == RecordKind.ACK:
+                        live.pop(unpack(body), None)
+                    elif kind == RecordKind.DELIVERY:
+                        qid, count = unpack(body)
+                        if qid in live:
+                            live[qid].delivery_count = count
+                rec.messages.append((message, list(live.values())))
+            elif r.user_type == RecordKind.DUPLICATE_ID:
+                address, dup_id = unpack(r.body)
+                rec.duplicate_ids.append((r.id, address, dup_id))
+        self._next_id = top + 1
+        self._reserved = 0
+        self.rolled_back = rec.rolled_back
+        self.bindings.start(self.dispatch)
+        self.messages.start(self.dispatch)
+        return rec
+
+    def close(self) -> None:
+        self.messages.stop()
+        self.bindings.stop()
+
+    # -- ids and transactions -----------------------------------------------------------
+
+    def next_id(self) -> int:
+        n = self._next_id
+        if n > self._reserved:
+            # Reserve a batch so ids keep growing across restarts; the counter record takes id n.
+            self._reserved = n + ID_BATCH
+            old = self._counter_record
+            self.bindings.add(n, RecordKind.ID_COUNTER, pack(self._reserved))
+            if old:
+                self.bindings.delete(old)
+            self._counter_record = n
+            self._bindings_dirty = True
+            n += 1
+        self._next_id = n + 1
+        return n
+
+    def begin(self) -> int:
+        return self.next_id()
+
+    def commit(self, tx_id: int) -> None:
+        if tx_id in self._tx_with_records:
+            self._tx_with_records.discard(tx_id)
+            self.messages.commit(tx_id)
+
+    def rollback(self, tx_id: int) -> None:
+        if tx_id in self._tx_with_records:
+            self._tx_with_records.discard(tx_id)
+            self.messages.rollback(tx_id)
+
+    def sync(self, done: Callable[[], None], *, transactional: bool = False) -> None:
+        """`done` runs once everything appended so far is durable (or at once if syncs are off)."""
+        if not (self.sync_transactional if transactional else self.sync_non_transactional):
+            done()
+            return
+        if self._bindings_dirty:
+            self._bindings_dirty = False
+            pending = [2]
+
+            def one() -> None:
+                pending[0] -= 1
+                if pending[0] == 0:
+                    done()
+
+            self.bindings.sync(one)
+            self.messages.sync(one)
+        else:
+            self.messages.sync(done)
+
+    # -- bindings -----------------------------------------------------------------------
+
+    def add_address(self, r: AddressRecord) -> None:
+        self.bindings.add(r.id, RecordKind.ADDRESS, pack((r.name, r.routing_types, r.auto_created)))
+        self._bindings_dirty = True
+
+    def update_address(self, r: AddressRecord) -> None:
+        # Routing types only grow: write the whole record anew under the same id.
+        self.bindings.delete(r.id)
+        self.bindings.add(r.id, RecordKind.ADDRESS, pack((r.name, r.routing_types, r.auto_created)))
+        self._bindings_dirty = True
+
+    def delete_address(self, address_id: int) -> None:
+        self.bindings.delete(address_id)
+        self._bindings_dirty = True
+
+    def add_queue(self, r: QueueRecord) -> None:
+        body = pack((r.name, r.address, r.routing_type, r.filter, r.auto_created, r.client_id, r.subscription,
+                     r.seq_reserved))
+        self.bindings.add(r.id, RecordKind.QUEUE, body)
+        self._bindings_dirty = True
+
+    def reserve_queue_seq(self, queue_id: int, reserved: int) -> None:
+        self.bindings.update(queue_id, RecordKind.QUEUE_SEQ, pack(reserved))
+        self._bindings_dirty = True
+
+    def delete_queue(self, queue_id: int) -> None:
+        self.bindings.delete(queue_id)
+        self._bindings_dirty = True
+
+    # -- messages -----------------------------------------------------------------------
+
+    def add_message(self, tx_id: int, message: Message, refs: list[tuple[int, int]]) -> None:
+        body = pack((encode_message(message), refs))
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.add_tx(tx_id, message.id, RecordKind.MESSAGE, body)
+        else:
+            self.messages.add(message.id, RecordKind.MESSAGE, body)
+
+    def ack(self, tx_id: int, message_id: int, queue_id: int) -> None:
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.update_tx(tx_id, message_id, RecordKind.ACK, pack(queue_id))
+        else:
+            self.messages.update(message_id, RecordKind.ACK, pack(queue_id))
+
+    def delete_message(self, tx_id: int, message_id: int) -> None:
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.delete_tx(tx_id, message_id)
+        else:
+            self.messages.delete(message_id)
+
+    def update_delivery_count(self, message_id: int, queue_id: int, count: int) -> None:
+        self.messages.update(message_id, RecordKind.DELIVERY, pack((queue_id, count)))
+
+    def add_duplicate_id(self, tx_id: int, record_id: int, address: str, dup_id: str) -> None:
+        body = pack((address, dup_id))
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.add_tx(tx_id, record_id, RecordKind.DUPLICATE_ID, body)
+        else:
+            self.messages.add(record_id, RecordKind.DUPLICATE_ID, body)
+
+    def delete_duplicate_id(self, tx_id: int, record_id: int) -> None:
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.delete_tx(tx_id, record_id)
+        else:
+            self.messages.delete(record_id)
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for cb in callbacks:
+        cb()
