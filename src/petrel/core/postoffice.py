@@ -314,9 +314,18 @@ class PostOffice:
             cache = self.dup_caches[address] = DuplicateIdCache(address, size)
         return cache
 
-    def _route(self, message: Message, routing_type: RoutingType | None, tx_id: int) -> SendResult:
+    def route_to(self, message: Message, queues: list[Queue] | None, tx_id: int) -> SendResult:
+        """Route to the given queues (or by the address's bindings when None), in a store transaction."""
+        return self._route(message, None, tx_id, queues)
+
+    def _route(
+        self, message: Message, routing_type: RoutingType | None, tx_id: int, only: list[Queue] | None = None
+    ) -> SendResult:
         address = self.addresses.get(message.address)
-        targets = address.targets(message, routing_type) if address is not None else []
+        if only is not None:
+            targets = only
+        else:
+            targets = address.targets(message, routing_type) if address is not None else []
         dup_id = message.duplicate_id
         persist_dup = dup_id is not None and self.persist_id_cache
         own_tx = 0

@@ -134,6 +134,7 @@ class Queue:
         self.messages_expired = 0
         self.messages_killed = 0
         self.deleted = False
+        self.paused = False  # management: no dispatch while paused
 
     # -- counters ----------------------------------------------------------------------
 
@@ -239,7 +240,7 @@ class Queue:
         if self._delivering:
             self._again = True
             return
-        if not self.consumers or self._available == 0:
+        if not self.consumers or self._available == 0 or self.paused:
             return
         self._delivering = True
         try:
@@ -408,6 +409,13 @@ class Queue:
             self.take(ref)
             self.office.expire(ref)
         return len(expired)
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self.deliver()
 
     def purge(self) -> int:
         refs = list(self.iter_refs())
