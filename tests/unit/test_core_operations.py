@@ -43,6 +43,7 @@ def test_move_keeps_order_and_retry_returns_dead_letters():
     assert [r.message.body for r in office.queues["other"].iter_refs()] == [b"1", b"2"]
     # dead-letter one, then retry it back to where it came from
     fill(office, "q", [(b"poison", {})])
+    q = office.queues["q"]  # the drained auto-created queue was auto-deleted; this one is new
     sink = Sink()
     c = Consumer(q, sink, window=1)
     q.add_consumer(c)
