@@ -567,6 +567,12 @@ def test_content_length_over_limit_refused_before_the_body():
     assert e.hint == {"receipt-id": "big"}
 
 
+@pytest.mark.parametrize("head", [b"SEND\n\n", b"SEND\n", b"SEND"])
+def test_oversized_read_is_refused_at_once(head):
+    # One read holds more than a frame may: refused now, not after the next read.
+    raises_remote(server(max_frame_size=100), head + b"x" * 200, "too large")
+
+
 def test_frame_exactly_at_the_limit_passes():
     limit = 200
     head = b"SEND\n\n"

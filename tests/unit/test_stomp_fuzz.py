@@ -246,3 +246,51 @@ def test_send_either_refuses_or_round_trips(version, headers, data):
         return
     cuts = data.draw(st.lists(st.integers(min_value=0, max_value=len(wire)), max_size=10))
     assert parse_all(s, chunked(wire, cuts)) == [expected(frame)]
+
+
+# -- hand-written wire input: LF/CRLF mixed per line, heart-beats, both body kinds ------------
+
+plain_text = st.text(
+    alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00\n\r:\\"),
+    max_size=10,
+)
+
+
+@st.composite
+def wire_frames(draw) -> tuple[bytes, Frame]:
+    """One SEND frame written by hand with random EOLs, and the frame it stands for."""
+    eol = st.sampled_from([b"\n", b"\r\n"])
+    headers = draw(
+        st.dictionaries(plain_text.filter(bool), plain_text, max_size=4).map(
+            lambda h: {k: v for k, v in h.items() if k != "content-length"}
+        )
+    )
+    with_length = draw(st.booleans())
+    if with_length:
+        body = draw(st.binary(max_size=40))
+        headers["content-length"] = str(len(body))
+    else:
+        body = draw(st.binary(max_size=40).map(lambda b: b.replace(b"\x00", b"")))
+    wire = b"SEND" + draw(eol)
+    for name, value in headers.items():
+        wire += f"{name}:{value}".encode() + draw(eol)
+    wire += draw(eol) + body + b"\x00"
+    wire += draw(st.sampled_from([b"", b"\n", b"\r\n", b"\n\n", b"\r\n\r\n\n"]))
+    return wire, Frame("SEND", headers, body)
+
+
+@SETTINGS
+@given(
+    version=st.sampled_from(VERSIONS),
+    items=st.lists(wire_frames(), min_size=1, max_size=6),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=30),
+)
+def test_mixed_line_endings_parse_the_same(version, items, cuts):
+    s = StompConnection(Role.SERVER)
+    s.receive_data(b"CONNECT\r\n\r\n\x00")
+    assert s.next_event().command == "CONNECT"
+    s.negotiate(version)
+    stream = b"".join(wire for wire, _ in items)
+    assert parse_all(s, chunked(stream, cuts)) == [frame for _, frame in items]
+    s.receive_data(b"")
+    assert s.next_event() is NEED_DATA

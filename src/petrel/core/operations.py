@@ -96,8 +96,12 @@ def _transfer(
     if only is not None:
         office.route_to(copy, [only], tx_id)
     else:
-        if address not in office.addresses:
-            office.ensure_address_for(address, RoutingType.ANYCAST)
+        existing = office.addresses.get(address)
+        target, routing_type = office.ensure_address_for(
+            address, RoutingType.ANYCAST if existing is None or not existing.queues else None
+        )
+        if routing_type == RoutingType.ANYCAST:
+            office.ensure_anycast_queue(target)
         office.route_to(copy, None, tx_id)
     office.reference_done(ref, tx_id)
     office.store.commit(tx_id)
