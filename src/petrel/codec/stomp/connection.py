@@ -91,7 +91,7 @@ class StompConnection:
             max_frame_size=max_frame_size,
             max_headers=max_headers,
             max_header_length=max_header_length,
-            on_frame=self._on_frame if role is Role.CLIENT else state.receive,
+            on_frame=self._on_frame,
             check_command=state.check_receive,
         )
         self._escaping = NO_ESCAPING
@@ -153,7 +153,9 @@ class StompConnection:
         return self._parser.next_event()
 
     def _on_frame(self, command: str, headers: dict[str, str]) -> None:
-        self._state.receive(command)
+        state = self._state
+        state.receive(command)
+        self._parser.steady = state.steady_receive
         if command == "CONNECTED":
             version = headers.get("version", "1.0").strip(" \t")
             if version not in VERSIONS or version not in self._offered:
@@ -202,6 +204,7 @@ class StompConnection:
         if command == "CONNECTED" and self.version is None:
             self._set_version(frame.headers.get("version", "1.0"))
         elif command == "CONNECT" or command == "STOMP":
+            self._parser.steady = self._state.steady_receive
             self._offered = tuple(
                 v for v in parse_accept_version(frame.headers.get("accept-version"))
                 if v in VERSIONS

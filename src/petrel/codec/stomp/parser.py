@@ -81,7 +81,8 @@ class FrameParser:
 
     Hooks let the owner enforce its state table: ``on_frame(command, headers)``
     runs once per frame as soon as its headers are parsed (before the body
-    arrives); ``check_command(command)`` runs as soon as a command line is
+    arrives), unless the command is in :attr:`steady`, the set the owner keeps
+    of commands that would change nothing; ``check_command(command)`` runs as soon as a command line is
     complete while the headers are still arriving. Either may raise
     ``RemoteProtocolError``. :attr:`escaping` is the version's header
     escaping, switched by the owner once the version is negotiated.
@@ -95,6 +96,7 @@ class FrameParser:
         "escaping",
         "on_frame",
         "check_command",
+        "steady",
         "eof",
         "error",
         "_pending",
@@ -120,6 +122,8 @@ class FrameParser:
         self.escaping: Escaping = NO_ESCAPING
         self.on_frame = on_frame
         self.check_command = check_command
+        #: Commands for which ``on_frame`` may be skipped (it would change nothing).
+        self.steady: frozenset[str] = frozenset()
         self.eof = False
         self.error: RemoteProtocolError | None = None
         # (command, headers, body offset from frame start, content-length or None)
@@ -163,48 +167,40 @@ class FrameParser:
                     return NEED_DATA
 
             # The blank line ending the headers is LF LF or LF CR LF, whichever
-            # comes first. Look first for the kind this peer used last time, so
-            # the search for the other kind is bounded by the header block.
+            # comes first. Search for the kind this peer used last time; the
+            # decoded header text then shows whether the other kind might come
+            # earlier (rare: only when a peer switches), which is checked exactly.
             lo = start + self._scan
             slo = lo - 2 if lo - 2 > start else start
             if self._crlf:
                 k = data.find(b"\n\r\n", slo, end)
-                if k >= 0:
-                    j = data.find(b"\n\n", slo, k + 1)
-                    if j >= 0:
-                        k, skip = j, 2
-                    else:
-                        skip = 3
-                else:
+                skip = 3
+                if k < 0:
                     k = data.find(b"\n\n", slo, end)
                     skip = 2
             else:
                 k = data.find(b"\n\n", slo, end)
-                if k >= 0:
-                    j = data.find(b"\n\r\n", slo, k + 1)
-                    if j >= 0:
-                        k, skip = j, 3
-                    else:
-                        skip = 2
-                else:
+                skip = 2
+                if k < 0:
                     k = data.find(b"\n\r\n", slo, end)
                     skip = 3
             if k < 0:
                 return self._incomplete_headers(data, start, lo, end)
+            try:
+                text = data[start:k].decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is None or (
+                "\r" in text if skip == 2 else ("\n\n" in text or text[-1] == "\n")
+            ):
+                k, skip, text = self._first_blank_line(data, start, slo, k, skip)
             self._crlf = skip == 3
-            if data.find(0, lo, k) >= 0:
+            if "\x00" in text:
                 raise RemoteProtocolError(
                     "NUL byte inside the frame headers (missing blank line after the headers?)"
                 )
             if self._scan:
                 self._lines = self._line_start = 0
-
-            try:
-                text = data[start:k].decode("utf-8")
-            except UnicodeDecodeError:
-                raise RemoteProtocolError(
-                    "invalid UTF-8 in frame command or headers"
-                ) from None
             if "\r" in text:
                 text = text.replace("\r\n", "\n")
                 if text[-1] == "\r":
@@ -234,10 +230,11 @@ class FrameParser:
                     if not name or not sep:
                         raise _bad_header_line(command, line)
                     setdefault(name, value)
-            try:
-                self.on_frame(command, headers)
-            except RemoteProtocolError as exc:
-                raise _with_receipt(exc, headers) from None
+            if command not in self.steady:
+                try:
+                    self.on_frame(command, headers)
+                except RemoteProtocolError as exc:
+                    raise _with_receipt(exc, headers) from None
 
             body_start = k + skip
             cl = headers.get("content-length")
@@ -359,6 +356,27 @@ class FrameParser:
         if self.eof:
             raise RemoteProtocolError("connection closed in the middle of a frame")
         return NEED_DATA
+
+    def _first_blank_line(
+        self, data: bytearray, start: int, slo: int, k: int, skip: int
+    ) -> tuple[int, int, str]:
+        """Exactly where the headers end, given a blank line found at ``k``."""
+        if skip == 2:
+            j = data.find(b"\n\r\n", slo, k + 1)
+            if j >= 0:
+                k, skip = j, 3
+        else:
+            j = data.find(b"\n\n", slo, k + 1)
+            if j >= 0:
+                k, skip = j, 2
+        if data.find(0, start, k) >= 0:
+            raise RemoteProtocolError(
+                "NUL byte inside the frame headers (missing blank line after the headers?)"
+            )
+        try:
+            return k, skip, data[start:k].decode("utf-8")
+        except UnicodeDecodeError:
+            raise RemoteProtocolError("invalid UTF-8 in frame command or headers") from None
 
     def _check_command_line(self, line: bytes) -> None:
         if line.endswith(b"\r"):

@@ -78,6 +78,18 @@ _SERVER_REFUSAL = {
 }
 
 
+def _steady(table: dict[Phase, dict[str, Phase]]) -> dict[Phase, frozenset[str]]:
+    """Per phase, the commands that leave it unchanged (no transition to apply)."""
+    return {
+        phase: frozenset(cmd for cmd, nxt in moves.items() if nxt is phase)
+        for phase, moves in table.items()
+    }
+
+
+_STEADY_CLIENT = _steady(_CLIENT_AS_RECEIVED)
+_STEADY_SERVER = _steady(_SERVER_FRAMES)
+
+
 class ConnectionState:
     """The phases of both directions of one connection."""
 
@@ -93,6 +105,15 @@ class ConnectionState:
         else:
             self._send_table = _CLIENT_AS_SENT
             self._receive_table = _SERVER_FRAMES
+
+    @property
+    def steady_receive(self) -> frozenset[str]:
+        """Commands the peer may send now without changing any phase.
+
+        The parser may skip :meth:`receive` for these (its hot path).
+        """
+        table = _STEADY_CLIENT if self.role is Role.SERVER else _STEADY_SERVER
+        return table[self.theirs]
 
     def check_receive(self, command: str) -> Phase:
         """The phase the peer would move to by sending ``command``; raise if not allowed."""
