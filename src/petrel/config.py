@@ -111,6 +111,26 @@ class AddressSettingsModel(BaseModel):
         None, ge=0, description="duplicate-ID cache entries per address (default: the broker's id_cache_size)")
     send_to_dla_on_no_route: bool | None = Field(
         None, description="send messages that match no queue to the dead-letter address")
+    default_exclusive_queue: bool | None = Field(
+        None, description="auto-created queues deliver to one consumer at a time")
+    default_last_value_key: str | None = Field(
+        None, description="auto-created queues keep only the newest message per value of this property")
+    default_non_destructive: bool | None = Field(
+        None, description="auto-created queues keep messages after they are acknowledged")
+    default_ring_size: int | None = Field(
+        None, ge=-1, description="auto-created queues drop their oldest message beyond this count (-1 = no limit)")
+    default_group_rebalance: bool | None = Field(
+        None, description="re-spread message groups over consumers when a consumer is added")
+    default_group_buckets: int | None = Field(
+        None, ge=-1, description="hash groups into this many buckets (-1 = one per group)")
+    max_size_bytes: int | None = Field(
+        None, ge=-1, description="bytes of messages held in memory for the address before address_full_policy applies (-1 = no limit of its own)")
+    max_size_messages: int | None = Field(
+        None, ge=-1, description="messages held in memory for the address before address_full_policy applies (-1 = no limit)")
+    address_full_policy: Literal["PAGE", "BLOCK", "FAIL", "DROP"] | None = Field(
+        None, description="what happens when the address is full: PAGE, BLOCK, FAIL or DROP")
+    page_size_bytes: int | None = Field(
+        None, ge=4096, description="size of each page file")
 
     def partial(self) -> dict[str, Any]:
         """Only the keys that were set, for :class:`AddressSettingsRepository`."""

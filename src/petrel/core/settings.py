@@ -68,6 +68,18 @@ class AddressSettings:
     default_queue_routing_type: str = MULTICAST
     id_cache_size: int | None = None  # None -> the broker-wide id_cache_size
     send_to_dla_on_no_route: bool = False
+    # queue attributes given to auto-created queues
+    default_exclusive_queue: bool = False
+    default_last_value_key: str | None = None
+    default_non_destructive: bool = False
+    default_ring_size: int = -1  # -1 = unbounded
+    default_group_rebalance: bool = False
+    default_group_buckets: int = -1  # -1 = one bucket per group
+    # memory limits and what happens when they are reached
+    max_size_bytes: int = -1  # -1 = only the global limit applies
+    max_size_messages: int = -1
+    address_full_policy: str = "PAGE"  # PAGE | BLOCK | FAIL | DROP
+    page_size_bytes: int = 10 * 1024 * 1024
 
     def resolved(self, *, id_cache_size: int = _DEFAULT_ID_CACHE_SIZE) -> AddressSettings:
         """A copy with every derived field filled in."""
@@ -119,6 +131,16 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "default_queue_routing_type": (str,),
     "id_cache_size": (int,),
     "send_to_dla_on_no_route": (bool,),
+    "default_exclusive_queue": (bool,),
+    "default_last_value_key": (str,),
+    "default_non_destructive": (bool,),
+    "default_ring_size": (int,),
+    "default_group_rebalance": (bool,),
+    "default_group_buckets": (int,),
+    "max_size_bytes": (int,),
+    "max_size_messages": (int,),
+    "address_full_policy": (str,),
+    "page_size_bytes": (int,),
 }
 assert _TYPES.keys() == _FIELDS.keys(), "keep _TYPES in step with AddressSettings"
 
