@@ -28,9 +28,12 @@ def parse_heartbeat(value: str | None) -> tuple[int, int]:
         a = first.strip(" \t")
         b = second.strip(" \t")
         if a.isascii() and a.isdigit() and b.isascii() and b.isdigit():
-            x, y = int(a), int(b)
-            if x <= _MAX_INTERVAL and y <= _MAX_INTERVAL:
-                return (x, y)
+            a = a.lstrip("0") or "0"
+            b = b.lstrip("0") or "0"
+            if len(a) <= 10 and len(b) <= 10:  # int() refuses very long digit strings
+                x, y = int(a), int(b)
+                if x <= _MAX_INTERVAL and y <= _MAX_INTERVAL:
+                    return (x, y)
     raise RemoteProtocolError(
         f"invalid heart-beat header {value[:64]!r}: expected two non-negative"
         " integers such as '10000,10000'",

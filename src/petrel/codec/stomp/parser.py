@@ -59,10 +59,18 @@ def _show(text: str, limit: int = 40) -> str:
     return repr(text)
 
 
+# Any content-length with more significant digits than this is beyond every
+# frame size limit; it is not converted (int() refuses very long digit strings).
+_MAX_LENGTH_DIGITS = 15
+
+
 def _parse_content_length(value: str) -> int:
     stripped = value.strip(" \t")
     if stripped and stripped.isascii() and stripped.isdigit():
-        return int(stripped)
+        digits = stripped.lstrip("0") or "0"
+        if len(digits) > _MAX_LENGTH_DIGITS:
+            return 10**_MAX_LENGTH_DIGITS
+        return int(digits)
     raise RemoteProtocolError(
         f"invalid content-length header {_show(value)}: expected a non-negative integer"
     )
@@ -239,7 +247,7 @@ class FrameParser:
             body_start = k + skip
             cl = headers.get("content-length")
             if cl is not None:
-                if cl.isdigit() and cl.isascii():
+                if len(cl) <= _MAX_LENGTH_DIGITS and cl.isdigit() and cl.isascii():
                     n = int(cl)
                 else:
                     try:
