@@ -137,6 +137,37 @@ class AddressSettingsModel(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
+class QueueModel(BaseModel):
+    """A ``[[queues]]`` entry: a queue created at start if it does not exist (Artemis ``<queue>``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    address: str | None = Field(None, description="defaults to the queue name")
+    routing_type: RoutingType = "ANYCAST"
+    durable: bool = True
+    filter: str | None = None
+    exclusive: bool | None = None
+    last_value_key: str | None = None
+    non_destructive: bool | None = None
+    ring_size: int | None = Field(None, ge=-1)
+    group_rebalance: bool | None = None
+    group_buckets: int | None = Field(None, ge=-1)
+
+
+class DivertModel(BaseModel):
+    """A ``[[diverts]]`` entry (Artemis ``<divert>``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    address: str = Field(min_length=1)
+    forwarding_address: str = Field(min_length=1)
+    exclusive: bool = False
+    filter: str | None = None
+    routing_type: Literal["STRIP", "PASS", "ANYCAST", "MULTICAST"] = "STRIP"
+
+
 class BrokerConfig(BaseModel):
     """Everything one broker reads at start-up (validated, immutable)."""
 
@@ -185,6 +216,8 @@ class BrokerConfig(BaseModel):
         30000, ge=-1, description="ms between scans for expired messages (-1 = never)")
     address_settings: dict[str, AddressSettingsModel] = Field(
         default_factory=dict, description="per address pattern; see the tables below")
+    queues: list[QueueModel] = Field(default_factory=list, description="queues created at start")
+    diverts: list[DivertModel] = Field(default_factory=list, description="diverts created at start")
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:

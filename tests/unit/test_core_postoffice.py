@@ -278,3 +278,95 @@ def test_durable_subscription_needs_client_id_and_is_reused():
     q = office.subscribe_multicast(addr, filter=None, client_id="c", subscription="s")
     assert q.name == "c.s" and q.durable
     assert office.subscribe_multicast(addr, filter=None, client_id="c", subscription="s") is q
+
+
+# -- queue attributes and diverts -----------------------------------------------------------
+
+
+def test_message_groups_stick_to_one_consumer_and_move_in_order_on_close():
+    office, _ = make_office()
+    office.create_queue("g", "g", ANY)
+    c1, s1 = consume(office, "g", window=100)
+    c2, s2 = consume(office, "g", window=100)
+    for i in range(6):
+        office.send(msg(office, "g", f"{'AB'[i % 2]}{i}".encode(), properties={"JMSXGroupID": "AB"[i % 2]}), ANY)
+    assert [b[:1] for b in s1.bodies] == [b"A"] * 3
+    assert [b[:1] for b in s2.bodies] == [b"B"] * 3
+    office.queues["g"].remove_consumer(c1)  # group A moves to c2, in order
+    assert s2.bodies[3:] == [b"A0", b"A2", b"A4"]
+    office.send(msg(office, "g", b"A6", properties={"JMSXGroupID": "A"}), ANY)
+    assert s2.bodies[-1] == b"A6"
+
+
+def test_group_seq_minus_one_closes_the_group():
+    office, _ = make_office()
+    office.create_queue("g", "g", ANY)
+    c1, s1 = consume(office, "g", window=100)
+    office.send(msg(office, "g", b"1", properties={"JMSXGroupID": "x", "JMSXGroupSeq": "-1"}), ANY)
+    assert office.queues["g"].groups == {}
+    c2, s2 = consume(office, "g", window=100)
+    office.send(msg(office, "g", b"2", properties={"JMSXGroupID": "x"}), ANY)
+    office.send(msg(office, "g", b"3", properties={"JMSXGroupID": "x"}), ANY)
+    assert len(s1.got) + len(s2.got) == 3
+    owner = office.queues["g"].groups["x"]
+    assert [r.message.body for r in (s1 if owner is c1 else s2).got][-2:] == [b"2", b"3"]
+
+
+def test_exclusive_queue_uses_one_consumer_then_fails_over():
+    office, _ = make_office()
+    office.create_queue("ex", "ex", ANY, attributes={"exclusive": True})
+    c1, s1 = consume(office, "ex", window=100)
+    c2, s2 = consume(office, "ex", window=100)
+    for i in range(3):
+        office.send(msg(office, "ex", str(i).encode()), ANY)
+    assert len(s1.got) == 3 and s2.got == []
+    office.queues["ex"].remove_consumer(c1)
+    assert s2.bodies == [b"0", b"1", b"2"]
+
+
+def test_last_value_queue_replaces_undelivered_only():
+    office, _ = make_office()
+    office.create_queue("lvq", "lvq", ANY, attributes={"last_value_key": "sym"})
+    office.send(msg(office, "lvq", b"a1", properties={"sym": "A"}), ANY)
+    office.send(msg(office, "lvq", b"b1", properties={"sym": "B"}), ANY)
+    office.send(msg(office, "lvq", b"a2", properties={"sym": "A"}), ANY)
+    office.send(msg(office, "lvq", b"nokey"), ANY)
+    office.send(msg(office, "lvq", b"nokey"), ANY)
+    assert sorted(r.message.body for r in office.queues["lvq"].iter_refs()) == [b"a2", b"b1", b"nokey", b"nokey"]
+
+
+def test_ring_queue_drops_oldest():
+    office, _ = make_office()
+    office.create_queue("ring", "ring", ANY, attributes={"ring_size": 2})
+    for i in range(4):
+        office.send(msg(office, "ring", str(i).encode()), ANY)
+    assert [r.message.body for r in office.queues["ring"].iter_refs()] == [b"2", b"3"]
+
+
+def test_non_destructive_queue_keeps_messages_for_every_consumer():
+    office, _ = make_office()
+    office.create_queue("nd", "nd", ANY, attributes={"non_destructive": True})
+    office.send(msg(office, "nd", b"1"), ANY)
+    c1, s1 = consume(office, "nd", window=10)
+    office.queues["nd"].acknowledge(s1.got[0], consumer=c1)
+    c2, s2 = consume(office, "nd", window=10)
+    office.send(msg(office, "nd", b"2"), ANY)
+    assert s1.bodies == [b"1", b"2"]
+    assert s2.bodies == [b"1", b"2"]
+    assert office.queues["nd"].message_count == 2
+
+
+def test_diverts_exclusive_non_exclusive_and_filtered():
+    office, _ = make_office()
+    office.create_queue("orders", "orders", ANY)
+    office.create_queue("audit", "audit", ANY)
+    office.create_queue("priority", "priority", ANY)
+    office.create_divert("copy", "orders", "audit")
+    office.create_divert("vip", "orders", "priority", exclusive=True, filter="vip = 'yes'")
+    office.send(msg(office, "orders", b"plain"), ANY)
+    office.send(msg(office, "orders", b"vip", properties={"vip": "yes"}), ANY)
+    body = lambda q: [r.message.body for r in office.queues[q].iter_refs()]  # noqa: E731
+    assert body("orders") == [b"plain"]
+    assert body("audit") == [b"plain", b"vip"]
+    assert body("priority") == [b"vip"]
+    assert next(office.queues["audit"].iter_refs()).message.properties["_AMQ_ORIG_ADDRESS"] == "orders"

@@ -99,3 +99,22 @@ def test_durable_subscription_and_ids_survive_restart(tmp_path):
     assert [r.message.body for r in q.iter_refs()] == [b"a"]
     assert store2.next_id() > last_id
     store2.close()
+
+
+def test_diverts_queue_attributes_and_last_values_survive_restart(tmp_path):
+    office, store = open_office(tmp_path)
+    office.create_queue("lvq", "lvq", ANY, attributes={"last_value_key": "k", "exclusive": True})
+    office.create_queue("copy", "copy", ANY)
+    office.create_divert("d", "lvq", "copy", filter="k = 'a'")
+    send(office, "lvq", b"a1", properties={"k": "a"})
+    send(office, "lvq", b"b1", properties={"k": "b"})
+    flush(store)
+    store.close()
+    office2, store2 = open_office(tmp_path)
+    q = office2.queues["lvq"]
+    assert q.last_value_key == "k" and q.exclusive
+    assert office2.diverts["d"].forwarding_address == "copy"
+    send(office2, "lvq", b"a2", properties={"k": "a"})
+    assert sorted(r.message.body for r in q.iter_refs()) == [b"a2", b"b1"]
+    assert [r.message.body for r in office2.queues["copy"].iter_refs()] == [b"a1", b"a2"]
+    store2.close()

@@ -14,6 +14,8 @@ from enum import Enum
 from typing import Protocol
 
 from petrel.core.address import Address
+from petrel.core.divert import ROUTING_TYPES as DIVERT_ROUTING_TYPES
+from petrel.core.divert import Divert
 from petrel.core.duplicates import DuplicateIdCache
 from petrel.core.message import (
     ACTUAL_EXPIRY_TIME,
@@ -28,11 +30,13 @@ from petrel.core.queue import DONE, Consumer, MessageReference, Queue
 from petrel.core.selector import compile_selector
 from petrel.core.settings import AddressSettings, AddressSettingsRepository
 from petrel.core.transaction import Transaction, TransactionRolledBack
-from petrel.storage.store import AddressRecord, QueueRecord, Recovered, Store
+from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered, Store
 
 log = logging.getLogger("petrel.core.postoffice")
 
 SEQ_RESERVATION = 10_000
+MAX_DIVERT_DEPTH = 8
+_QUEUE_ATTRIBUTES = ("exclusive", "last_value_key", "non_destructive", "ring_size", "group_rebalance", "group_buckets")
 
 
 class RoutingError(Exception):
@@ -81,6 +85,7 @@ class PostOffice:
         self.queues: dict[str, Queue] = {}
         self.queues_by_id: dict[int, Queue] = {}
         self.dup_caches: dict[str, DuplicateIdCache] = {}
+        self.diverts: dict[str, Divert] = {}  # by name
         self.unrouted = 0
         self.duplicates = 0
         self.messages_routed = 0
@@ -133,10 +138,14 @@ class PostOffice:
         temporary: bool = False,
         client_id: str | None = None,
         subscription: str | None = None,
+        attributes: dict | None = None,
     ) -> Queue:
+        """`attributes` (exclusive, last_value_key, non_destructive, ring_size, group_rebalance,
+        group_buckets) default to the address settings' `default_*` values."""
         if name in self.queues:
             raise RoutingError(f"queue {name!r} already exists")
         selector = compile_selector(filter) if filter else None
+        attrs = self._queue_attributes(address, attributes)
         addr = self.addresses.get(address)
         if addr is None:
             addr = self.create_address(address, {routing_type}, auto_created=auto_created)
@@ -154,12 +163,30 @@ class PostOffice:
             temporary=temporary,
             client_id=client_id,
             subscription=subscription,
+            **attrs,
         )
         self._register(queue, addr)
         if queue.durable:
             queue.seq_reserved = SEQ_RESERVATION
             self.store.add_queue(self._queue_record(queue))
         return queue
+
+    def _queue_attributes(self, address: str, given: dict | None) -> dict:
+        settings = self.settings_for(address)
+        attrs = {
+            "exclusive": settings.default_exclusive_queue,
+            "last_value_key": settings.default_last_value_key,
+            "non_destructive": settings.default_non_destructive,
+            "ring_size": settings.default_ring_size,
+            "group_rebalance": settings.default_group_rebalance,
+            "group_buckets": settings.default_group_buckets,
+        }
+        for key, value in (given or {}).items():
+            if key not in attrs:
+                raise RoutingError(f"unknown queue attribute {key!r}; known: {', '.join(attrs)}")
+            if value is not None:
+                attrs[key] = value
+        return attrs
 
     def _register(self, queue: Queue, address: Address) -> None:
         self.queues[queue.name] = queue
@@ -178,6 +205,14 @@ class PostOffice:
             queue.client_id,
             queue.subscription,
             queue.seq_reserved,
+            {
+                "exclusive": queue.exclusive,
+                "last_value_key": queue.last_value_key,
+                "non_destructive": queue.non_destructive,
+                "ring_size": queue.ring_size,
+                "group_rebalance": queue.group_rebalance,
+                "group_buckets": queue.group_buckets,
+            },
         )
 
     def delete_queue(self, name: str) -> None:
@@ -200,6 +235,57 @@ class PostOffice:
             if self.settings_for(address.name).auto_delete_addresses:
                 del self.addresses[address.name]
                 self.store.delete_address(address.id)
+
+    def create_divert(
+        self,
+        name: str,
+        address: str,
+        forwarding_address: str,
+        *,
+        exclusive: bool = False,
+        filter: str | None = None,
+        routing_type: str = "STRIP",
+    ) -> Divert:
+        if name in self.diverts:
+            raise RoutingError(f"divert {name!r} already exists")
+        if routing_type not in DIVERT_ROUTING_TYPES:
+            raise RoutingError(f"divert routing type must be one of {', '.join(DIVERT_ROUTING_TYPES)}")
+        if address == forwarding_address:
+            raise RoutingError("a divert cannot forward an address to itself")
+        divert = Divert(
+            self.store.next_id(), name, address, forwarding_address, exclusive,
+            compile_selector(filter) if filter else None, routing_type,
+        )
+        self.diverts[name] = divert
+        self.store.add_divert(DivertRecord(divert.id, name, address, forwarding_address, exclusive, filter, routing_type))
+        return divert
+
+    def delete_divert(self, name: str) -> None:
+        divert = self.diverts.pop(name, None)
+        if divert is None:
+            raise RoutingError(f"divert {name!r} does not exist")
+        self.store.delete_divert(divert.id)
+
+    def _apply_diverts(self, message: Message, routing_type: RoutingType | None, tx_id: int, depth: int) -> bool:
+        """Send diverted copies; True when an exclusive divert took the message."""
+        taken = False
+        for divert in list(self.diverts.values()):
+            if divert.address != message.address or not divert.matches(message):
+                continue
+            if depth >= MAX_DIVERT_DEPTH:
+                log.warning("divert %s not applied: diverts nest deeper than %d", divert.name, MAX_DIVERT_DEPTH)
+                continue
+            copy = divert.copy(message, self.store.next_id())
+            target_rt = divert.target_routing(routing_type)
+            try:
+                address, rt = self.ensure_address_for(copy.address, target_rt)
+                if rt == RoutingType.ANYCAST:
+                    self.ensure_anycast_queue(address)
+                self._route(copy, target_rt, tx_id, depth=depth + 1)
+            except RoutingError as exc:
+                log.warning("divert %s could not forward to %s: %s", divert.name, divert.forwarding_address, exc)
+            taken = taken or divert.exclusive
+        return taken
 
     def queue_idle_check(self, queue: Queue) -> None:
         """Auto-delete: temporary queues with no consumer; auto-created ones with nothing left."""
@@ -319,11 +405,20 @@ class PostOffice:
         return self._route(message, None, tx_id, queues)
 
     def _route(
-        self, message: Message, routing_type: RoutingType | None, tx_id: int, only: list[Queue] | None = None
+        self,
+        message: Message,
+        routing_type: RoutingType | None,
+        tx_id: int,
+        only: list[Queue] | None = None,
+        depth: int = 0,
     ) -> SendResult:
         address = self.addresses.get(message.address)
+        diverted = False
         if only is not None:
             targets = only
+        elif self.diverts and self._apply_diverts(message, routing_type, tx_id, depth):
+            targets = []
+            diverted = True
         else:
             targets = address.targets(message, routing_type) if address is not None else []
         dup_id = message.duplicate_id
@@ -341,9 +436,11 @@ class PostOffice:
                     self.store.delete_duplicate_id(tx_id, evicted)
                 self.store.add_duplicate_id(tx_id, record_id, address.name, dup_id)
         if not targets:
-            self.unrouted += 1
             if own_tx:
                 self.store.commit(own_tx)
+            if diverted:
+                return SendResult(SendOutcome.ROUTED)
+            self.unrouted += 1
             return SendResult(SendOutcome.UNROUTED)
         refs = []
         for queue in targets:
@@ -486,9 +583,18 @@ class PostOffice:
                 client_id=rec.client_id,
                 subscription=rec.subscription,
                 next_seq=rec.seq_reserved + 1,
+                **{k: v for k, v in rec.attributes.items() if k in _QUEUE_ATTRIBUTES},
             )
             queue.seq_reserved = rec.seq_reserved
             self._register(queue, address)
+        for rec in recovered.diverts:
+            try:
+                selector = compile_selector(rec.filter) if rec.filter else None
+            except ValueError:
+                selector = None
+            self.diverts[rec.name] = Divert(
+                rec.id, rec.name, rec.address, rec.forwarding_address, rec.exclusive, selector, rec.routing_type
+            )
         per_queue: dict[int, list[MessageReference]] = {}
         for message, refs in recovered.messages:
             live = [r for r in refs if r.queue_id in self.queues_by_id]

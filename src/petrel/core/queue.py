@@ -16,7 +16,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from petrel.core.message import Message, RoutingType
+from petrel.core.message import GROUP_ID, Message, RoutingType
+
+GROUP_SEQ = "JMSXGroupSeq"
 
 if TYPE_CHECKING:
     from petrel.core.postoffice import PostOffice
@@ -74,6 +76,8 @@ class Consumer:
         self.bytes_in_flight = 0
         self.paused = False  # set by the connection when its socket is full
         self.closed = False
+        self.nd_position = 0  # non-destructive queues: where this consumer reads in the log
+        self.nd_seen = 0  # ... and the last sequence it saw
 
     def has_credit(self) -> bool:
         if self.paused or self.closed:
@@ -105,6 +109,12 @@ class Queue:
         client_id: str | None = None,
         subscription: str | None = None,
         next_seq: int = 1,
+        exclusive: bool = False,
+        last_value_key: str | None = None,
+        non_destructive: bool = False,
+        ring_size: int = -1,
+        group_rebalance: bool = False,
+        group_buckets: int = -1,
     ) -> None:
         self.office = office
         self.id = id
@@ -135,6 +145,16 @@ class Queue:
         self.messages_killed = 0
         self.deleted = False
         self.paused = False  # management: no dispatch while paused
+        self.exclusive = exclusive
+        self.last_value_key = last_value_key
+        self.non_destructive = non_destructive
+        self.ring_size = ring_size
+        self.group_rebalance = group_rebalance
+        self.group_buckets = group_buckets
+        self.groups: dict[object, Consumer] = {}  # group (or bucket) -> the consumer it is pinned to
+        self._grouped = False  # a grouped message was seen: dispatch must check owners
+        self._last_values: dict[object, MessageReference] = {}
+        self._log: list[MessageReference] = []  # non-destructive: every ref in order
 
     # -- counters ----------------------------------------------------------------------
 
@@ -159,18 +179,51 @@ class Queue:
 
     def add(self, ref: MessageReference, *, head: bool = False, now: int = 0) -> None:
         """Make a reference available (or scheduled), then dispatch."""
-        if ref.message.scheduled and ref.message.scheduled > (now or self.office.now()):
-            self._schedule(ref, ref.message.scheduled)
-        else:
-            self._make_available(ref, head=head)
+        self._admit(ref, now or self.office.now(), head=head)
         self.deliver()
 
     def add_recovered(self, ref: MessageReference) -> None:
         """Recovery adds in sequence order without dispatching (no consumers yet)."""
-        if ref.message.scheduled and ref.message.scheduled > self.office.now():
-            self._schedule(ref, ref.message.scheduled)
+        self._admit(ref, self.office.now(), head=False)
+
+    def _admit(self, ref: MessageReference, now: int, *, head: bool) -> None:
+        message = ref.message
+        if self.last_value_key is not None:
+            value = message.properties.get(self.last_value_key)
+            if value is not None:
+                older = self._last_values.get(value)
+                if older is not None and older.state in (AVAILABLE, SCHEDULED):
+                    self.take(older)
+                    self.messages_acked += 1
+                    self.office.reference_done(older, 0)
+                self._last_values[value] = ref
+        group = message.properties.get(GROUP_ID)
+        if group is not None:
+            self._grouped = True
+        if message.scheduled and message.scheduled > now:
+            self._schedule(ref, message.scheduled)
         else:
-            self._make_available(ref, head=False)
+            self._make_available(ref, head=head)
+        if self.ring_size > 0:
+            while self._available + len(self._scheduled) > self.ring_size:
+                oldest = self._oldest_available()
+                if oldest is None:
+                    break
+                self.take(oldest)
+                self.messages_acked += 1
+                self.office.reference_done(oldest, 0)
+
+    def _oldest_available(self) -> MessageReference | None:
+        best = None
+        for bucket in self._buckets:
+            for ref in bucket:
+                if ref.state == AVAILABLE:
+                    if best is None or ref.seq < best.seq:
+                        best = ref
+                    break
+        if best is None and self._scheduled:
+            best = min(self._scheduled)[2]
+        return best
 
     def _make_available(self, ref: MessageReference, *, head: bool) -> None:
         ref.state = AVAILABLE
@@ -179,6 +232,8 @@ class Queue:
         if ref.in_deque:  # still in place where a selector consumer took it from
             return
         ref.in_deque = True
+        if self.non_destructive:
+            self._log.append(ref)
         bucket = self._buckets[min(max(ref.message.priority, 0), 9)]
         if head:
             bucket.appendleft(ref)
@@ -220,6 +275,8 @@ class Queue:
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
+        if self.group_rebalance:
+            self.groups.clear()
         self.deliver()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -227,11 +284,15 @@ class Queue:
         consumer.closed = True
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        if self.groups:
+            for key in [k for k, c in self.groups.items() if c is consumer]:
+                del self.groups[key]
         refs = list(consumer.delivering.values())
         consumer.delivering.clear()
         consumer.bytes_in_flight = 0
-        for ref in reversed(refs):
-            self._cancel(ref, consumer, redelivered=True)
+        if not self.non_destructive:
+            for ref in reversed(refs):
+                self._cancel(ref, consumer, redelivered=True)
         self.deliver()
         self.office.queue_idle_check(self)
 
@@ -253,7 +314,10 @@ class Queue:
 
     def _deliver_round(self) -> None:
         now = self.office.now()
-        consumers = self.consumers
+        consumers = self.consumers[:1] if self.exclusive else self.consumers
+        if self.non_destructive:
+            self._deliver_non_destructive(consumers, now)
+            return
         while self._available and consumers:
             progressed = False
             n = len(consumers)
@@ -274,12 +338,58 @@ class Queue:
             if not progressed:
                 return
 
+    def _deliver_non_destructive(self, consumers: list[Consumer], now: int) -> None:
+        """Every consumer reads the whole queue in order; acknowledging removes nothing."""
+        log_ = self._log
+        if any(r.state == DONE for r in log_[:64]):
+            self._log = log_ = [r for r in log_ if r.state != DONE]
+            for c in consumers:
+                c.nd_position = 0
+                c.nd_seen = max(c.nd_seen, 0)
+        for consumer in consumers:
+            i = consumer.nd_position
+            while consumer.has_credit() and i < len(log_):
+                ref = log_[i]
+                i += 1
+                if ref.state != AVAILABLE or ref.seq <= consumer.nd_seen:
+                    continue
+                if ref.message.expiration and ref.message.expired(now):
+                    self.take(ref)
+                    self.office.expire(ref)
+                    continue
+                if consumer.selector is not None and not consumer.selector.matches(ref.message):
+                    consumer.nd_seen = ref.seq
+                    continue
+                consumer.nd_seen = ref.seq
+                if not consumer.auto_ack:
+                    consumer.delivering[ref.seq] = ref
+                    consumer.bytes_in_flight += len(ref.message.body)
+                consumer.sink(consumer, ref)
+            consumer.nd_position = i
+
+    def _group_key(self, message: Message) -> object | None:
+        group = message.properties.get(GROUP_ID)
+        if group is None:
+            return None
+        if self.group_buckets > 0:
+            return hash(str(group)) % self.group_buckets
+        return group
+
+    def _eligible(self, consumer: Consumer, ref: MessageReference) -> bool:
+        key = self._group_key(ref.message)
+        if key is not None:
+            owner = self.groups.get(key)
+            if owner is not None and owner is not consumer:
+                return False
+        return consumer.selector is None or consumer.selector.matches(ref.message)
+
     def _next_for(self, consumer: Consumer, now: int) -> MessageReference | None:
         selector = consumer.selector
+        grouped = self._grouped
         for bucket in reversed(self._buckets):
             if not bucket:
                 continue
-            if selector is None:
+            if selector is None and not grouped:
                 while bucket:
                     ref = bucket[0]
                     if ref.state != AVAILABLE:
@@ -304,7 +414,7 @@ class Queue:
                     if ref.message.expiration and ref.message.expired(now):
                         expired.append(ref)
                         continue
-                    if selector.matches(ref.message):
+                    if self._eligible(consumer, ref):
                         found = ref
                         break
                 for ref in expired:
@@ -321,6 +431,13 @@ class Queue:
         return None
 
     def _hand_over(self, consumer: Consumer, ref: MessageReference) -> None:
+        if self._grouped:
+            key = self._group_key(ref.message)
+            if key is not None:
+                if str(ref.message.properties.get(GROUP_SEQ, "")) == "-1":
+                    self.groups.pop(key, None)  # the last message of the group closes it
+                else:
+                    self.groups[key] = consumer
         self._available -= 1
         ref.state = DELIVERING
         ref.consumer = consumer
@@ -335,8 +452,13 @@ class Queue:
 
     # -- acknowledgement -----------------------------------------------------------------
 
-    def acknowledge(self, ref: MessageReference, tx_id: int = 0) -> None:
+    def acknowledge(self, ref: MessageReference, tx_id: int = 0, consumer: Consumer | None = None) -> None:
         """The consumer is done with the message: forget it here and in the store."""
+        if self.non_destructive:  # the message stays; only the consumer's credit comes back
+            if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
+                consumer.bytes_in_flight -= len(ref.message.body)
+                self.deliver()
+            return
         if ref.state == DONE:
             return
         consumer = ref.consumer
@@ -353,8 +475,11 @@ class Queue:
         if consumer is not None and not consumer.closed:
             self.deliver()
 
-    def cancel(self, ref: MessageReference, *, redelivered: bool = True) -> None:
+    def cancel(self, ref: MessageReference, *, redelivered: bool = True, consumer: Consumer | None = None) -> None:
         """Negative acknowledgement or rollback: the message goes back (or to the DLA)."""
+        if self.non_destructive:
+            self.acknowledge(ref, consumer=consumer)
+            return
         consumer = ref.consumer
         if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
             consumer.bytes_in_flight -= len(ref.message.body)

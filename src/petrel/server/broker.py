@@ -80,6 +80,7 @@ class Broker:
         )
         self.office.recover(recovered)
         self.office.ensure_defaults()
+        self._apply_configured_destinations()
         count = sum(q.message_count for q in self.office.queues.values())
         log.info(
             "recovered %d queues and %d messages in %.2fs (node %s)",
@@ -97,6 +98,24 @@ class Broker:
             ", ".join(f"{k} on {config.host}:{v}" for k, v in self.ports.items()),
             extra={"event": "broker.started"},
         )
+
+    def _apply_configured_destinations(self) -> None:
+        """Queues and diverts from broker.toml that do not exist yet."""
+        from petrel.core.message import RoutingType
+
+        office = self.office
+        for q in self.config.queues:
+            if q.name in office.queues:
+                continue
+            attrs = {k: getattr(q, k) for k in ("exclusive", "last_value_key", "non_destructive", "ring_size",
+                                                "group_rebalance", "group_buckets")}
+            office.create_queue(q.name, q.address or q.name, RoutingType.parse(q.routing_type), durable=q.durable,
+                                filter=q.filter, attributes=attrs)
+        for d in self.config.diverts:
+            if d.name in office.diverts:
+                continue
+            office.create_divert(d.name, d.address, d.forwarding_address, exclusive=d.exclusive, filter=d.filter,
+                                 routing_type=d.routing_type)
 
     def _make_store(self, loop: asyncio.AbstractEventLoop, data_dir: Path):
         config = self.config

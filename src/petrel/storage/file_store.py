@@ -4,9 +4,11 @@ Record kinds (the journal's user type byte), bodies in msgpack:
 
 bindings journal
   1 ADDRESS        add     (name, [routing types], auto_created)
-  2 QUEUE          add     (name, address, routing type, filter, auto_created, client_id, subscription, seq)
+  2 QUEUE          add     (name, address, routing type, filter, auto_created, client_id, subscription, seq,
+                           {attributes})
   3 QUEUE_SEQ      update  (reserved sequence high-water mark)
   4 ID_COUNTER     add     (reserved id high-water mark); the previous one is deleted
+  5 DIVERT         add     (name, address, forwarding address, exclusive, filter, routing type)
 
 message journal
   10 MESSAGE       add     (encoded message, [(queue id, seq), ...])
@@ -26,7 +28,7 @@ import msgspec
 
 from petrel.core.message import Message, decode_message, encode_message
 from petrel.storage.journal import FileJournal
-from petrel.storage.store import AddressRecord, QueueRecord, Recovered, RecoveredRef
+from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered, RecoveredRef
 
 log = logging.getLogger("petrel.storage")
 
@@ -38,6 +40,7 @@ class RecordKind(IntEnum):
     QUEUE = 2
     QUEUE_SEQ = 3
     ID_COUNTER = 4
+    DIVERT = 5
     MESSAGE = 10
     ACK = 11
     DELIVERY = 12
@@ -92,11 +95,14 @@ class FileStore:
                 name, rts, auto = unpack(r.body)
                 rec.addresses.append(AddressRecord(r.id, name, list(rts), auto))
             elif r.user_type == RecordKind.QUEUE:
-                name, address, rt, filt, auto, client_id, sub, seq = unpack(r.body)
+                name, address, rt, filt, auto, client_id, sub, seq, *rest = unpack(r.body)
                 for kind, body in r.updates:
                     if kind == RecordKind.QUEUE_SEQ:
                         seq = max(seq, unpack(body))
-                rec.queues.append(QueueRecord(r.id, name, address, rt, filt, auto, client_id, sub, seq))
+                attributes = rest[0] if rest else {}
+                rec.queues.append(QueueRecord(r.id, name, address, rt, filt, auto, client_id, sub, seq, attributes))
+            elif r.user_type == RecordKind.DIVERT:
+                rec.diverts.append(DivertRecord(r.id, *unpack(r.body)))
             elif r.user_type == RecordKind.ID_COUNTER:
                 top = max(top, unpack(r.body))
                 self._counter_record = r.id
@@ -194,7 +200,7 @@ class FileStore:
 
     def add_queue(self, r: QueueRecord) -> None:
         body = pack((r.name, r.address, r.routing_type, r.filter, r.auto_created, r.client_id, r.subscription,
-                     r.seq_reserved))
+                     r.seq_reserved, r.attributes))
         self.bindings.add(r.id, RecordKind.QUEUE, body)
         self._bindings_dirty = True
 
@@ -204,6 +210,15 @@ class FileStore:
 
     def delete_queue(self, queue_id: int) -> None:
         self.bindings.delete(queue_id)
+        self._bindings_dirty = True
+
+    def add_divert(self, r: DivertRecord) -> None:
+        body = pack((r.name, r.address, r.forwarding_address, r.exclusive, r.filter, r.routing_type))
+        self.bindings.add(r.id, RecordKind.DIVERT, body)
+        self._bindings_dirty = True
+
+    def delete_divert(self, divert_id: int) -> None:
+        self.bindings.delete(divert_id)
         self._bindings_dirty = True
 
     # -- messages -----------------------------------------------------------------------

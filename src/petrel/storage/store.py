@@ -37,6 +37,8 @@ class QueueRecord:
     client_id: str | None = None
     subscription: str | None = None
     seq_reserved: int = 0
+    # queue attributes: exclusive, last_value_key, non_destructive, ring_size, group_rebalance, group_buckets
+    attributes: dict = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -47,9 +49,21 @@ class RecoveredRef:
 
 
 @dataclass(slots=True)
+class DivertRecord:
+    id: int
+    name: str
+    address: str
+    forwarding_address: str
+    exclusive: bool = False
+    filter: str | None = None
+    routing_type: str = "STRIP"  # STRIP | PASS | ANYCAST | MULTICAST
+
+
+@dataclass(slots=True)
 class Recovered:
     addresses: list[AddressRecord] = field(default_factory=list)
     queues: list[QueueRecord] = field(default_factory=list)
+    diverts: list[DivertRecord] = field(default_factory=list)
     # messages in journal order, each with its unacknowledged references
     messages: list[tuple[Message, list[RecoveredRef]]] = field(default_factory=list)
     # (record id, address, duplicate id), oldest first
@@ -70,6 +84,8 @@ class Store(Protocol):
     def add_queue(self, record: QueueRecord) -> None: ...
     def reserve_queue_seq(self, queue_id: int, reserved: int) -> None: ...
     def delete_queue(self, queue_id: int) -> None: ...
+    def add_divert(self, record: DivertRecord) -> None: ...
+    def delete_divert(self, divert_id: int) -> None: ...
     def add_message(self, tx_id: int, message: Message, refs: list[tuple[int, int]]) -> None: ...
     def ack(self, tx_id: int, message_id: int, queue_id: int) -> None: ...
     def delete_message(self, tx_id: int, message_id: int) -> None: ...
@@ -106,6 +122,6 @@ class NullStore:
         pass
 
     commit = rollback = add_address = update_address = delete_address = _ignore
-    add_queue = reserve_queue_seq = delete_queue = _ignore
+    add_queue = reserve_queue_seq = delete_queue = add_divert = delete_divert = _ignore
     add_message = ack = delete_message = update_delivery_count = _ignore
     add_duplicate_id = delete_duplicate_id = _ignore

@@ -247,8 +247,16 @@ class StompAdapter:
         client_id = headers.get("client-id") or self.client_id
         name, routing_type = parse_destination(dest)
         try:
-            address, routing_type = self.office.ensure_address_for(name, routing_type)
-            if routing_type == RoutingType.ANYCAST:
+            existing_queue = self.office.queues.get(name)
+            if routing_type == RoutingType.ANYCAST and existing_queue is not None:
+                address = self.office.addresses[existing_queue.address]
+            else:
+                address, routing_type = self.office.ensure_address_for(name, routing_type)
+            existing = self.office.queues.get(name) if routing_type == RoutingType.ANYCAST else None
+            if existing is not None:
+                # A queue by that name, whatever its address (virtual-topic consumer queues).
+                queue, consumer_selector = existing, selector
+            elif routing_type == RoutingType.ANYCAST:
                 queue = self.office.ensure_anycast_queue(address)
                 consumer_selector = selector
             else:
@@ -336,12 +344,12 @@ class StompAdapter:
         tx = self._tx(frame) if "transaction" in headers else None
         queue = consumer.queue
         for ref in refs:
-            if tx is not None and positive:
+            if tx is not None and positive and not queue.non_destructive:
                 tx.hold_ack(ref)
             elif positive:
-                queue.acknowledge(ref)
+                queue.acknowledge(ref, consumer=consumer)
             else:
-                queue.cancel(ref, redelivered=True)
+                queue.cancel(ref, redelivered=True, consumer=consumer)
         self.receipt(frame, durable=positive and tx is None)
 
     # -- output ----------------------------------------------------------------------------
