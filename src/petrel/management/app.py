@@ -1,0 +1,97 @@
+"""The aiohttp application: JSON errors, /health, /metrics, the OpenAPI document and /api/v1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from petrel.core.selector import SelectorError
+from petrel.management import address_api, broker_api, message_api, queue_api
+from petrel.management.errors import ApiError
+from petrel.management.keys import BROKER, SERVER
+from petrel.management.metrics import CONTENT_TYPE
+from petrel.management.openapi import document
+from petrel.management.views import uptime
+
+if TYPE_CHECKING:
+    from petrel.management.server import ManagementServer
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("petrel.management")
+
+MAX_BODY = 1 << 20
+
+
+def error_response(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler) -> web.StreamResponse:
+    """Every failure becomes ``{"error": message}`` with its status."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc.status, exc.message)
+    except SelectorError as exc:
+        return error_response(HTTPStatus.BAD_REQUEST, str(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.status == HTTPStatus.NOT_FOUND:
+            message = f"no such resource: {request.path}"
+        elif exc.status == HTTPStatus.METHOD_NOT_ALLOWED:
+            message = f"{request.method} is not allowed on {request.path}"
+        else:
+            message = exc.text or exc.reason
+        return error_response(exc.status, message)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("management request %s %s failed", request.method, request.path)
+        return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/health", allow_head=False)
+async def health(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    server = request.app[SERVER]
+    ready = not server.stopping and broker.office is not None
+    body = {
+        "status": "ok" if ready else "stopping",
+        "live": True,
+        "ready": ready,
+        "name": broker.config.name,
+        "node_id": broker.node_id,
+        "uptime_seconds": uptime(broker.started_at),
+    }
+    return web.json_response(body, status=HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE)
+
+
+@routes.get("/metrics", allow_head=False)
+async def metrics(request: web.Request) -> web.Response:
+    m = request.app[SERVER].metrics
+    await asyncio.get_running_loop().run_in_executor(None, m.read_journal_stats)
+    return web.Response(body=m.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+@routes.get("/api/v1/openapi.json", allow_head=False)
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(document(request.app[BROKER].version))
+
+
+def create_app(server: ManagementServer) -> web.Application:
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY)
+    app[BROKER] = server.broker
+    app[SERVER] = server
+    for table in (routes, broker_api.routes, address_api.routes, queue_api.routes, message_api.routes):
+        app.router.add_routes(table)
+    return app

@@ -1,0 +1,214 @@
+"""The OpenAPI 3 description of the management API, served at /api/v1/openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["document"]
+
+_S = "#/components/schemas/"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _S + name}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_FILTER = {"name": "filter", "in": "query", "required": False,
+           "description": "a JMS selector (SQL-92 subset) that messages must match", "schema": {"type": "string"}}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+
+
+def _op(summary: str, ok: dict[str, Any], *, status: str = "200", params: list | None = None,
+        body: dict[str, Any] | None = None, errors: dict[str, str] | None = None, tag: str = "broker") -> dict:
+    op: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": {status: ok}}
+    if params:
+        op["parameters"] = params
+    if body is not None:
+        op["requestBody"] = {"required": False, "content": {"application/json": {"schema": body}}}
+    for code, text in (errors or {}).items():
+        op["responses"][code] = _error(text)
+    return op
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_BOOL = {"type": "boolean"}
+_NSTR = {"type": "string", "nullable": True}
+_RT = {"type": "string", "enum": ["ANYCAST", "MULTICAST"]}
+_QUEUE_NOT_FOUND = {"404": "no such queue"}
+
+
+def _schemas() -> dict[str, Any]:
+    queue = _obj({
+        "name": _STR, "address": _STR, "consumer_count": _INT, "message_count": _INT, "messages_added": _INT,
+        "delivering_count": _INT, "messages_acked": _INT, "scheduled_count": _INT, "messages_expired": _INT,
+        "messages_killed": _INT, "routing_type": _RT, "durable": _BOOL, "filter": _NSTR, "paused": _BOOL,
+        "temporary": _BOOL, "auto_created": _BOOL, "id": _INT,
+    }, ["name", "address", "message_count", "routing_type"])
+    address = _obj({
+        "name": _STR, "routing_types": {"type": "array", "items": _RT}, "auto_created": _BOOL,
+        "queue_count": _INT, "queues": {"type": "array", "items": _STR}, "message_count": _INT, "id": _INT,
+    }, ["name", "routing_types"])
+    detail = _obj({**address["properties"], "queues": {"type": "array", "items": _ref("Queue")}}, ["name"])
+    message = _obj({
+        "seq": _INT, "message_id": _INT, "address": _STR, "durable": _BOOL, "priority": _INT, "timestamp": _INT,
+        "expiration": _INT, "scheduled": _INT, "delivery_count": _INT, "user_id": _NSTR,
+        "properties": {"type": "object", "additionalProperties": True}, "body_size": _INT,
+        "body": _STR, "body_encoding": {"type": "string", "enum": ["text", "base64"]},
+    }, ["seq", "message_id", "body_size"])
+    return {
+        "Error": _obj({"error": _STR}, ["error"]),
+        "Health": _obj({"status": _STR, "live": _BOOL, "ready": _BOOL, "name": _STR, "node_id": _STR,
+                        "uptime_seconds": {"type": "number"}}, ["status", "live", "ready"]),
+        "BrokerStatus": _obj({
+            "name": _STR, "version": _STR, "node_id": _STR, "state": _STR, "ha_role": _STR,
+            "started_at": _STR, "uptime_seconds": {"type": "number"},
+            "ports": {"type": "object", "additionalProperties": _INT},
+            "connection_count": _INT, "address_count": _INT, "queue_count": _INT, "message_count": _INT,
+            "messages_routed": _INT, "messages_unrouted": _INT, "messages_duplicate": _INT,
+            "persistence_enabled": _BOOL, "memory": _obj({"rss_bytes": _INT}),
+            "disk": _obj({"data_dir": _STR, "used_bytes": _INT, "fs_total_bytes": _INT, "fs_free_bytes": _INT}),
+            "journal": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": True}},
+        }, ["name", "version", "node_id", "ha_role", "uptime_seconds", "connection_count"]),
+        "Queue": queue,
+        "QueueList": _obj({"queues": {"type": "array", "items": _ref("Queue")}, "count": _INT}, ["queues"]),
+        "QueueCreate": _obj({"name": _STR, "address": _STR, "routing_type": _RT, "durable": _BOOL,
+                             "filter": _NSTR}, ["name"]),
+        "Address": address,
+        "AddressDetail": detail,
+        "AddressList": _obj({"addresses": {"type": "array", "items": _ref("Address")}, "count": _INT},
+                            ["addresses"]),
+        "AddressCreate": _obj({"name": _STR, "routing_types": {"type": "array", "items": _RT}}, ["name"]),
+        "Message": message,
+        "MessagePage": _obj({"queue": _STR, "offset": _INT, "limit": _INT, "count": _INT, "more": _BOOL,
+                             "messages": {"type": "array", "items": _ref("Message")}}, ["messages"]),
+        "Connection": _obj({"id": _STR, "remote_address": _STR, "protocol": _NSTR, "client_id": _NSTR,
+                            "consumer_count": _INT, "writing_paused": _BOOL}, ["id", "remote_address"]),
+        "Consumer": _obj({"id": _INT, "queue": _STR, "address": _STR, "routing_type": _RT, "filter": _NSTR,
+                          "connection_id": _NSTR, "remote_address": _NSTR, "delivering_count": _INT,
+                          "bytes_in_flight": _INT, "window": _INT, "window_bytes": _INT, "auto_ack": _BOOL,
+                          "paused": _BOOL}, ["id", "queue"]),
+        "FilterBody": _obj({"filter": _NSTR}),
+        "MoveBody": _obj({"to": _STR, "filter": _NSTR}, ["to"]),
+    }
+
+
+def _paths() -> dict[str, Any]:
+    bad_filter = {"400": "the filter is not a valid selector", **_QUEUE_NOT_FOUND}
+    return {
+        "/health": {"get": _op("Liveness and readiness: 200 while serving, 503 while stopping",
+                               _json(_ref("Health"), "serving"), errors={"503": "stopping"}, tag="health")},
+        "/metrics": {"get": _op("Prometheus metrics in the text exposition format", {
+            "description": "metrics", "content": {"text/plain": {"schema": _STR}}}, tag="health")},
+        "/api/v1/openapi.json": {"get": _op("This document", _json({"type": "object"}, "the OpenAPI document"),
+                                            tag="health")},
+        "/api/v1/broker": {"get": _op("Broker status: identity, uptime, HA role, usage, journal figures",
+                                      _json(_ref("BrokerStatus"), "status"))},
+        "/api/v1/broker/scale-down": {"post": _op(
+            "Scale this broker down, handing its messages to another (not available yet)",
+            _error("never answered yet"), status="501")},
+        "/api/v1/connections": {"get": _op("Client connections", _json(_obj({
+            "connections": {"type": "array", "items": _ref("Connection")}, "count": _INT}), "connections"))},
+        "/api/v1/consumers": {"get": _op(
+            "Consumers, of every queue or of one", _json(_obj({
+                "consumers": {"type": "array", "items": _ref("Consumer")}, "count": _INT}), "consumers"),
+            params=[_query("queue", _STR, "only this queue's consumers")], errors=_QUEUE_NOT_FOUND)},
+        "/api/v1/addresses": {
+            "get": _op("All addresses", _json(_ref("AddressList"), "addresses"), tag="addresses"),
+            "post": _op("Create an address", _json(_ref("AddressDetail"), "created"), status="201",
+                        body=_ref("AddressCreate"), tag="addresses",
+                        errors={"400": "bad input", "409": "the address exists"}),
+        },
+        "/api/v1/addresses/{name}": {
+            "parameters": [_NAME],
+            "get": _op("One address and its queues", _json(_ref("AddressDetail"), "the address"),
+                       tag="addresses", errors={"404": "no such address"}),
+            "delete": _op("Delete an address (with its queues when force=true)", _json(_obj({
+                "deleted": _STR, "queues_deleted": {"type": "array", "items": _STR}}), "deleted"),
+                params=[_query("force", _BOOL, "delete the address's queues too")], tag="addresses",
+                errors={"404": "no such address", "409": "the address has queues"}),
+        },
+        "/api/v1/queues": {
+            "get": _op("Queues with their queue stat attributes", _json(_ref("QueueList"), "queues"), params=[
+                _query("name", _STR, "only queues whose name contains this"),
+                _query("address", _STR, "only queues bound to this address"),
+                _query("temporary", _BOOL, "include temporary queues (default true)"),
+            ], tag="queues", errors={"400": "bad input"}),
+            "post": _op("Create a queue (and its address if needed)", _json(_ref("Queue"), "created"),
+                        status="201", body=_ref("QueueCreate"), tag="queues",
+                        errors={"400": "bad input or filter", "409": "the queue exists"}),
+        },
+        "/api/v1/queues/{name}": {
+            "parameters": [_NAME],
+            "get": _op("One queue", _json(_ref("Queue"), "the queue"), tag="queues", errors=_QUEUE_NOT_FOUND),
+            "delete": _op("Delete a queue and its messages", _json(_obj({
+                "deleted": _STR, "messages_removed": _INT}), "deleted"),
+                params=[_query("remove_consumers", _BOOL, "delete even if consumers are attached")],
+                tag="queues", errors={**_QUEUE_NOT_FOUND, "409": "the queue has consumers"}),
+        },
+        "/api/v1/queues/{name}/pause": {"parameters": [_NAME], "post": _op(
+            "Stop dispatching to consumers", _json(_ref("Queue"), "paused"), tag="queues",
+            errors=_QUEUE_NOT_FOUND)},
+        "/api/v1/queues/{name}/resume": {"parameters": [_NAME], "post": _op(
+            "Dispatch again", _json(_ref("Queue"), "resumed"), tag="queues", errors=_QUEUE_NOT_FOUND)},
+        "/api/v1/queues/{name}/messages": {"parameters": [_NAME], "get": _op(
+            "Browse waiting messages without consuming them, a page at a time",
+            _json(_ref("MessagePage"), "a page"), params=[
+                _FILTER,
+                _query("offset", {"type": "integer", "minimum": 0}, "skip this many matching messages"),
+                _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "page size (default 100)"),
+                _query("body", {"type": "string", "enum": ["auto", "text", "base64", "none"]},
+                       "body as UTF-8 text, base64, text when it decodes (auto, the default), or left out"),
+            ], tag="messages", errors=bad_filter)},
+        "/api/v1/queues/{name}/count": {"parameters": [_NAME], "get": _op(
+            "Count messages, all or those matching a filter",
+            _json(_obj({"queue": _STR, "filter": _NSTR, "count": _INT}), "the count"),
+            params=[_FILTER], tag="messages", errors=bad_filter)},
+        "/api/v1/queues/{name}/purge": {"parameters": [_NAME], "post": _op(
+            "Remove waiting messages (those matching the filter, or all)",
+            _json(_obj({"queue": _STR, "removed": _INT}), "purged"), body=_ref("FilterBody"),
+            tag="messages", errors=bad_filter)},
+        "/api/v1/queues/{name}/move": {"parameters": [_NAME], "post": _op(
+            "Move waiting messages to another queue", _json(_obj({"queue": _STR, "to": _STR, "moved": _INT}),
+                                                            "moved"),
+            body=_ref("MoveBody"), tag="messages",
+            errors={"400": "bad input or filter", "404": "no such queue (source or target)"})},
+        "/api/v1/queues/{name}/retry": {"parameters": [_NAME], "post": _op(
+            "Send dead-lettered or expired messages back to their original address",
+            _json(_obj({"queue": _STR, "retried": _INT}), "retried"), body=_ref("FilterBody"),
+            tag="messages", errors=bad_filter)},
+    }
+
+
+def document(version: str) -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Petrel management API",
+            "version": version,
+            "description": "Broker status, addresses, queues and their messages, connections and consumers. "
+                           "Every error is a JSON object {\"error\": message} with a 4xx or 5xx status.",
+        },
+        "paths": _paths(),
+        "components": {"schemas": _schemas()},
+        "tags": [{"name": t} for t in ("health", "broker", "addresses", "queues", "messages")],
+    }
