@@ -50,6 +50,7 @@ class Broker:
         self._stopping = False
         self.store = None
         self.office: PostOffice | None = None
+        self.management = None  # the management HTTP server, when http_port >= 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -91,6 +92,12 @@ class Broker:
         stomp_port = config.listen_stomp_port()
         if stomp_port >= 0:
             await self._listen("stomp", stomp_port, ("stomp",))
+        http_port = config.listen_http_port()
+        if http_port >= 0:
+            from petrel.management.server import ManagementServer
+
+            self.management = ManagementServer(self)
+            self.ports["http"] = await self.management.start(config.host, http_port)
         self._schedule_expiry_scan()
         self.started_at = time.time()
         log.info(
@@ -179,6 +186,8 @@ class Broker:
         if self._stopping:
             return
         self._stopping = True
+        if self.management is not None:
+            await self.management.stop()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
         for server in self.servers:
