@@ -28,7 +28,7 @@ from .records import (
 )
 from .recovery import LoadedJournal, recover
 from .segment import FilePool, Layout, SegmentInfo
-from .writer import BatchHook, Callback, Pending, Writer
+from .writer import BatchHook, BatchStats, Callback, Pending, Writer
 
 __all__ = ["FileJournal"]
 
@@ -105,6 +105,18 @@ class FileJournal:
     @before_durable.setter
     def before_durable(self, hook: BatchHook | None) -> None:
         self._writer.before_durable = hook
+
+    @property
+    def on_batch_stats(self) -> BatchStats | None:
+        """Figures hook: called in the writer thread after each batch as
+        ``(records, bytes, sync_seconds)`` (``sync_seconds`` is 0.0 when nothing was synced).
+        It must be quick and thread-safe (metrics use it); an exception is logged, not raised.
+        """
+        return self._writer.on_batch_stats
+
+    @on_batch_stats.setter
+    def on_batch_stats(self, hook: BatchStats | None) -> None:
+        self._writer.on_batch_stats = hook
 
     @property
     def position(self) -> tuple[int, int]:

@@ -39,6 +39,7 @@ _datasync = os.fdatasync  # module level so tests can slow it down
 
 Callback = Callable[[], None]
 BatchHook = Callable[[list[tuple[int, int, bytes]]], None]
+BatchStats = Callable[[int, int, float], None]  # records, bytes, seconds spent syncing
 
 
 class Pending:
@@ -83,6 +84,7 @@ class Writer:
         self.meta_lock = threading.Lock()  # guards the segment table for introspection
         self.before_durable: BatchHook | None = None
         self.on_batch_durable: Callable[[list[Callback]], None] | None = None
+        self.on_batch_stats: BatchStats | None = None
         self.checkpoint: Callable[[str], None] = lambda step: None  # compaction test seam
         self.failure: BaseException | None = None
         self.thread: threading.Thread | None = None
@@ -246,6 +248,12 @@ class Writer:
                     notify(callbacks)
                 except Exception:
                     log.exception("on_batch_durable failed")
+        stats = self.on_batch_stats
+        if stats is not None:
+            try:
+                stats(len(items), written, self.last_sync_ns / 1e9 if unsynced and sync else 0.0)
+            except Exception:
+                log.exception("on_batch_stats failed")
 
     # housekeeping ---------------------------------------------------------------------
 
