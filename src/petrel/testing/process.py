@@ -31,12 +31,14 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: f
 
 
 class BrokerProcess:
-    def __init__(self, workdir: Path, *, settings: str = "", name: str = "petrel", env: dict | None = None) -> None:
+    def __init__(self, workdir: Path, *, settings: str = "", name: str = "petrel", env: dict | None = None,
+                 http: bool = False) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.workdir / "data"
         self.port = free_port()
         self.stomp_port = free_port()
+        self.http_port = free_port() if http else -1  # the management API, when asked for
         self.config_path = self.workdir / "broker.toml"
         self.config_path.write_text(
             f'name = "{name}"\n'
@@ -44,7 +46,7 @@ class BrokerProcess:
             f'host = "127.0.0.1"\n'
             f"port = {self.port}\n"
             f"stomp_port = {self.stomp_port}\n"
-            f"http_port = -1\n" + settings
+            f"http_port = {self.http_port}\n" + settings
         )
         self.log_path = self.workdir / "broker.log"
         self.env = env or {}
@@ -72,7 +74,11 @@ class BrokerProcess:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.stomp_port), timeout=1):
-                    return True
+                    pass
+                if self.http_port > 0:
+                    with socket.create_connection(("127.0.0.1", self.http_port), timeout=1):
+                        pass
+                return True
             except OSError:
                 return False
 
