@@ -33,6 +33,8 @@ COMMANDS = {
     "run": "petrel.cli.run:run",
     "create": "petrel.cli.create:create",
     "data": "petrel.cli.data:data",
+    "queue": "petrel.cli.queue:queue",
+    "address": "petrel.cli.address:address",
 }
 
 
