@@ -88,7 +88,7 @@ class Broker:
             len(self.office.queues), count, time.monotonic() - t0, self.node_id,
             extra={"event": "broker.recovered"},
         )
-        await self._listen("all", config.listen_port(), ("stomp",))
+        await self._listen("all", config.listen_port(), ("core", "stomp"))
         stomp_port = config.listen_stomp_port()
         if stomp_port >= 0:
             await self._listen("stomp", stomp_port, ("stomp",))
@@ -164,6 +164,10 @@ class Broker:
             from petrel.server.adapters.stomp import StompAdapter
 
             return StompAdapter(self, conn)
+        if kind == "core":
+            from petrel.server.adapters.core import CoreAdapter
+
+            return CoreAdapter(self, conn)
         raise ValueError(kind)
 
     def _schedule_expiry_scan(self) -> None:

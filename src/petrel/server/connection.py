@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("petrel.server.connection")
 
 STOMP_PREFIXES = (b"CONNECT", b"STOMP")
+CORE_MAGIC = b"PETREL"  # petrel.codec.core.MAGIC
 DETECT_BYTES = 8
 
 
@@ -29,7 +30,10 @@ class Adapter(Protocol):
 
 
 def detect(head: bytes) -> str | None:
-    """The protocol a client speaks, from its first bytes: 'stomp', 'unknown', or None (need more)."""
+    """The protocol a client speaks, from its first bytes: 'core', 'stomp', 'unknown', or None (need more)."""
+    n = min(len(CORE_MAGIC), len(head))
+    if n and head[:n] == CORE_MAGIC[:n]:
+        return "core" if n == len(CORE_MAGIC) else None
     stripped = head.lstrip(b"\r\n")
     if not stripped:
         return None if len(head) < 1024 else "unknown"
