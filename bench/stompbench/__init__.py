@@ -1,0 +1,1 @@
+"""stompbench: Petrel side by side with ActiveMQ and RabbitMQ over pipelined STOMP."""
