@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
@@ -116,6 +116,7 @@ class BrokerMetrics:
     """The registry of one broker and the hooks that feed it."""
 
     def __init__(self, broker: Broker) -> None:
+        disable_created_metrics()  # no `_created` series: Artemis has none, and they double the text
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = _BrokerCollector(broker)
