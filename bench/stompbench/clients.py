@@ -33,6 +33,7 @@ class ClientResult:
     receipts: int = 0
     received: int = 0
     start_ns: int = 0
+    subscribe_ns: int = 0
     first_send_ns: int = 0
     last_send_ns: int = 0
     last_receipt_ns: int = 0
@@ -239,6 +240,7 @@ class Consumer:
             ("receipt", "subscribed"),
         ]
         assert self._writer is not None and self._reader is not None
+        self.result.subscribe_ns = now_ns()
         self._writer.write(render("SUBSCRIBE", headers))
         deadline = time.monotonic() + timeout
         while not self._consume(self._buf, now_ns()):

@@ -85,6 +85,8 @@ def measure_workload(broker: Broker, workload: Workload, run: int, plan: Plan) -
             summarise(phase, outcome.results, m)
             cpu = None if probe.cpu0 is None or cpu1 is None else cpu1 - probe.cpu0
             add_broker_figures(m, cpu, rss)
+            if outcome.loads:
+                m.generator_cpu_pct = 100.0 * max(outcome.loads)
             if m.error:  # later phases depend on this one (S5 drain on S5 fill)
                 for rest in rows[rows.index(m) + 1 :]:
                     rest.error = f"skipped: {m.row} failed"
@@ -100,7 +102,8 @@ def describe(m: Measurement) -> str:
     lat = f" p50 {m.p50_ms:.2f} ms p99 {m.p99_ms:.2f} ms" if m.p50_ms is not None else ""
     cpu = f" cpu {m.cpu_us_per_msg:.1f} us/msg" if m.cpu_us_per_msg is not None else ""
     rss = f" rss {m.peak_rss_mib:.0f} MiB" if m.peak_rss_mib is not None else ""
-    return f"{m.row:8} {m.broker:9} {m.rate:>10,.0f} msgs/s{lat}{cpu}{rss}"
+    gen = f" gen {m.generator_cpu_pct:.0f}%" if m.generator_cpu_pct is not None else ""
+    return f"{m.row:8} {m.broker:9} {m.rate:>10,.0f} msgs/s{lat}{cpu}{rss}{gen}"
 
 
 def run_plan(plan: Plan) -> list[Measurement]:

@@ -36,6 +36,7 @@ class Measurement:
     cpu_s: float | None = None
     cpu_us_per_msg: float | None = None
     peak_rss_mib: float | None = None
+    generator_cpu_pct: float | None = None  # busiest generator process, CPU time / wall time
     error: str | None = None
 
     @property
@@ -57,7 +58,8 @@ def summarise(phase: Phase, results: list[ClientResult], m: Measurement) -> Meas
 
     msgs/s: with consumers, deliveries / (last receive - first send), or - first
     subscribe when the phase has no producer; without consumers, sends / (last
-    RECEIPT - first send).
+    RECEIPT - first send).  A phase without producers starts when its consumers
+    send SUBSCRIBE.
     """
     producers = [r for r in results if r.role == "producer"]
     consumers = [r for r in results if r.role == "consumer"]
@@ -65,7 +67,7 @@ def summarise(phase: Phase, results: list[ClientResult], m: Measurement) -> Meas
     if phase.consumers:
         m.messages = sum(r.received for r in consumers)
         starts = [r.first_send_ns for r in producers if r.first_send_ns]
-        starts = starts or [r.start_ns for r in consumers if r.start_ns]
+        starts = starts or [r.subscribe_ns for r in consumers if r.subscribe_ns]
         ends = [r.last_recv_ns for r in consumers if r.last_recv_ns]
     else:
         windowed = any(p.window for p in phase.producers)
@@ -114,7 +116,7 @@ def medians(measurements: list[Measurement]) -> dict[tuple[str, str, int], dict[
     for key, ms in groups.items():
         good = [m for m in ms if m.ok]
         cells = {}
-        for metric in METRICS:
+        for metric in (*METRICS, "generator_cpu_pct"):
             values = [getattr(m, metric) for m in good if getattr(m, metric) is not None]
             cells[metric] = Cell(statistics.median(values) if values else None, len(good), len(ms))
         table[key] = cells

@@ -68,14 +68,23 @@ def comparison_table(
     return "\n".join(lines)
 
 
-def best_by_row(measurements: list[Measurement], procs: int) -> dict[str, tuple[float, str]]:
-    """row -> (best median msgs/s over the brokers, that broker) at ``procs``."""
-    best: dict[str, tuple[float, str]] = {}
+def best_by_row(
+    measurements: list[Measurement], procs: int
+) -> dict[str, tuple[float, str, float | None]]:
+    """row -> (best median msgs/s over the brokers, that broker, its generator CPU %)."""
+    best: dict[str, tuple[float, str, float | None]] = {}
     for (broker, row, p), cells in medians(measurements).items():
         v = cells["rate"].value
         if p == procs and v is not None and (row not in best or v > best[row][0]):
-            best[row] = (v, broker)
+            best[row] = (v, broker, cells["generator_cpu_pct"].value)
     return best
+
+
+def _best(entry: tuple[float, str, float | None] | None) -> str:
+    if entry is None:
+        return "–"
+    load = f", busiest generator process {entry[2]:.0f}% CPU" if entry[2] is not None else ""
+    return f"{entry[0]:,.0f} ({entry[1]}{load})"
 
 
 def procs_table(measurements: list[Measurement], rows: list[str], low: int, high: int) -> str:
@@ -89,10 +98,8 @@ def procs_table(measurements: list[Measurement], rows: list[str], low: int, high
         if row not in a and row not in b:
             continue
         va, vb = a.get(row), b.get(row)
-        left = f"{va[0]:,.0f} ({va[1]})" if va else "–"
-        right = f"{vb[0]:,.0f} ({vb[1]})" if vb else "–"
         change = f"{vb[0] / va[0]:.2f}" if va and vb and va[0] else "–"
-        lines.append(f"| {row} | {left} | {right} | {change} |")
+        lines.append(f"| {row} | {_best(va)} | {_best(vb)} | {change} |")
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ class PhaseOutcome:
     results: list[ClientResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     processes: int = 0
+    loads: list[float] = field(default_factory=list)  # per worker: CPU time / wall time
 
 
 def split(phase: Phase, procs: int) -> list[Group]:
@@ -83,11 +84,15 @@ async def _run_group(
         raise
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, barrier.wait, CONNECT_TIMEOUT)
+    cpu0, wall0 = time.process_time(), time.monotonic()
     deadline_ns = time.monotonic_ns() + int(timeout_s * 1e9)
     if not subscribe_first:
         await asyncio.gather(*(c.subscribe(CONNECT_TIMEOUT) for c in consumers))
     tasks = [c.run(deadline_ns) for c in consumers] + [p.run(deadline_ns) for p in producers]
-    return list(await asyncio.gather(*tasks))
+    results = list(await asyncio.gather(*tasks))
+    wall = time.monotonic() - wall0
+    load = (time.process_time() - cpu0) / wall if wall > 0 else 0.0
+    return results, load
 
 
 def _worker(index, group, phase, dialect, host, port, body_size, barrier, results, timeout_s):
@@ -98,16 +103,16 @@ def _worker(index, group, phase, dialect, host, port, body_size, barrier, result
     except ImportError:
         pass
     try:
-        out = asyncio.run(
+        out, load = asyncio.run(
             _run_group(group, phase, dialect, host, port, body_size, barrier, timeout_s)
         )
-        results.put((index, out, None))
+        results.put((index, out, load, None))
     except BaseException as exc:  # report every failure to the parent, then exit
         try:
             barrier.abort()
         except Exception:
             pass
-        results.put((index, [], f"worker {index}: {type(exc).__name__}: {exc}"))
+        results.put((index, [], None, f"worker {index}: {type(exc).__name__}: {exc}"))
 
 
 def run_phase(
@@ -153,12 +158,14 @@ def run_phase(
         pending = len(workers)
         while pending:
             try:
-                _, out, error = results.get(timeout=max(0.1, end - time.monotonic()))
+                _, out, load, error = results.get(timeout=max(0.1, end - time.monotonic()))
             except queue.Empty:
                 outcome.errors.append(f"{pending} worker(s) did not report in time")
                 break
             pending -= 1
             outcome.results.extend(out)
+            if load is not None:
+                outcome.loads.append(load)
             if error:
                 outcome.errors.append(error)
     finally:
