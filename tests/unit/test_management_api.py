@@ -92,10 +92,13 @@ def test_health_answers_503_while_stopping(tmp_path):
                 assert asyncio.get_running_loop().time() < deadline, "health never went 503"
                 await asyncio.sleep(0.01)
             assert body["ready"] is False and body["status"] == "stopping"
+            await broker.stop()  # cuts the grace period short
             stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stopping
-            await broker.management._runner.cleanup()
+            with pytest.raises(aiohttp.ClientConnectionError):
+                async with http.get("/health"):
+                    pass
 
     asyncio.run(main())
 

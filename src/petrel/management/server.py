@@ -29,6 +29,7 @@ class ManagementServer:
         self.app = create_app(self)
         self.stopping = False
         self.port = -1
+        self._closed = False
         self._runner = web.AppRunner(
             self.app, access_log=None, handle_signals=False, shutdown_timeout=shutdown_timeout
         )
@@ -41,6 +42,7 @@ class ManagementServer:
         try:
             await site.start()
         except OSError as exc:
+            self._closed = True
             await runner.cleanup()
             raise PetrelError(f"cannot listen on {host}:{port} (http): {exc.strerror}") from None
         self.port = runner.addresses[0][1]
@@ -49,11 +51,15 @@ class ManagementServer:
         return self.port
 
     async def stop(self, grace: float = 0.0) -> None:
-        """Answer /health with 503 from now on; after ``grace`` seconds stop listening."""
-        if self.stopping:
-            return
+        """Answer /health with 503 from now on; after ``grace`` seconds stop listening.
+
+        Safe to call again (a call with no grace cuts a pending grace period short).
+        """
         self.stopping = True
-        if grace > 0:
+        if grace > 0 and not self._closed:
             await asyncio.sleep(grace)
+        if self._closed:
+            return
+        self._closed = True
         self.metrics.detach()
         await self._runner.cleanup()

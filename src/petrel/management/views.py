@@ -19,6 +19,7 @@ __all__ = [
     "consumer_view",
     "message_view",
     "queue_view",
+    "uptime",
 ]
 
 # The `artemis queue stat` columns and the keys that carry them in a queue view.
