@@ -40,6 +40,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass(frozen=True, slots=True)
+class LargeBody:
+    """A body kept in its own file (`storage/large.py`), not in memory or the journal.
+
+    `name` is the file's name inside the large-message directory (`<message id>.msg` of the
+    message that wrote it); `size` is the body's length in bytes.
+    """
+
+    name: str
+    size: int
+
+    @classmethod
+    def for_message(cls, message_id: int, size: int) -> LargeBody:
+        return cls(f"{message_id}.msg", size)
+
+
 @dataclass(slots=True, eq=False)
 class Message:
     """One message. `properties` are the application headers, values kept as strings or numbers."""
@@ -55,12 +71,20 @@ class Message:
     scheduled: int = 0  # epoch ms, 0 = deliver now
     routing_type: RoutingType | None = None
     user_id: str | None = None
+    # Set for a large message: its body is in a file and `body` is b"".
+    large: LargeBody | None = None
     # Queues still holding a reference; when it falls to zero the stored message goes.
     ref_count: int = 0
 
     @property
     def size(self) -> int:
         return len(self.body) + 64 + sum(len(k) + len(str(v)) for k, v in self.properties.items())
+
+    @property
+    def body_size(self) -> int:
+        """The body's length, wherever it is kept."""
+        large = self.large
+        return len(self.body) if large is None else large.size
 
     @property
     def duplicate_id(self) -> str | None:
@@ -125,25 +149,26 @@ _decoder = msgspec.msgpack.Decoder()
 
 
 def encode_message(m: Message) -> bytes:
-    return _encoder.encode(
-        (
-            m.address,
-            m.body,
-            m.properties,
-            m.durable,
-            m.priority,
-            m.expiration,
-            m.timestamp,
-            m.scheduled,
-            -1 if m.routing_type is None else int(m.routing_type),
-            m.user_id,
-        )
+    fields = (
+        m.address,
+        m.body,
+        m.properties,
+        m.durable,
+        m.priority,
+        m.expiration,
+        m.timestamp,
+        m.scheduled,
+        -1 if m.routing_type is None else int(m.routing_type),
+        m.user_id,
     )
+    if m.large is not None:  # an eleventh field names the body's file
+        fields += ((m.large.name, m.large.size),)
+    return _encoder.encode(fields)
 
 
 def decode_message(message_id: int, data: bytes) -> Message:
-    (address, body, props, durable, priority, expiration, timestamp, scheduled, rt, user_id) = _decoder.decode(
-        data
+    (address, body, props, durable, priority, expiration, timestamp, scheduled, rt, user_id, *large) = (
+        _decoder.decode(data)
     )
     return Message(
         id=message_id,
@@ -157,4 +182,5 @@ def decode_message(message_id: int, data: bytes) -> Message:
         scheduled=scheduled,
         routing_type=None if rt < 0 else RoutingType(rt),
         user_id=user_id,
+        large=LargeBody(*large[0]) if large else None,
     )

@@ -90,6 +90,7 @@ def _transfer(
         timestamp=old.timestamp,
         user_id=old.user_id,
     )
+    office.link_large(copy, old)  # a large body gets its own file name for the copy's id
     tx_id = office.store.begin()
     source.take(ref)
     source.messages_acked += 1
@@ -104,4 +105,4 @@ def _transfer(
             office.ensure_anycast_queue(target)
         office.route_to(copy, None, tx_id)
     office.reference_done(ref, tx_id)
-    office.store.commit(tx_id)
+    office.commit_store(tx_id)

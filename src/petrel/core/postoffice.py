@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.address import Address
 from petrel.core.divert import ROUTING_TYPES as DIVERT_ROUTING_TYPES
@@ -19,6 +19,7 @@ from petrel.core.divert import Divert
 from petrel.core.duplicates import DuplicateIdCache
 from petrel.core.message import (
     ACTUAL_EXPIRY_TIME,
+    LargeBody,
     ORIGINAL_ADDRESS,
     ORIGINAL_MESSAGE_ID,
     ORIGINAL_QUEUE,
@@ -31,6 +32,9 @@ from petrel.core.selector import compile_selector
 from petrel.core.settings import AddressSettings, AddressSettingsRepository
 from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered, Store
+
+if TYPE_CHECKING:
+    from petrel.storage.large import LargeFiles
 
 log = logging.getLogger("petrel.core.postoffice")
 
@@ -73,6 +77,7 @@ class PostOffice:
         *,
         id_cache_size: int = 20000,
         persist_id_cache: bool = True,
+        large: LargeFiles | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
@@ -89,6 +94,11 @@ class PostOffice:
         self.unrouted = 0
         self.duplicates = 0
         self.messages_routed = 0
+        # Large-message files: how many references hold each (by name), and files let go
+        # inside a store transaction, deleted once it commits (see `commit_store`).
+        self.large = large
+        self.large_holders: dict[str, int] = {}
+        self._large_in_tx: dict[int, list[LargeBody]] = {}
 
     def settings_for(self, address: str) -> AddressSettings:
         return self.settings.match(address)
@@ -278,12 +288,14 @@ class PostOffice:
             copy = divert.copy(message, self.store.next_id())
             target_rt = divert.target_routing(routing_type)
             try:
+                self.link_large(copy, message)
                 address, rt = self.ensure_address_for(copy.address, target_rt)
                 if rt == RoutingType.ANYCAST:
                     self.ensure_anycast_queue(address)
                 self._route(copy, target_rt, tx_id, depth=depth + 1)
             except RoutingError as exc:
                 log.warning("divert %s could not forward to %s: %s", divert.name, divert.forwarding_address, exc)
+                self.discard(copy)
             taken = taken or divert.exclusive
         return taken
 
@@ -385,6 +397,7 @@ class PostOffice:
                 log.warning("duplicate message %r to %s not routed", dup_id, address.name)
                 if tx is not None:
                     tx.rollback_only = f"duplicate message {dup_id!r} in the transaction"
+                self.discard(message)
                 return SendResult(SendOutcome.DUPLICATE)
         if tx is not None:
             tx.sends.append((message, routing_type))
@@ -436,12 +449,15 @@ class PostOffice:
                     self.store.delete_duplicate_id(tx_id, evicted)
                 self.store.add_duplicate_id(tx_id, record_id, address.name, dup_id)
         if not targets:
+            self.discard(message)
             if own_tx:
                 self.store.commit(own_tx)
             if diverted:
                 return SendResult(SendOutcome.ROUTED)
             self.unrouted += 1
             return SendResult(SendOutcome.UNROUTED)
+        if message.large is not None:  # every target's reference holds the file
+            self.hold_large(message.large, len(targets))
         refs = []
         for queue in targets:
             refs.append(MessageReference(message, queue, self._take_seq(queue)))
@@ -474,6 +490,8 @@ class PostOffice:
                 self.store.delete_message(tx_id, message.id)
             else:
                 self.store.ack(tx_id, message.id, ref.queue.id)
+        if message.large is not None:
+            self.release_large(message.large, tx_id)
 
     def delivery_count_changed(self, ref: MessageReference) -> None:
         if ref.message.durable and ref.queue.durable and ref.message.ref_count > 0:
@@ -512,6 +530,7 @@ class PostOffice:
         }
         copy = ref.message.copy_to(self.store.next_id(), target, extra)
         try:
+            self.link_large(copy, ref.message)
             address, _ = self.ensure_address_for(target, RoutingType.ANYCAST if target not in self.addresses else None)
             if RoutingType.ANYCAST in address.routing_types and not address.anycast:
                 self.ensure_anycast_queue(address)
@@ -519,13 +538,75 @@ class PostOffice:
             self._route(copy, None, tx_id)
         except RoutingError as exc:
             log.warning("message %s %s but %s: dropped", ref.message.id, why, exc)
+            self.discard(copy)
         self.reference_done(ref, tx_id)
-        self.store.commit(tx_id)
+        self.commit_store(tx_id)
         self.queue_idle_check(queue)
 
     def expire_scan(self) -> int:
         now = self.now()
         return sum(q.expire_scan(now) for q in list(self.queues.values()))
+
+    # -- large messages -----------------------------------------------------------------
+
+    def link_large(self, copy: Message, original: Message) -> None:
+        """Give a copy of a large message (its own id) its own name for the body's file."""
+        if original.large is None or self.large is None:
+            return
+        try:
+            copy.large = self.large.link(original.large, copy.id, durable=copy.durable)
+        except OSError as exc:
+            log.error("cannot copy the body of large message %s: %s", original.id, exc)
+            raise RoutingError(f"the body of large message {original.id} cannot be copied: {exc}") from None
+        except Exception as exc:  # LargeBodyMissing
+            log.error("cannot copy the body of large message %s: %s", original.id, exc)
+            raise RoutingError(str(exc)) from None
+
+    def hold_large(self, body: LargeBody, n: int = 1) -> None:
+        """`n` more references (routed, recovered or paged) hold the file."""
+        self.large_holders[body.name] = self.large_holders.get(body.name, 0) + n
+
+    def release_large(self, body: LargeBody, tx_id: int = 0) -> None:
+        """One reference let go of the file; the last one deletes it (see `_drop_large`)."""
+        n = self.large_holders.get(body.name)
+        if n is None:  # not counted here (e.g. read back from a page): keep it, start-up cleans up
+            log.debug("large-message file %s released but not held; kept", body.name)
+            return
+        if n > 1:
+            self.large_holders[body.name] = n - 1
+            return
+        del self.large_holders[body.name]
+        self._drop_large(body, tx_id)
+
+    def discard(self, message: Message) -> None:
+        """A message the office will not keep (unrouted, duplicate, dropped, rolled back or
+        refused): its large-message file goes."""
+        if message.large is not None and message.large.name not in self.large_holders:
+            self._drop_large(message.large, 0)
+
+    def _drop_large(self, body: LargeBody, tx_id: int) -> None:
+        """Delete the file once the store has made durable everything appended so far (the
+        journal's delete record among it), and for `tx_id` only after that commits."""
+        large = self.large
+        if large is None:
+            return
+        if tx_id:
+            self._large_in_tx.setdefault(tx_id, []).append(body)
+            return
+        self.store.sync(lambda: large.delete(body))
+
+    def commit_store(self, tx_id: int) -> None:
+        """Commit a store transaction, then release the large files it let go of."""
+        self.store.commit(tx_id)
+        bodies = self._large_in_tx.pop(tx_id, None)
+        if bodies:
+            large = self.large
+
+            def delete() -> None:
+                for body in bodies:
+                    large.delete(body)
+
+            self.store.sync(delete, transactional=True)
 
     # -- transactions -------------------------------------------------------------------
 
@@ -540,10 +621,12 @@ class PostOffice:
             self._route(message, routing_type, tx_id)
         for ref in tx.acks:
             ref.queue.acknowledge(ref, tx_id)
-        self.store.commit(tx_id)
+        self.commit_store(tx_id)
         tx.close()
 
     def rollback(self, tx: Transaction) -> None:
+        for message, _ in tx.sends:
+            self.discard(message)
         for ref in reversed(tx.acks):
             if not ref.queue.deleted:
                 ref.queue.cancel(ref, redelivered=True)
@@ -596,15 +679,23 @@ class PostOffice:
                 rec.id, rec.name, rec.address, rec.forwarding_address, rec.exclusive, selector, rec.routing_type
             )
         per_queue: dict[int, list[MessageReference]] = {}
+        dead_large = []
         for message, refs in recovered.messages:
             live = [r for r in refs if r.queue_id in self.queues_by_id]
             message.ref_count = len(live)
             if not live:
                 self.store.delete_message(0, message.id)
+                if message.large is not None:
+                    dead_large.append(message.large)
                 continue
+            if message.large is not None:
+                self.hold_large(message.large, len(live))
             for r in live:
                 queue = self.queues_by_id[r.queue_id]
                 per_queue.setdefault(r.queue_id, []).append(MessageReference(message, queue, r.seq, r.delivery_count))
+        for body in dead_large:
+            if body.name not in self.large_holders:  # no live message names the file
+                self._drop_large(body, 0)
         for queue_id, refs in per_queue.items():
             queue = self.queues_by_id[queue_id]
             refs.sort(key=lambda r: r.seq)
