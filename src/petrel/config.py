@@ -210,6 +210,11 @@ class BrokerConfig(BaseModel):
     journal_skip_damaged: bool = Field(
         False, description="on start, skip damaged journal records instead of refusing to start")
     persistence_enabled: bool = Field(True, description="false keeps everything in memory")
+    global_max_size: int = Field(
+        -1, ge=-1, description="bytes of messages all addresses may hold in memory (-1 = a quarter of the machine's memory)")
+    max_disk_usage: int = Field(
+        90, ge=0, le=100, description="percent of the data disk in use above which producers are blocked")
+    disk_scan_period: int = Field(5000, ge=100, description="ms between disk usage checks")
     id_cache_size: int = Field(20000, ge=0, description="duplicate-ID cache entries per address (0 = off)")
     persist_id_cache: bool = Field(True, description="journal duplicate IDs so they survive a restart")
     message_expiry_scan_period: int = Field(

@@ -118,3 +118,49 @@ def test_diverts_queue_attributes_and_last_values_survive_restart(tmp_path):
     assert sorted(r.message.body for r in q.iter_refs()) == [b"a2", b"b1"]
     assert [r.message.body for r in office2.queues["copy"].iter_refs()] == [b"a1", b"a2"]
     store2.close()
+
+
+def test_paging_keeps_order_bounds_memory_and_survives_restart(tmp_path):
+    settings = {"big": {"max_size_bytes": 64 * 1024}}
+    office, store = open_office(tmp_path, settings)
+    office.create_queue("big", "big", ANY)
+    q = office.queues["big"]
+    for i in range(2000):
+        send(office, "big", f"{i:06d}".encode() + b"x" * 500)
+    assert q.paging
+    assert q.memory_bytes <= 64 * 1024 + 2048
+    assert q.message_count == 2000
+    flush(store)
+    # consume a few hundred, then "crash" (close without acking the rest) and restart
+    sink = Sink()
+    c = Consumer(q, sink, window=10_000)
+    q.add_consumer(c)
+    taken = 0
+    while taken < 300:
+        ref = sink.got[taken]
+        q.acknowledge(ref)
+        taken += 1
+    flush(store)
+    store.close()
+    office2, store2 = open_office(tmp_path, settings)
+    q2 = office2.queues["big"]
+    assert q2.message_count == 1700
+    sink2 = Sink()
+    c2 = Consumer(q2, sink2, window=100_000)
+    q2.add_consumer(c2)
+    n = 0
+    deadline = 0
+    while n < 1700 and deadline < 2000:
+        while n < len(sink2.got):
+            q2.acknowledge(sink2.got[n])
+            n += 1
+        deadline += 1
+        if n < 1700 and n == len(sink2.got):
+            flush(store2)
+            office2.depage(q2)
+    bodies = [int(r.message.body[:6]) for r in sink2.got]
+    assert bodies == list(range(300, 2000))
+    assert not q2.paging
+    store2.close()
+    assert not list((tmp_path / "paging").glob("*/*.page")) or all(
+        p.stat().st_size == 0 for p in (tmp_path / "paging").glob("*/*.page"))

@@ -75,10 +75,15 @@ class Message:
     large: LargeBody | None = None
     # Queues still holding a reference; when it falls to zero the stored message goes.
     ref_count: int = 0
+    _size: int = 0
 
     @property
     def size(self) -> int:
-        return len(self.body) + 64 + sum(len(k) + len(str(v)) for k, v in self.properties.items())
+        """Approximate bytes held in memory (body, properties, overhead), for memory limits."""
+        size = self._size
+        if not size:
+            size = self._size = len(self.body) + 200 + sum(len(k) + len(str(v)) for k, v in self.properties.items())
+        return size
 
     @property
     def body_size(self) -> int:

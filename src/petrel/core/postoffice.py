@@ -17,6 +17,7 @@ from petrel.core.address import Address
 from petrel.core.divert import ROUTING_TYPES as DIVERT_ROUTING_TYPES
 from petrel.core.divert import Divert
 from petrel.core.duplicates import DuplicateIdCache
+from petrel.core.limits import AddressFull, MemoryLimits
 from petrel.core.message import (
     ACTUAL_EXPIRY_TIME,
     LargeBody,
@@ -60,12 +61,14 @@ class SendOutcome(Enum):
     UNROUTED = "unrouted"
     DUPLICATE = "duplicate"
     QUEUED_IN_TX = "queued-in-transaction"
+    DROPPED = "dropped"  # address full, DROP policy
 
 
 @dataclass(slots=True)
 class SendResult:
     outcome: SendOutcome
     queues: int = 0
+    blocked: bool = False  # BLOCK policy: the producer should stop until space frees
 
 
 class PostOffice:
@@ -79,8 +82,10 @@ class PostOffice:
         persist_id_cache: bool = True,
         large: LargeFiles | None = None,
         clock: Callable[[], int] = now_ms,
+        limits: MemoryLimits | None = None,
     ) -> None:
         self.store = store
+        self.limits = limits or MemoryLimits()
         self.settings = settings
         self.scheduler = scheduler
         self.id_cache_size = id_cache_size
@@ -241,6 +246,9 @@ class PostOffice:
             address.unbind(queue)
         if queue.durable:
             self.store.delete_queue(queue.id)
+        if queue.page_cursor_record:
+            self.store.delete_pages(queue.id, queue.page_cursor_record)
+            queue.paging, queue.page_backlog = False, 0
         if address is not None and not address.queues and address.auto_created:
             if self.settings_for(address.name).auto_delete_addresses:
                 del self.addresses[address.name]
@@ -387,6 +395,22 @@ class PostOffice:
         if routing_type == RoutingType.ANYCAST:
             self.ensure_anycast_queue(address)
         settings = self.settings_for(address.name)
+        blocked = False
+        if self.limits.disk_full:
+            blocked = True
+        elif self.limits.is_full(address.name, settings):
+            policy = settings.address_full_policy
+            if policy == "FAIL":
+                raise AddressFull(
+                    f"address {address.name!r} is full (max_size_bytes {settings.max_size_bytes}); "
+                    "the message was not stored"
+                )
+            if policy == "DROP":
+                self.limits.dropped[address.name] = self.limits.dropped.get(address.name, 0) + 1
+                self.discard(message)
+                return SendResult(SendOutcome.DROPPED)
+            if policy == "BLOCK" or (policy == "PAGE" and not getattr(self.store, "supports_paging", False)):
+                blocked = policy == "BLOCK"
         if message.expiration == 0 and settings.expiry_delay >= 0:
             message.expiration = (message.timestamp or self.now()) + settings.expiry_delay
         dup_id = message.duplicate_id
@@ -404,7 +428,9 @@ class PostOffice:
             if dup_id is not None:
                 tx.dup_ids.add((address.name, dup_id))
             return SendResult(SendOutcome.QUEUED_IN_TX)
-        return self._route(message, routing_type, 0)
+        result = self._route(message, routing_type, 0)
+        result.blocked = blocked
+        return result
 
     def _dup_cache(self, address: str, settings: AddressSettings) -> DuplicateIdCache:
         cache = self.dup_caches.get(address)
@@ -459,8 +485,17 @@ class PostOffice:
         if message.large is not None:  # every target's reference holds the file
             self.hold_large(message.large, len(targets))
         refs = []
+        can_page = (tx_id == 0 or own_tx) and getattr(self.store, "supports_paging", False)
+        paged = 0
         for queue in targets:
-            refs.append(MessageReference(message, queue, self._take_seq(queue)))
+            seq = self._take_seq(queue)
+            if can_page and self._pages(queue, address):
+                self._page(queue, seq, message)
+                paged += 1
+                continue
+            refs.append(MessageReference(message, queue, seq))
+        if paged:
+            stored = [r.queue for r in refs if r.queue.durable] if message.durable else []
         if stored:
             message.ref_count = len(stored)
             self.store.add_message(tx_id, message, [(r.queue.id, r.seq) for r in refs if r.queue.durable])
@@ -473,6 +508,78 @@ class PostOffice:
         self.messages_routed += 1
         return SendResult(SendOutcome.ROUTED, len(refs))
 
+    # -- paging -----------------------------------------------------------------------------
+
+    def _pages(self, queue: Queue, address: Address | None) -> bool:
+        if queue.paging:
+            return True
+        if address is None or queue.non_destructive:
+            return False
+        settings = self.settings_for(address.name)
+        return settings.address_full_policy == "PAGE" and self.limits.should_page(queue, address, settings)
+
+    def _page(self, queue: Queue, seq: int, message: Message) -> None:
+        if not queue.paging:
+            queue.paging = True
+            log.info("queue %s is paging (address %s is full)", queue.name, queue.address,
+                     extra={"event": "paging.start"})
+        if not queue.page_cursor_record:
+            from petrel.storage.paging import PagePosition
+
+            queue.page_cursor_record = self.store.create_page_cursor(queue.id)
+            queue.page_cursor = PagePosition(0, 0)
+        self.store.page(queue.id, seq, message)
+        queue.page_backlog += 1
+        queue.messages_added += 1
+
+    def depage(self, queue: Queue) -> None:
+        """Read back a batch of paged messages when the queue's memory has drained."""
+        if not queue.paging or queue.deleted:
+            return
+        settings = self.settings_for(queue.address)
+        limit = settings.max_size_bytes if settings.max_size_bytes > 0 else 8 * 1024 * 1024
+        batch = max(min(limit // 4, 1024 * 1024), 16 * 1024)
+        if queue.memory_bytes > batch:
+            return
+        store = self.store
+        paged = store.read_pages(queue.id, queue.page_cursor, batch)
+        if not paged:
+            if not store.pages_in_flight(queue.id):
+                self._end_paging(queue)  # everything written has been read back
+            elif not getattr(queue, "_depage_retry", None):
+                # records still on their way to disk: look again shortly
+                def retry() -> None:
+                    queue._depage_retry = None
+                    self.depage(queue)
+
+                queue._depage_retry = self.scheduler.call_at_ms(self.now() + 20, retry)
+            return
+        tx_id = store.begin()
+        refs = []
+        for item in paged:
+            message = item.message
+            message.id = store.next_id()  # a journal identity of its own, per queue
+            message.ref_count = 0
+            if message.durable and queue.durable:
+                message.ref_count = 1
+                store.add_message(tx_id, message, [(queue.id, item.seq)])
+            refs.append(MessageReference(message, queue, item.seq))
+        queue.page_cursor = paged[-1].position
+        store.update_page_cursor(tx_id, queue.page_cursor_record, queue.page_cursor)
+        store.commit(tx_id)
+        store.release_pages(queue.id, queue.page_cursor)
+        queue.page_backlog = max(queue.page_backlog - len(refs), 0)
+        now = self.now()
+        for ref in refs:
+            queue._admit(ref, now, head=False)
+        queue.deliver()
+
+    def _end_paging(self, queue: Queue) -> None:
+        queue.paging = False
+        queue.page_backlog = 0
+        self.store.release_pages(queue.id, None)
+        log.info("queue %s stopped paging", queue.name, extra={"event": "paging.stop"})
+
     def _take_seq(self, queue: Queue) -> int:
         seq = queue.take_seq()
         if queue.durable and seq > queue.seq_reserved:
@@ -484,6 +591,14 @@ class PostOffice:
 
     def reference_done(self, ref: MessageReference, tx_id: int) -> None:
         message = ref.message
+        queue = ref.queue
+        size = message.size
+        queue.memory_bytes -= size
+        self.limits.removed(queue.address, size)
+        if self.limits._waiters:
+            self.limits.wake(lambda a: self.limits.is_full(a, self.settings_for(a)))
+        if queue.paging:
+            self.depage(queue)
         if message.durable and ref.queue.durable and message.ref_count > 0:
             message.ref_count -= 1
             if message.ref_count == 0:
@@ -705,11 +820,23 @@ class PostOffice:
             top = refs[-1].seq
             if top >= queue.next_seq:
                 queue.next_seq = top + 1
+        for queue_id, (record_id, cursor) in recovered.page_cursors.items():
+            queue = self.queues_by_id.get(queue_id)
+            if queue is None:
+                self.store.delete_pages(queue_id, record_id)
+                continue
+            queue.page_cursor_record = record_id
+            queue.page_cursor = cursor
+            queue.page_backlog = self.store.count_pages(queue_id, cursor)
+            queue.paging = queue.page_backlog > 0
         for record_id, address, dup_id in recovered.duplicate_ids:
             cache = self._dup_cache(address, self.settings_for(address))
             evicted = cache.add(dup_id, record_id)
             if evicted is not None:
                 self.store.delete_duplicate_id(0, evicted)
+        for queue in list(self.queues.values()):
+            if queue.paging:
+                self.depage(queue)
         for queue in self.queues.values():
             if queue.next_seq > queue.seq_reserved:
                 queue.seq_reserved = queue.next_seq + SEQ_RESERVATION

@@ -155,12 +155,18 @@ class Queue:
         self._grouped = False  # a grouped message was seen: dispatch must check owners
         self._last_values: dict[object, MessageReference] = {}
         self._log: list[MessageReference] = []  # non-destructive: every ref in order
+        # memory and paging (see core/limits.py and storage/paging.py)
+        self.memory_bytes = 0
+        self.paging = False  # new references go to page files until the backlog is read back
+        self.page_backlog = 0
+        self.page_cursor = None  # PagePosition of the next paged record to read
+        self.page_cursor_record = 0
 
     # -- counters ----------------------------------------------------------------------
 
     @property
     def message_count(self) -> int:
-        return self._available + len(self._scheduled) + self.delivering_count
+        return self._available + len(self._scheduled) + self.delivering_count + self.page_backlog
 
     @property
     def scheduled_count(self) -> int:
@@ -188,6 +194,9 @@ class Queue:
 
     def _admit(self, ref: MessageReference, now: int, *, head: bool) -> None:
         message = ref.message
+        size = message.size
+        self.memory_bytes += size
+        self.office.limits.added(self.address, size)
         if self.last_value_key is not None:
             value = message.properties.get(self.last_value_key)
             if value is not None:
@@ -277,6 +286,8 @@ class Queue:
         self.consumers.append(consumer)
         if self.group_rebalance:
             self.groups.clear()
+        if self.paging:
+            self.office.depage(self)
         self.deliver()
 
     def remove_consumer(self, consumer: Consumer) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -16,6 +18,7 @@ from pathlib import Path
 from petrel import __version__
 from petrel.config import BrokerConfig
 from petrel.core.message import now_ms
+from petrel.core.limits import MemoryLimits
 from petrel.core.postoffice import PostOffice
 from petrel.errors import PetrelError
 from petrel.storage.server_lock import DataDirLocked, ServerLock
@@ -47,6 +50,7 @@ class Broker:
         self.started_at = 0.0
         self._lock: ServerLock | None = None
         self._expiry_timer: asyncio.TimerHandle | None = None
+        self._disk_timer: asyncio.TimerHandle | None = None
         self._stopping = False
         self.store = None
         self.office: PostOffice | None = None
@@ -78,6 +82,7 @@ class Broker:
             LoopScheduler(loop),
             id_cache_size=config.id_cache_size,
             persist_id_cache=config.persist_id_cache,
+            limits=MemoryLimits(global_max_size(config)),
         )
         self.office.recover(recovered)
         self.office.ensure_defaults()
@@ -99,6 +104,7 @@ class Broker:
             self.management = ManagementServer(self)
             self.ports["http"] = await self.management.start(config.host, http_port)
         self._schedule_expiry_scan()
+        self._schedule_disk_check()
         self.started_at = time.time()
         log.info(
             "Petrel %s started: %s", __version__,
@@ -185,6 +191,27 @@ class Broker:
 
         self._expiry_timer = asyncio.get_running_loop().call_later(period / 1000, scan)
 
+    def _schedule_disk_check(self) -> None:
+        if self._stopping:
+            return
+        limits = self.office.limits
+        try:
+            usage = shutil.disk_usage(self.config.data_dir)
+            percent = 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+        except OSError:
+            percent = 0.0
+        full = percent > self.config.max_disk_usage
+        if full != limits.disk_full:
+            limits.disk_full = full
+            if full:
+                log.warning("disk %.1f%% full (max_disk_usage %d%%): producers are blocked until space frees",
+                            percent, self.config.max_disk_usage, extra={"event": "disk.full"})
+            else:
+                log.info("disk back under max_disk_usage: producers resume", extra={"event": "disk.ok"})
+                limits.wake(lambda a: limits.is_full(a, self.office.settings_for(a)))
+        self._disk_timer = asyncio.get_running_loop().call_later(
+            self.config.disk_scan_period / 1000, self._schedule_disk_check)
+
     async def stop(self, timeout: float = 10.0) -> None:
         """Stop accepting, close connections, finish in-flight syncs, release the data directory."""
         if self._stopping:
@@ -194,6 +221,8 @@ class Broker:
             await self.management.stop()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
+        if self._disk_timer is not None:
+            self._disk_timer.cancel()
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
@@ -217,6 +246,16 @@ class Broker:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+
+def global_max_size(config: BrokerConfig) -> int:
+    """`global_max_size`, or a quarter of the machine's memory when it is -1."""
+    if config.global_max_size >= 0:
+        return config.global_max_size
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError):
+        return 1 << 30
 
 
 def _run_all(callbacks: list[Callable[[], None]]) -> None:

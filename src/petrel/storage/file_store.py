@@ -15,6 +15,7 @@ message journal
   11 ACK           update  (queue id)
   12 DELIVERY      update  (queue id, delivery count)
   13 DUPLICATE_ID  add     (address, duplicate id)
+  14 PAGE_CURSOR   add     (queue id, page file, offset); updated (file, offset) as pages are read
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import msgspec
 
 from petrel.core.message import Message, decode_message, encode_message
 from petrel.storage.journal import FileJournal
+from petrel.storage.paging import PagedMessage, PagePosition, PageStore
 from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered, RecoveredRef
 
 log = logging.getLogger("petrel.storage")
@@ -45,6 +47,7 @@ class RecordKind(IntEnum):
     ACK = 11
     DELIVERY = 12
     DUPLICATE_ID = 13
+    PAGE_CURSOR = 14
 
 
 _enc = msgspec.msgpack.Encoder()
@@ -62,6 +65,7 @@ class FileStore:
         sync_transactional: bool = True,
         sync_non_transactional: bool = True,
         skip_damaged: bool = False,
+        page_size: int = 10 * 1024 * 1024,
         **journal_options,
     ) -> None:
         self.data_dir = Path(data_dir)
@@ -76,6 +80,11 @@ class FileStore:
             self.data_dir / "bindings", prefix="petrel-bindings", extension="bindings", **bindings_options
         )
         self.messages = FileJournal(self.data_dir / "journal", prefix="petrel-data", extension="pj", **journal_options)
+        self.pages = PageStore(
+            self.data_dir / "paging", page_size=page_size, datasync=journal_options.get("datasync", True),
+            dispatch=self.dispatch,
+        )
+        self._pages_dirty = False
         self._next_id = 1
         self._reserved = 0
         self._counter_record = 0
@@ -122,14 +131,22 @@ class FileStore:
             elif r.user_type == RecordKind.DUPLICATE_ID:
                 address, dup_id = unpack(r.body)
                 rec.duplicate_ids.append((r.id, address, dup_id))
+            elif r.user_type == RecordKind.PAGE_CURSOR:
+                queue_id, f, off = unpack(r.body)
+                for _kind, body in r.updates:
+                    f, off = unpack(body)
+                rec.page_cursors[queue_id] = (r.id, PagePosition(f, off))
         self._next_id = top + 1
         self._reserved = 0
         self.rolled_back = rec.rolled_back
+        self.pages.recover()
         self.bindings.start(self.dispatch)
         self.messages.start(self.dispatch)
+        self.pages.start()
         return rec
 
     def close(self) -> None:
+        self.pages.stop()
         self.messages.stop()
         self.bindings.stop()
 
@@ -168,19 +185,25 @@ class FileStore:
         if not (self.sync_transactional if transactional else self.sync_non_transactional):
             done()
             return
+        journals = [self.messages]
         if self._bindings_dirty:
             self._bindings_dirty = False
-            pending = [2]
-
-            def one() -> None:
-                pending[0] -= 1
-                if pending[0] == 0:
-                    done()
-
-            self.bindings.sync(one)
-            self.messages.sync(one)
-        else:
+            journals.append(self.bindings)
+        if self._pages_dirty:
+            self._pages_dirty = False
+            journals.append(self.pages)
+        if len(journals) == 1:
             self.messages.sync(done)
+            return
+        pending = [len(journals)]
+
+        def one() -> None:
+            pending[0] -= 1
+            if pending[0] == 0:
+                done()
+
+        for journal in journals:
+            journal.sync(one)
 
     # -- bindings -----------------------------------------------------------------------
 
@@ -263,6 +286,52 @@ class FileStore:
         else:
             self.messages.delete(record_id)
 
+
+    # -- paging -------------------------------------------------------------------------
+
+    supports_paging = True
+
+    def page(self, queue_id: int, seq: int, message: Message) -> None:
+        self.pages.append(queue_id, seq, message)
+        self._pages_dirty = True
+
+    def create_page_cursor(self, queue_id: int) -> int:
+        record_id = self.next_id()
+        self.messages.add(record_id, RecordKind.PAGE_CURSOR, pack((queue_id, 0, 0)))
+        return record_id
+
+    def update_page_cursor(self, tx_id: int, record_id: int, position: PagePosition) -> None:
+        body = pack((position.file, position.offset))
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.update_tx(tx_id, record_id, RecordKind.PAGE_CURSOR, body)
+        else:
+            self.messages.update(record_id, RecordKind.PAGE_CURSOR, body)
+
+    def read_pages(self, queue_id: int, cursor: PagePosition, max_bytes: int) -> list[PagedMessage]:
+        return self.pages.read(queue_id, cursor, max_bytes, after_restart_from=self.pages.run_start.get(queue_id, 0))
+
+    def page_end(self, queue_id: int) -> PagePosition:
+        return self.pages.end_position(queue_id)
+
+    def pages_in_flight(self, queue_id: int) -> bool:
+        """Paged records not yet written to their file (a read now would not see them)."""
+        return self.pages.has_unwritten(queue_id)
+
+    def count_pages(self, queue_id: int, cursor: PagePosition) -> int:
+        return self.pages.count_after(queue_id, cursor)
+
+    def release_pages(self, queue_id: int, cursor: PagePosition | None = None) -> None:
+        """Drop page files before the cursor, or all of them (None: everything was read)."""
+        if cursor is None:
+            self.pages.reset(queue_id)
+        else:
+            self.pages.release(queue_id, cursor)
+
+    def delete_pages(self, queue_id: int, cursor_record: int) -> None:
+        self.pages.delete_queue(queue_id)
+        if cursor_record:
+            self.messages.delete(cursor_record)
 
 def _run_all(callbacks: list[Callable[[], None]]) -> None:
     for cb in callbacks:

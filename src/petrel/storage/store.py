@@ -68,6 +68,8 @@ class Recovered:
     messages: list[tuple[Message, list[RecoveredRef]]] = field(default_factory=list)
     # (record id, address, duplicate id), oldest first
     duplicate_ids: list[tuple[int, str, str]] = field(default_factory=list)
+    # queue id -> (cursor record id, position of the next page record to read)
+    page_cursors: dict = field(default_factory=dict)
     rolled_back: int = 0
 
 
@@ -97,6 +99,8 @@ class Store(Protocol):
 
 class NullStore:
     """No persistence (`persistence_enabled = false`): everything lives in memory only."""
+
+    supports_paging = False
 
     def __init__(self) -> None:
         self._next = 1

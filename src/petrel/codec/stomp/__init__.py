@@ -12,7 +12,10 @@ from .frames import (
     NEED_DATA,
     SERVER_COMMANDS,
     VERSIONS,
+    BodyChunk,
     Frame,
+    FrameEnd,
+    FrameHeader,
     Heartbeat,
 )
 from .heartbeat import format_heartbeat, negotiate_heartbeat, parse_heartbeat
@@ -25,6 +28,9 @@ __all__ = [
     "Frame",
     "Heartbeat",
     "HEARTBEAT",
+    "FrameHeader",
+    "BodyChunk",
+    "FrameEnd",
     "NEED_DATA",
     "CLIENT_COMMANDS",
     "SERVER_COMMANDS",

@@ -37,7 +37,7 @@ from .frames import HEARTBEAT, NEED_DATA, VERSIONS, Frame, Heartbeat
 from .heartbeat import format_heartbeat, negotiate_heartbeat, parse_heartbeat
 from .parser import FrameParser
 from .state import ConnectionState, Phase, Role
-from .writer import HEARTBEAT_BYTES, serialize
+from .writer import HEARTBEAT_BYTES, serialize, serialize_head
 
 __all__ = [
     "StompConnection",
@@ -80,9 +80,15 @@ class StompConnection:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_headers: int = DEFAULT_MAX_HEADERS,
         max_header_length: int = DEFAULT_MAX_HEADER_LENGTH,
+        stream_threshold: int | None = None,
     ) -> None:
+        """``stream_threshold``: bodies longer than this many bytes arrive as
+        ``FrameHeader``, ``BodyChunk``... , ``FrameEnd`` instead of one ``Frame``
+        (``None``: never)."""
         if max_frame_size < 1 or max_headers < 0 or max_header_length < 1:
             raise ValueError("STOMP limits must be positive")
+        if stream_threshold is not None and stream_threshold < 0:
+            raise ValueError("stream_threshold must be >= 0")
         self.role = role
         #: The negotiated version, ``None`` until then: "1.0", "1.1" or "1.2".
         self.version: str | None = None
@@ -93,6 +99,7 @@ class StompConnection:
             max_header_length=max_header_length,
             on_frame=self._on_frame,
             check_command=state.check_receive,
+            stream_threshold=stream_threshold,
         )
         self._escaping = NO_ESCAPING
         self._offered: tuple[str, ...] = ()
@@ -209,6 +216,19 @@ class StompConnection:
                 v for v in parse_accept_version(frame.headers.get("accept-version"))
                 if v in VERSIONS
             )
+        return data
+
+    def send_head(self, frame: Frame, length: int) -> bytes:
+        """The bytes of ``frame`` (headers only) announcing a ``length``-byte body.
+
+        For a body streamed from elsewhere: write these, then exactly ``length``
+        body bytes, then :data:`~petrel.codec.stomp.writer.BODY_END`. Same state
+        rules as :meth:`send`; CONNECT, STOMP and CONNECTED cannot be streamed.
+        """
+        command = frame.command
+        phase = self._state.check_send(command)
+        data = serialize_head(frame, self._escaping, length)
+        self._state.sent(command, phase)
         return data
 
     def _prepare_connected(self, frame: Frame) -> Frame:

@@ -8,6 +8,9 @@ __all__ = [
     "Frame",
     "Heartbeat",
     "HEARTBEAT",
+    "FrameHeader",
+    "BodyChunk",
+    "FrameEnd",
     "NEED_DATA",
     "CLIENT_COMMANDS",
     "SERVER_COMMANDS",
@@ -64,6 +67,38 @@ class Heartbeat:
 
 
 HEARTBEAT = Heartbeat()
+
+
+# A frame whose body is longer than the connection's ``stream_threshold`` arrives as a
+# FrameHeader, then BodyChunks holding the body in order, then a FrameEnd, so the receiver
+# never holds the whole body.
+
+
+@dataclass(frozen=True, slots=True)
+class FrameHeader:
+    """The command and headers of a frame whose body follows in :class:`BodyChunk` events.
+
+    ``length`` is the body's ``content-length``, or ``None`` when the frame has none and
+    its body runs to the first NUL.
+    """
+
+    command: str
+    headers: dict[str, str]
+    length: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BodyChunk:
+    """The next piece of a streamed frame's body (never empty)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FrameEnd:
+    """The streamed frame is complete: its body has been given whole and its NUL read."""
+
+    command: str
 
 
 class _SentinelType(type):

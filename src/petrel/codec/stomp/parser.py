@@ -17,11 +17,20 @@ one); NUL bytes in the header block are refused.
 
 Once it has raised ``RemoteProtocolError`` the parser is failed: it drops its
 buffer and raises the same error on every later call.
+
+Streaming. With ``stream_threshold`` set, a frame whose body is longer than it
+comes out as a :class:`FrameHeader`, then :class:`BodyChunk` events, then a
+:class:`FrameEnd`: at once when ``content-length`` says so, or, without one, as
+soon as more than the threshold has arrived with no NUL in sight. Each chunk is
+what the buffer held of the body, so memory stays at about one received chunk
+whatever the body's size; ``max_frame_size`` still bounds the whole frame.
+Frames at or under the threshold are parsed exactly as without it.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from typing import Callable
 
 from ..buffer import Buffer
@@ -32,7 +41,10 @@ from .frames import (
     HEARTBEAT,
     NEED_DATA,
     UNESCAPED_COMMANDS,
+    BodyChunk,
     Frame,
+    FrameEnd,
+    FrameHeader,
     Heartbeat,
     make_frame,
 )
@@ -49,7 +61,7 @@ _set_body = Frame.body.__set__  # type: ignore[attr-defined]
 # needs no extra check.
 _FAILED = ("", {}, 0, None)
 
-Event = Frame | Heartbeat | type[NEED_DATA]
+Event = Frame | Heartbeat | FrameHeader | BodyChunk | FrameEnd | type[NEED_DATA]
 
 
 def _show(text: str, limit: int = 40) -> str:
@@ -112,6 +124,8 @@ class FrameParser:
         "_lines",
         "_line_start",
         "_crlf",
+        "_stream_over",
+        "_stream",
     )
 
     def __init__(
@@ -122,6 +136,7 @@ class FrameParser:
         max_header_length: int,
         on_frame: Callable[[str, dict[str, str]], object] = _no_frame,
         check_command: Callable[[str], object] = _no_check,
+        stream_threshold: int | None = None,
     ) -> None:
         self.buf = Buffer(max_size=max_frame_size)
         self.max_frame_size = max_frame_size
@@ -143,6 +158,11 @@ class FrameParser:
         self._line_start = 0
         # Whether the peer ended its last header block with CRLF: search that first.
         self._crlf = False
+        # Bodies longer than this are streamed (see the module docstring).
+        self._stream_over = sys.maxsize if stream_threshold is None else stream_threshold
+        # While streaming: [body bytes still to come (None: up to the NUL), bytes given,
+        # header bytes]; the frame's command and headers stay in _pending.
+        self._stream: list | None = None
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer received bytes (dropped once the parser has failed)."""
@@ -257,6 +277,8 @@ class FrameParser:
                 size = body_start - start + n
                 if size > self.max_frame_size:
                     raise _too_large(command, headers, size, self.max_frame_size)
+                if n > self._stream_over:
+                    return self._start_stream(command, headers, n, body_start - start)
                 stop = body_start + n
                 if stop < end:
                     if data[stop]:
@@ -283,6 +305,8 @@ class FrameParser:
                     return frame
                 if end - start > self.max_frame_size:
                     raise _too_large(command, headers, end - start, self.max_frame_size)
+                if end - body_start > self._stream_over:
+                    return self._start_stream(command, headers, None, body_start - start)
             self._scan = end - start
             self._pending = (command, headers, body_start - start, n)
             if self.eof:
@@ -298,11 +322,14 @@ class FrameParser:
         if self.error is None:
             self.error = exc
         self._pending = _FAILED
+        self._stream = None
         self.buf.clear()
 
-    def _continue_body(self) -> Frame | type[NEED_DATA]:
+    def _continue_body(self) -> Event:
         if self.error is not None:
             raise RemoteProtocolError(self.error.message, self.error.hint)
+        if self._stream is not None:
+            return self._next_chunk()
         command, headers, body_offset, n = self._pending  # type: ignore[misc]
         buf = self.buf
         data = buf.data
@@ -323,6 +350,8 @@ class FrameParser:
                 self._scan = end - start
                 if end - start > self.max_frame_size:
                     raise _too_large(command, headers, end - start, self.max_frame_size)
+                if end - body_start > self._stream_over:
+                    return self._start_stream(command, headers, None, body_offset)
                 if self.eof:
                     raise _truncated(headers)
                 return NEED_DATA
@@ -333,6 +362,61 @@ class FrameParser:
         self._pending = None
         self._scan = 0
         return make_frame(command, headers, body)
+
+    # -- streamed bodies ------------------------------------------------
+
+    def _start_stream(
+        self, command: str, headers: dict[str, str], n: int | None, head: int
+    ) -> FrameHeader:
+        """Commit the headers and announce a frame whose body will come in chunks."""
+        buf = self.buf
+        buf.consume_to(buf.pos + head)
+        self._scan = 0
+        self._pending = (command, headers, 0, n)
+        self._stream = [n, 0, head]
+        return FrameHeader(command, headers, n)
+
+    def _next_chunk(self) -> Event:
+        """The next piece of a streamed body, its end, or NEED_DATA."""
+        stream = self._stream
+        remaining, given, head = stream  # type: ignore[misc]
+        command, headers, _, n = self._pending  # type: ignore[misc]
+        buf = self.buf
+        data = buf.data
+        start = buf.pos
+        end = len(data)
+        if start >= end:
+            if self.eof:
+                raise _truncated(headers)
+            return NEED_DATA
+        if remaining is not None:
+            if remaining:
+                stop = start + remaining if start + remaining < end else end - 1
+                stream[0] = remaining - (stop - start)
+            elif data[start]:
+                raise _unterminated(command, headers, n)
+            else:
+                stop = -1
+        else:
+            stop = data.find(0, start, end)
+            if stop == start:
+                stop = -1
+            else:
+                if stop < 0:
+                    stop = end
+                if head + given + (stop - start) > self.max_frame_size:
+                    raise _too_large(
+                        command, headers, head + given + stop - start, self.max_frame_size
+                    )
+        if stop < 0:  # at the NUL ending the frame
+            buf.consume_to(start + 1)
+            self._stream = None
+            self._pending = None
+            return FrameEnd(command)
+        chunk = bytes(data[start:stop])
+        buf.consume_to(stop)
+        stream[1] = given + len(chunk)
+        return BodyChunk(chunk)
 
     def _incomplete_headers(
         self, data: bytearray, start: int, lo: int, end: int

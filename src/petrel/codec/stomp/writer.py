@@ -15,9 +15,11 @@ from ..errors import LocalProtocolError
 from .escaping import Escaping
 from .frames import UNESCAPED_COMMANDS, Frame
 
-__all__ = ["serialize", "HEARTBEAT_BYTES"]
+__all__ = ["serialize", "serialize_head", "HEARTBEAT_BYTES", "BODY_END"]
 
 HEARTBEAT_BYTES = b"\n"
+#: What ends a frame written with :func:`serialize_head`, after its body.
+BODY_END = b"\x00"
 
 
 def serialize(frame: Frame, escaping: Escaping) -> bytes:
@@ -96,3 +98,21 @@ def serialize(frame: Frame, escaping: Escaping) -> bytes:
 
 def _ends_with_cr(headers: dict[str, str]) -> bool:
     return any(v.endswith("\r") for v in headers.values())
+
+
+def serialize_head(frame: Frame, escaping: Escaping, length: int) -> bytes:
+    """The bytes of ``frame`` up to its body, announcing a body of ``length`` bytes.
+
+    For bodies streamed from elsewhere (a file): the caller writes exactly ``length``
+    body bytes next, then :data:`BODY_END`. ``frame`` carries the headers only: no body
+    and no ``content-length`` (this adds it). Same checks as :func:`serialize`.
+    """
+    command = frame.command
+    if frame.body or "content-length" in frame.headers:
+        raise LocalProtocolError("a streamed frame's head takes no body and no content-length header")
+    if command in UNESCAPED_COMMANDS:
+        raise LocalProtocolError(f"{command} carries no content-length, so its body cannot be streamed")
+    if length < 0:
+        raise LocalProtocolError(f"invalid body length {length}")
+    whole = serialize(frame, escaping)  # "...\n\n\x00": drop the blank line's LF and the NUL
+    return b"".join((whole[:-2], b"content-length:%d\n\n" % length))

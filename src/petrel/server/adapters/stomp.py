@@ -23,6 +23,7 @@ from petrel.core.message import (
     RoutingType,
     now_ms,
 )
+from petrel.core.limits import AddressFull
 from petrel.core.postoffice import RoutingError
 from petrel.core.queue import Consumer, MessageReference, Queue
 from petrel.core.selector import SelectorError, compile_selector
@@ -83,6 +84,7 @@ class StompAdapter:
         self._hb_send: float = 0
         self._hb_recv: float = 0
         self._hb_timer = None
+        self._blocked = False
 
     # -- input -----------------------------------------------------------------------------
 
@@ -214,10 +216,12 @@ class StompAdapter:
             message.scheduled = _int(headers, SCHEDULED_DELIVERY_TIME, 0, None)
         tx = self._tx(frame) if "transaction" in headers else None
         try:
-            self.office.send(message, routing_type, tx)
-        except (RoutingError, SelectorError) as exc:
+            result = self.office.send(message, routing_type, tx)
+        except (RoutingError, SelectorError, AddressFull) as exc:
             raise StompError(str(exc)) from None
         self.receipt(frame, durable=message.durable)
+        if result.blocked:
+            self._block(message.address)
 
     def on_subscribe(self, frame: Frame) -> None:
         headers = frame.headers
@@ -420,6 +424,23 @@ class StompAdapter:
         self._closing = True
         self.conn.write(data)
         self.conn.close()
+
+    def _block(self, address: str) -> None:
+        """BLOCK policy (or a full disk): stop reading this producer until there is space."""
+        transport = self.conn.transport
+        if transport is None or self._blocked:
+            return
+        self._blocked = True
+        transport.pause_reading()
+        log.info("producer %s blocked: address %s is full", self.conn.peer, address,
+                 extra={"event": "address.blocked"})
+
+        def unblock() -> None:
+            self._blocked = False
+            if not self.conn.closed:
+                transport.resume_reading()
+
+        self.office.limits.wait_for_space(address, unblock)
 
     # -- heart-beats -----------------------------------------------------------------------
 

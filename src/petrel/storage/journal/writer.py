@@ -164,7 +164,6 @@ class Writer:
             self._write_batch(chunks, items, callbacks)
         for request in requests:
             request()
-        self._housekeeping()
 
     def _run(self) -> None:
         p = self.pending

@@ -1,0 +1,93 @@
+"""Memory accounting per queue, address and broker, and the address-full policies.
+
+Every message reference held in memory counts its message size against its queue, its
+address and the broker. When an address passes `max_size_bytes` / `max_size_messages`, or the
+broker passes `global_max_size`, the address's `address_full_policy` decides:
+
+- PAGE: new references go to page files (only for the queues that hold the backlog, so a
+  fast subscriber keeps receiving from memory while a slow one pages);
+- BLOCK: the message is accepted and the producer's connection stops being read until
+  space frees;
+- FAIL: the send is refused with an error;
+- DROP: the message is dropped and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from petrel.core.address import Address
+    from petrel.core.queue import Queue
+    from petrel.core.settings import AddressSettings
+
+POLICIES = ("PAGE", "BLOCK", "FAIL", "DROP")
+
+
+class AddressFull(Exception):
+    """FAIL policy: the address is full; the message was not stored."""
+
+
+class MemoryLimits:
+    def __init__(self, global_max_size: int = -1) -> None:
+        self.global_max_size = global_max_size
+        self.total_bytes = 0
+        self.by_address: dict[str, int] = {}
+        self.messages_by_address: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+        self.disk_full = False
+        self._waiters: list[tuple[str, Callable[[], None]]] = []
+
+    def added(self, address: str, size: int) -> None:
+        self.total_bytes += size
+        self.by_address[address] = self.by_address.get(address, 0) + size
+        self.messages_by_address[address] = self.messages_by_address.get(address, 0) + 1
+
+    def removed(self, address: str, size: int) -> None:
+        self.total_bytes -= size
+        left = self.by_address.get(address, 0) - size
+        count = self.messages_by_address.get(address, 0) - 1
+        if left <= 0 or count <= 0:
+            self.by_address.pop(address, None)
+            self.messages_by_address.pop(address, None)
+        else:
+            self.by_address[address] = left
+            self.messages_by_address[address] = count
+        if self._waiters:
+            self.wake()
+
+    def is_full(self, address: str, settings: AddressSettings) -> bool:
+        if settings.max_size_bytes >= 0 and self.by_address.get(address, 0) >= settings.max_size_bytes:
+            return True
+        if settings.max_size_messages >= 0 and self.messages_by_address.get(address, 0) >= settings.max_size_messages:
+            return True
+        return self.global_max_size >= 0 and self.total_bytes >= self.global_max_size
+
+    def should_page(self, queue: Queue, address: Address, settings: AddressSettings) -> bool:
+        """PAGE: page for the queues that hold (their share of) the backlog."""
+        if queue.paging:
+            return True
+        if not self.is_full(address.name, settings):
+            return False
+        n = max(len(address.anycast) + len(address.multicast), 1)
+        if settings.max_size_bytes >= 0:
+            share = settings.max_size_bytes / n
+        else:
+            share = self.by_address.get(address.name, 0) / n
+        return queue.memory_bytes >= share or not queue.consumers
+
+    # -- BLOCK: producers waiting for space --------------------------------------------
+
+    def wait_for_space(self, address: str, callback: Callable[[], None]) -> None:
+        self._waiters.append((address, callback))
+
+    def wake(self, is_full: Callable[[str], bool] | None = None) -> None:
+        if self.disk_full:
+            return
+        ready, waiting = [], []
+        for address, callback in self._waiters:
+            (waiting if is_full is not None and is_full(address) else ready).append((address, callback))
+        self._waiters = waiting
+        for _, callback in ready:
+            callback()

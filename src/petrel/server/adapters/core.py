@@ -1,0 +1,718 @@
+"""CORE, Petrel's own protocol, on the post office.
+
+Frames from one read are handled in order. Replies that must wait for the disk (the
+confirmations of persistent sends, commits, queue and address changes, acks that asked
+for a reply) are gathered per read and released by one `store.sync` per read, and every
+read's replies go out in read order, so a confirmation count only grows and a later
+reply never overtakes an earlier one still waiting for its sync.
+
+Consumers get Artemis-style credit: the client grants window bytes, each delivered
+message costs `credit_of(body size)`, and the client hands credit back as its
+application takes messages. Large messages arrive in SEND + SEND_CHUNK frames and are
+reassembled in memory here (large-message files come with their own issue); they leave
+in DELIVER + DELIVER_CHUNK frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from petrel.codec.core import (
+    DEFAULT_LARGE_MESSAGE_SIZE,
+    NEED_DATA,
+    Ack,
+    Browse,
+    Browsed,
+    BrowseResult,
+    CloseConsumer,
+    CloseSession,
+    Commit,
+    Connect,
+    Connected,
+    CoreConnection,
+    CreateAddress,
+    CreateConsumer,
+    CreateQueue,
+    CreateSession,
+    Credit,
+    DeleteAddress,
+    DeleteQueue,
+    Deliver,
+    DeliverChunk,
+    Disconnect,
+    DisconnectCode,
+    Error,
+    ErrorCode,
+    Member,
+    Nack,
+    Ping,
+    Pong,
+    Query,
+    Result,
+    Role,
+    Rollback,
+    Send,
+    SendChunk,
+    SendConfirm,
+    SendFailed,
+    Topology,
+    credit_of,
+)
+from petrel.codec.errors import RemoteProtocolError
+from petrel.core import operations
+from petrel.core.message import Message, RoutingType, now_ms
+from petrel.core.postoffice import RoutingError
+from petrel.core.queue import Consumer, MessageReference, Queue
+from petrel.core.selector import SelectorError, compile_selector
+from petrel.core.transaction import Transaction, TransactionRolledBack
+
+if TYPE_CHECKING:
+    from petrel.server.broker import Broker
+    from petrel.server.connection import Connection
+
+log = logging.getLogger("petrel.server.core")
+
+_ROUTING = (None, RoutingType.ANYCAST, RoutingType.MULTICAST)  # indexed by routing_type + 1
+CHUNK_SIZE = DEFAULT_LARGE_MESSAGE_SIZE
+
+
+class RequestFailed(Exception):
+    """A request we refuse without closing the connection: becomes a RESULT with a code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Fatal(Exception):
+    """A misuse that ends the connection: an ERROR frame, then close."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class CoreConsumer(Consumer):
+    """A queue consumer fed by client-granted credit (bytes), not by unacknowledged counts."""
+
+    def __init__(self, queue: Queue, sink, *, session: ServerSession, cid: int, window: int, **kwargs) -> None:
+        super().__init__(queue, sink, window=-1, window_bytes=-1, **kwargs)
+        self.session = session
+        self.cid = cid
+        self.unlimited = window < 0
+        self.credit = max(window, 0)
+
+    def has_credit(self) -> bool:
+        return not (self.paused or self.closed) and (self.unlimited or self.credit > 0)
+
+
+class ServerSession:
+    __slots__ = ("id", "tx", "consumers", "sent", "confirmed", "large", "large_parts")
+
+    def __init__(self, id: int, transacted: bool) -> None:
+        self.id = id
+        self.tx = Transaction(f"core-{id}") if transacted else None
+        self.consumers: dict[int, CoreConsumer] = {}
+        self.sent = 0  # messages received on this session (confirmations count these)
+        self.confirmed = 0
+        self.large: Send | None = None  # first frame of a large message being received
+        self.large_parts: list[bytes] = []
+
+
+class CoreAdapter:
+    protocol = "core"
+
+    def __init__(self, broker: Broker, conn: Connection) -> None:
+        self.broker = broker
+        self.office = broker.office
+        self.conn = conn
+        self.codec = CoreConnection(Role.SERVER, max_frame_size=broker.config.max_frame_size)
+        self.client_id: str | None = None
+        self.connection_id = ""
+        self.sessions: dict[int, ServerSession] = {}
+        self.by_consumer: dict[int, CoreConsumer] = {}  # core consumer id -> consumer (management)
+        self.temporary_queues: set[str] = set()
+        self.ttl = broker.config.connection_ttl
+        self._closing = False
+        self._out: list[bytes | Callable[[], None]] = []  # replies of the read being handled
+        self._sync = False
+        self._sync_tx = False
+        self._dirty: list[ServerSession] = []  # sessions with sends to confirm after this read
+        self._batches: deque[list] = deque()  # [items, ready] released in order
+        self._last_read = time.monotonic()
+        self._timer = None
+        self._large_ok = False
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Send: self.on_send,
+            SendChunk: self.on_send_chunk,
+            Ack: self.on_ack,
+            Credit: self.on_credit,
+            Nack: self.on_nack,
+            Ping: self.on_ping,
+            Pong: _ignore,
+            Connect: self.on_connect,
+            Disconnect: self.on_disconnect,
+            Error: self.on_error,
+            CreateSession: self.on_create_session,
+            CloseSession: self.on_close_session,
+            CreateConsumer: self.on_create_consumer,
+            CloseConsumer: self.on_close_consumer,
+            Commit: self.on_commit,
+            Rollback: self.on_rollback,
+            CreateAddress: self.on_create_address,
+            DeleteAddress: self.on_delete_address,
+            CreateQueue: self.on_create_queue,
+            DeleteQueue: self.on_delete_queue,
+            Query: self.on_query,
+            Browse: self.on_browse,
+        }
+
+    # -- input ------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self._last_read = time.monotonic()
+        codec = self.codec
+        handlers = self._handlers
+        try:
+            codec.receive_data(data)
+            while True:
+                event = codec.next_event()
+                if event is NEED_DATA:
+                    break
+                try:
+                    handlers[type(event)](event)
+                except RequestFailed as exc:
+                    self.reply(Result(getattr(event, "corr", 0), exc.code, str(exc)))
+                except (RoutingError, SelectorError) as exc:
+                    self.reply(Result(getattr(event, "corr", 0), ErrorCode.INVALID, str(exc)))
+                if self._closing:
+                    break
+        except RemoteProtocolError as exc:
+            self.fatal(ErrorCode.PROTOCOL, exc.message)
+        except Fatal as exc:
+            self.fatal(exc.code, str(exc))
+        except Exception as exc:  # never let one client take the broker down
+            log.exception("internal error handling a CORE frame from %s", self.conn.peer)
+            self.fatal(ErrorCode.INTERNAL, f"internal error: {exc}")
+        finally:
+            self._finish_read()
+
+    # -- replies in order, after the disk ------------------------------------------------------
+
+    def reply(self, event, *, sync: bool = False, transactional: bool = False) -> None:
+        self._out.append(self.codec.send(event))
+        if sync:
+            self._sync = True
+            self._sync_tx = self._sync_tx or transactional
+
+    def _finish_read(self) -> None:
+        for session in self._dirty:
+            if session.sent != session.confirmed:
+                session.confirmed = session.sent
+                self._out.append(self.codec.send(SendConfirm(session.id, session.sent)))
+        self._dirty.clear()
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        sync, self._sync = self._sync, False
+        transactional, self._sync_tx = self._sync_tx, False
+        if not sync and not self._batches:
+            self._emit(out)
+            return
+        batch = [out, not sync]
+        self._batches.append(batch)
+        if sync:
+            def durable() -> None:
+                batch[1] = True
+                self._release()
+
+            self.broker.store.sync(durable, transactional=transactional)
+        else:
+            self._release()
+
+    def _release(self) -> None:
+        batches = self._batches
+        while batches and batches[0][1]:
+            self._emit(batches.popleft()[0])
+
+    def _emit(self, items: list) -> None:
+        conn = self.conn
+        for item in items:
+            if callable(item):
+                item()
+            else:
+                conn.write(item)
+
+    def fatal(self, code: ErrorCode, message: str) -> None:
+        log.info("CORE error for %s: %s", self.conn.peer, message)
+        self._closing = True
+        try:
+            data = self.codec.send(Error(int(code), message[:1000]))
+        except Exception:
+            data = b""
+        self._out.append(data)
+        self._out.append(self.conn.close)
+
+    def disconnect(self, reason: str, redirect: str | None = None, code: DisconnectCode | None = None) -> None:
+        """Tell the client to go (to ``redirect``, a ``host:port`` or URL, if given), then close."""
+        if self._closing or self.conn.closed:
+            return
+        if code is None:
+            code = DisconnectCode.REDIRECT if redirect else DisconnectCode.SHUTDOWN
+        self._closing = True
+        items: list = []
+        try:
+            items.append(self.codec.send(Disconnect(int(code), reason, redirect)))
+        except Exception:
+            pass
+        items.append(self.conn.close)
+        self._batches.append([items, True])
+        self._release()
+
+    def send_topology(self, members: list[Member], event_id: int | None = None) -> None:
+        """Push a topology update (the cluster calls this as nodes come and go)."""
+        if "topology" not in self.codec.capabilities or self.conn.closed or self._closing:
+            return
+        event = Topology(event_id if event_id is not None else time.time_ns() // 1000, members, True)
+        self._batches.append([[self.codec.send(event)], True])
+        self._release()
+
+    # -- connection --------------------------------------------------------------------------
+
+    def on_connect(self, e: Connect) -> None:
+        version = self.codec.accept(e)
+        if version is None:
+            raise Fatal(ErrorCode.UNSUPPORTED, f"no common CORE version: server speaks {list(self.codec.offered_versions)}")
+        self.client_id = e.client_id or None
+        self.connection_id = e.connection_id or uuid.uuid4().hex
+        if e.ttl != 0:
+            self.ttl = e.ttl
+        config = self.broker.config
+        self._large_ok = "large-messages" in self.codec.capabilities
+        self._out.append(
+            self.codec.send(
+                Connected(
+                    version,
+                    sorted(self.codec.capabilities),
+                    f"Petrel/{self.broker.version}",
+                    self.broker.node_id,
+                    self.connection_id,
+                    self.ttl,
+                    config.max_frame_size,
+                    CHUNK_SIZE,
+                )
+            )
+        )
+        if "topology" in self.codec.capabilities:
+            member = Member(self.broker.node_id, self.live_connector(), None)
+            self._out.append(self.codec.send(Topology(time.time_ns() // 1000, [member], True)))
+        if self.ttl > 0:
+            self._schedule_ping()
+
+    def live_connector(self) -> str:
+        """``host:port`` at which clients reach this broker's all-protocols acceptor."""
+        transport = self.conn.transport
+        sock = transport.get_extra_info("sockname") if transport is not None else None
+        host = self.broker.config.host
+        if host in ("0.0.0.0", "::", "") and sock:
+            host = sock[0]
+        port = self.broker.ports.get("all") or (sock[1] if sock else 0)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def on_ping(self, e: Ping) -> None:
+        self._out.append(self.codec.send(Pong(e.nonce)))
+
+    def on_disconnect(self, e: Disconnect) -> None:
+        self._closing = True
+        self._sync = True  # whatever this client did before leaving is on disk first
+        self._out.append(self.conn.close)
+
+    def on_error(self, e: Error) -> None:
+        log.info("CORE client %s reported an error: %s", self.conn.peer, e.message)
+        self._closing = True
+        self._out.append(self.conn.close)
+
+    def _schedule_ping(self) -> None:
+        self._timer = self.conn.call_later(max(self.ttl / 3000, 0.05), self._tick)
+
+    def _tick(self) -> None:
+        if self.conn.closed or self._closing:
+            return
+        silent = time.monotonic() - self._last_read
+        if silent * 1000 > self.ttl:
+            log.info("closing %s: nothing received for %.1fs (connection TTL %d ms)", self.conn.peer, silent, self.ttl)
+            self._closing = True
+            self.conn.close(after_flush=False)
+            return
+        self.conn.write(self.codec.send(Ping(0)))
+        self._schedule_ping()
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def _session(self, session_id: int) -> ServerSession:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise Fatal(ErrorCode.PROTOCOL, f"no session {session_id} on this connection")
+        return session
+
+    def on_create_session(self, e: CreateSession) -> None:
+        if e.session in self.sessions:
+            raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"session {e.session} already exists")
+        self.sessions[e.session] = ServerSession(e.session, e.transacted)
+        self.reply(Result(e.corr))
+
+    def on_close_session(self, e: CloseSession) -> None:
+        session = self.sessions.pop(e.session, None)
+        if session is not None:
+            self._close_session(session)
+        self.reply(Result(e.corr), sync=True)
+
+    def _close_session(self, session: ServerSession) -> None:
+        for consumer in list(session.consumers.values()):
+            self._remove_consumer(consumer)
+        if session.tx is not None:
+            self.office.rollback(session.tx)
+        session.large = None
+        session.large_parts = []
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def on_send(self, e: Send) -> None:
+        session = self.sessions.get(e.session)
+        if session is None:
+            raise Fatal(ErrorCode.PROTOCOL, f"no session {e.session} on this connection")
+        if session.large is not None:
+            raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
+        if e.more:
+            session.large = e
+            session.large_parts = [e.body]
+            return
+        self._route(session, e, e.body)
+
+    def on_send_chunk(self, e: SendChunk) -> None:
+        session = self._session(e.session)
+        first = session.large
+        if first is None:
+            raise Fatal(ErrorCode.PROTOCOL, "SEND_CHUNK without a SEND that announced more")
+        session.large_parts.append(e.body)
+        if not e.more:
+            body = b"".join(session.large_parts)
+            session.large = None
+            session.large_parts = []
+            self._route(session, first, body)
+
+    def _route(self, session: ServerSession, e: Send, body: bytes) -> None:
+        session.sent += 1
+        if session.sent - session.confirmed == 1:
+            self._dirty.append(session)
+        rt = e.routing_type
+        if not -1 <= rt <= 1 or not 0 <= e.priority <= 9:
+            self._out.append(self.codec.send(SendFailed(
+                session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
+            return
+        message = Message(
+            id=self.broker.store.next_id(),
+            address=e.address,
+            body=body,
+            properties=e.properties,
+            durable=e.durable,
+            priority=e.priority,
+            expiration=e.expiration,
+            timestamp=e.timestamp or now_ms(),
+            scheduled=e.scheduled,
+        )
+        tx = session.tx
+        try:
+            self.office.send(message, _ROUTING[rt + 1], tx)
+        except (RoutingError, SelectorError, ValueError) as exc:
+            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ROUTING, str(exc))))
+            return
+        if e.durable and tx is None:
+            self._sync = True
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    def on_create_consumer(self, e: CreateConsumer) -> None:
+        session = self._session(e.session)
+        if e.consumer in session.consumers:
+            raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"consumer {e.consumer} already exists on the session")
+        office = self.office
+        selector = compile_selector(e.filter) if e.filter else None
+        if e.queue:
+            name = e.queue.rpartition("::")[2]
+            queue = office.queues.get(name)
+            if queue is None:
+                raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {name!r} does not exist")
+        else:
+            if not e.address:
+                raise RequestFailed(ErrorCode.INVALID, "a consumer needs a queue or an address")
+            if not -1 <= e.routing_type <= 1:
+                raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
+            address, rt = office.ensure_address_for(e.address, _ROUTING[e.routing_type + 1])
+            if rt == RoutingType.ANYCAST:
+                queue = office.ensure_anycast_queue(address)
+            else:
+                queue = office.subscribe_multicast(
+                    address, filter=e.filter, client_id=self.client_id, subscription=e.subscription or None
+                )
+                selector = None  # the subscription queue filters at routing
+                if queue.temporary:
+                    self.temporary_queues.add(queue.name)
+        consumer = CoreConsumer(
+            queue, self._deliver, session=session, cid=e.consumer, window=e.window,
+            selector=selector, auto_ack=e.auto_ack,
+        )
+        consumer.paused = self.conn.writing_paused
+        session.consumers[e.consumer] = consumer
+        self.by_consumer[consumer.id] = consumer
+        self.reply(Result(e.corr, 0, "", {"queue": queue.name, "address": queue.address}))
+        queue.add_consumer(consumer)
+
+    def on_close_consumer(self, e: CloseConsumer) -> None:
+        session = self._session(e.session)
+        consumer = session.consumers.get(e.consumer)
+        if consumer is not None:
+            self._remove_consumer(consumer)
+        self.reply(Result(e.corr))
+
+    def _remove_consumer(self, consumer: CoreConsumer) -> None:
+        consumer.session.consumers.pop(consumer.cid, None)
+        self.by_consumer.pop(consumer.id, None)
+        queue = consumer.queue
+        if not queue.deleted:
+            queue.remove_consumer(consumer)
+        if queue.deleted:
+            self.temporary_queues.discard(queue.name)
+
+    def on_credit(self, e: Credit) -> None:
+        session = self.sessions.get(e.session)
+        consumer = session.consumers.get(e.consumer) if session is not None else None
+        if consumer is None:
+            return  # closed meanwhile
+        was_empty = consumer.credit <= 0
+        consumer.credit += e.credit
+        if was_empty and consumer.credit > 0:
+            consumer.queue.deliver()
+
+    def _deliver(self, consumer: CoreConsumer, ref: MessageReference) -> None:
+        m = ref.message
+        body = m.body
+        size = len(body)
+        consumer.credit -= credit_of(size)
+        send = self.codec.send
+        sid, cid = consumer.session.id, consumer.cid
+        if size <= CHUNK_SIZE or not self._large_ok:
+            self.conn.write(send(Deliver(
+                sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
+                m.expiration, m.timestamp, m.properties, body, size, False)))
+            return
+        view = memoryview(body)
+        write = self.conn.write
+        write(send(Deliver(
+            sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority, m.expiration,
+            m.timestamp, m.properties, view[:CHUNK_SIZE], size, True)))
+        for start in range(CHUNK_SIZE, size, CHUNK_SIZE):
+            end = start + CHUNK_SIZE
+            write(send(DeliverChunk(sid, cid, view[start:end], end < size)))
+
+    def _refs(self, consumer: CoreConsumer, seqs: list[int], cumulative: bool) -> list[MessageReference]:
+        delivering = consumer.delivering
+        if not cumulative:
+            return [delivering[s] for s in seqs if s in delivering]
+        if not seqs or seqs[-1] not in delivering:
+            return []
+        last = seqs[-1]
+        refs = []
+        for s, ref in delivering.items():
+            refs.append(ref)
+            if s == last:
+                break
+        return refs
+
+    def _consumer_of(self, session_id: int, consumer_id: int, corr: int) -> CoreConsumer | None:
+        session = self.sessions.get(session_id)
+        consumer = session.consumers.get(consumer_id) if session is not None else None
+        if consumer is None and corr:
+            raise RequestFailed(ErrorCode.NOT_FOUND, f"no consumer {consumer_id} on session {session_id}")
+        return consumer
+
+    def on_ack(self, e: Ack) -> None:
+        consumer = self._consumer_of(e.session, e.consumer, e.corr)
+        if consumer is None:
+            return
+        refs = self._refs(consumer, e.seqs, e.cumulative)
+        tx = consumer.session.tx
+        if tx is not None:
+            for ref in refs:
+                tx.hold_ack(ref)
+        else:
+            acknowledge = consumer.queue.acknowledge
+            for ref in refs:
+                acknowledge(ref)
+        if e.corr:
+            self.reply(Result(e.corr, 0, "", len(refs)), sync=tx is None)
+
+    def on_nack(self, e: Nack) -> None:
+        consumer = self._consumer_of(e.session, e.consumer, e.corr)
+        if consumer is None:
+            return
+        refs = self._refs(consumer, e.seqs, False)
+        for ref in refs:
+            consumer.queue.cancel(ref, redelivered=True)
+        if e.corr:
+            self.reply(Result(e.corr, 0, "", len(refs)), sync=True)
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def _tx_session(self, session_id: int) -> ServerSession:
+        session = self._session(session_id)
+        if session.tx is None:
+            raise RequestFailed(ErrorCode.INVALID, f"session {session_id} is not transacted")
+        return session
+
+    def on_commit(self, e: Commit) -> None:
+        session = self._tx_session(e.session)
+        tx, session.tx = session.tx, Transaction(f"core-{session.id}")
+        try:
+            self.office.commit(tx)
+        except TransactionRolledBack as exc:
+            self.reply(Result(e.corr, ErrorCode.TRANSACTION_ROLLED_BACK, f"transaction rolled back: {exc}"))
+            return
+        self.reply(Result(e.corr), sync=True, transactional=True)
+
+    def on_rollback(self, e: Rollback) -> None:
+        session = self._tx_session(e.session)
+        tx, session.tx = session.tx, Transaction(f"core-{session.id}")
+        self.office.rollback(tx)
+        self.reply(Result(e.corr))
+
+    # -- addresses and queues -------------------------------------------------------------------
+
+    def on_create_address(self, e: CreateAddress) -> None:
+        try:
+            types = {RoutingType(r) for r in e.routing_types} or {RoutingType.MULTICAST}
+        except ValueError:
+            raise RequestFailed(ErrorCode.INVALID, f"bad routing types {e.routing_types}") from None
+        self.office.create_address(e.name, types)
+        self.reply(Result(e.corr), sync=True)
+
+    def on_delete_address(self, e: DeleteAddress) -> None:
+        if e.name not in self.office.addresses:
+            raise RequestFailed(ErrorCode.NOT_FOUND, f"address {e.name!r} does not exist")
+        self.office.delete_address(e.name)
+        self.reply(Result(e.corr), sync=True)
+
+    def on_create_queue(self, e: CreateQueue) -> None:
+        office = self.office
+        if e.name in office.queues:
+            if not e.exists_ok:
+                raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"queue {e.name!r} already exists")
+            self.reply(Result(e.corr, 0, "", _queue_info(office.queues[e.name])))
+            return
+        if e.routing_type not in (0, 1):
+            raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
+        queue = office.create_queue(
+            e.name, e.address or e.name, RoutingType(e.routing_type), durable=e.durable, filter=e.filter or None,
+            temporary=e.temporary,
+        )
+        if queue.temporary:
+            self.temporary_queues.add(queue.name)
+        self.reply(Result(e.corr, 0, "", _queue_info(queue)), sync=True)
+
+    def on_delete_queue(self, e: DeleteQueue) -> None:
+        if e.name not in self.office.queues:
+            raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.name!r} does not exist")
+        self.office.delete_queue(e.name)
+        self.temporary_queues.discard(e.name)
+        self.reply(Result(e.corr), sync=True)
+
+    def on_query(self, e: Query) -> None:
+        office = self.office
+        if e.kind == "queue":
+            queue = office.queues.get(e.name)
+            value = _queue_info(queue) if queue is not None else None
+        elif e.kind == "address":
+            address = office.addresses.get(e.name)
+            value = None if address is None else {
+                "name": address.name,
+                "routing_types": sorted(rt.name for rt in address.routing_types),
+                "queues": [q.name for q in address.queues],
+                "auto_created": address.auto_created,
+            }
+        else:
+            raise RequestFailed(ErrorCode.INVALID, f"can query a queue or an address, not {e.kind!r}")
+        self.reply(Result(e.corr, 0, "", value))
+
+    def on_browse(self, e: Browse) -> None:
+        queue = self.office.queues.get(e.queue.rpartition("::")[2])
+        if queue is None:
+            raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.queue!r} does not exist")
+        limit = max(0, min(e.limit, 10_000))
+        refs = operations.browse(queue, filter=e.filter, limit=limit + 1, offset=max(e.offset, 0))
+        budget = self.broker.config.max_frame_size // 2
+        out = []
+        for ref in refs[:limit]:
+            m = ref.message
+            budget -= len(m.body) + 256
+            if out and budget < 0:
+                break
+            out.append(Browsed(ref.seq, m.id, m.address, m.durable, m.priority, m.expiration, m.timestamp,
+                               m.scheduled, ref.delivery_count, m.properties, m.body))
+        more = len(refs) > len(out)
+        self._out.append(self.codec.send(BrowseResult(e.corr, out, more)))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        for consumer in self.by_consumer.values():
+            consumer.paused = True
+
+    def resume(self) -> None:
+        for consumer in list(self.by_consumer.values()):
+            consumer.resume()
+
+    def connection_lost(self) -> None:
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for session in list(self.sessions.values()):
+            self._close_session(session)
+        self.sessions.clear()
+        self.by_consumer.clear()
+        for name in list(self.temporary_queues):
+            queue = self.office.queues.get(name)
+            if queue is not None and queue.temporary:
+                try:
+                    self.office.delete_queue(name)
+                except RoutingError:
+                    pass
+        self.temporary_queues.clear()
+
+
+def _ignore(event: object) -> None:
+    return None
+
+
+def _queue_info(queue: Queue) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "address": queue.address,
+        "routing_type": queue.routing_type.name,
+        "durable": queue.durable,
+        "temporary": queue.temporary,
+        "filter": queue.selector.text if queue.selector is not None else None,
+        "message_count": queue.message_count,
+        "consumer_count": queue.consumer_count,
+        "delivering_count": queue.delivering_count,
+        "scheduled_count": queue.scheduled_count,
+        "messages_added": queue.messages_added,
+        "messages_acked": queue.messages_acked,
+    }

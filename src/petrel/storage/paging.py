@@ -1,0 +1,364 @@
+"""Page files: the backlog of a queue that does not fit in memory.
+
+Each paging queue has a directory `paging/<queue id>/` of page files `NNNNNNNNN.page`, each a
+run of records `u32 length | u32 crc32 | payload` with payload = msgpack (seq, durable,
+encoded message). Writes are appended by one writer thread and made durable together
+(`sync(done)`, like the journal's group commit); reads happen where the queue drains.
+
+A queue's read position (its cursor) lives in the message journal, written in the same
+transaction that moves a batch of paged messages into the journal (`FileStore.depage`), so a
+crash can neither lose nor duplicate a paged message. A page file is deleted once every
+cursor has passed it. Non-durable messages are paged too (to bound memory) but skipped when
+read back after a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from petrel.core.message import Message, decode_message, encode_message
+
+log = logging.getLogger("petrel.storage.paging")
+
+_HEAD = struct.Struct("<II")
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+
+
+@dataclass(slots=True, frozen=True, order=True)
+class PagePosition:
+    file: int
+    offset: int
+
+
+@dataclass(slots=True)
+class PagedMessage:
+    position: PagePosition  # where the record after this one starts
+    seq: int
+    message: Message
+
+
+class _QueuePages:
+    __slots__ = ("queue_id", "dir", "write_file", "write_offset", "fd", "files")
+
+    def __init__(self, queue_id: int, directory: Path) -> None:
+        self.queue_id = queue_id
+        self.dir = directory
+        self.write_file = 0
+        self.write_offset = 0
+        self.fd: int | None = None
+        self.files: list[int] = []
+
+
+class PageStore:
+    def __init__(self, directory: Path, *, page_size: int = 10 * 1024 * 1024, datasync: bool = True,
+                 dispatch: Callable[[list[Callable[[], None]]], None] | None = None) -> None:
+        self.dir = Path(directory)
+        self.page_size = page_size
+        self.datasync = datasync
+        self.dispatch = dispatch or _run_all
+        self._queues: dict[int, _QueuePages] = {}
+        self._pending: list[tuple[int, bytes]] = []  # (fd, data)
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.run_start: dict[int, int] = {}  # queue id -> first page file written by this run
+        self._unwritten: dict[int, int] = {}  # queue id -> records appended but not yet written
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def recover(self) -> dict[int, list[int]]:
+        """The page files of every queue directory (queue id -> file numbers), positioned for appends."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        found: dict[int, list[int]] = {}
+        for qdir in self.dir.iterdir():
+            if not qdir.is_dir() or not qdir.name.isdigit():
+                continue
+            qid = int(qdir.name)
+            files = sorted(int(p.stem) for p in qdir.glob("*.page") if p.stem.isdigit())
+            pages = _QueuePages(qid, qdir)
+            pages.files = files
+            if files:
+                # This run appends to a new file: records before it are from earlier runs
+                # (their non-durable messages are skipped when read back).
+                pages.write_file = files[-1] + 1
+                pages.write_offset = 0
+                self.run_start[qid] = pages.write_file
+            self._queues[qid] = pages
+            found[qid] = files
+        return found
+
+    @staticmethod
+    def _valid_end(path: Path) -> int:
+        """Offset after the last whole record (a torn tail was never confirmed)."""
+        data = path.read_bytes()
+        pos = 0
+        while pos + 8 <= len(data):
+            length, crc = _HEAD.unpack_from(data, pos)
+            end = pos + 8 + length
+            if length == 0 or end > len(data) or zlib.crc32(memoryview(data)[pos + 8 : end]) != crc:
+                break
+            pos = end
+        return pos
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="petrel-paging", daemon=True)
+        self._thread.start()
+
+    # -- writing (event loop thread) ---------------------------------------------------
+
+    def append(self, queue_id: int, seq: int, message: Message) -> PagePosition:
+        pages = self._queues.get(queue_id)
+        if pages is None:
+            pages = self._queues[queue_id] = _QueuePages(queue_id, self.dir / str(queue_id))
+        payload = _enc.encode((seq, message.durable, message.id, encode_message(message)))
+        record = _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+        if pages.fd is None:
+            self._open(pages)
+        elif pages.write_offset > 0 and pages.write_offset + len(record) > self.page_size:
+            with self._lock:
+                self._pending.append((pages.fd, b"", 0))  # the writer closes it after its last write
+            pages.fd = None
+            pages.write_file += 1
+            pages.write_offset = 0
+            self._open(pages)
+        pages.write_offset += len(record)
+        with self._lock:
+            self._pending.append((pages.fd, record, queue_id))
+            self._unwritten[queue_id] = self._unwritten.get(queue_id, 0) + 1
+            self._lock.notify()
+        return PagePosition(pages.write_file, pages.write_offset)
+
+    def has_unwritten(self, queue_id: int) -> bool:
+        with self._lock:
+            return self._unwritten.get(queue_id, 0) > 0
+
+    def _open(self, pages: _QueuePages) -> None:
+        pages.dir.mkdir(parents=True, exist_ok=True)
+        if pages.write_file == 0:
+            pages.write_file, pages.write_offset = 1, 0
+        if pages.write_file not in pages.files:
+            pages.files.append(pages.write_file)
+        fd = os.open(pages.dir / f"{pages.write_file:09d}.page", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.ftruncate(fd, pages.write_offset)  # drop a torn tail before appending
+        pages.fd = fd
+
+    def sync(self, done: Callable[[], None]) -> None:
+        with self._lock:
+            self._callbacks.append(done)
+            self._pending.append((-1, b"", 0))
+            self._lock.notify()
+
+    def end_position(self, queue_id: int) -> PagePosition:
+        pages = self._queues.get(queue_id)
+        if pages is None:
+            return PagePosition(0, 0)
+        return PagePosition(pages.write_file, pages.write_offset)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._stopping:
+                    self._lock.wait()
+                if not self._pending and self._stopping:
+                    return
+                batch, self._pending = self._pending, []
+                callbacks, self._callbacks = self._callbacks, []
+            touched: dict[int, None] = {}
+            closing = []
+            written: dict[int, int] = {}
+            for fd, data, queue_id in batch:
+                if fd < 0:
+                    continue
+                if data:
+                    os.write(fd, data)
+                    touched[fd] = None
+                    written[queue_id] = written.get(queue_id, 0) + 1
+                else:
+                    closing.append(fd)
+            if written:
+                with self._lock:
+                    for queue_id, n in written.items():
+                        self._unwritten[queue_id] = self._unwritten.get(queue_id, 0) - n
+            if self.datasync:
+                for fd in touched:
+                    os.fdatasync(fd)
+            for fd in closing:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            if callbacks:
+                self.dispatch(callbacks)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def read(self, queue_id: int, cursor: PagePosition, max_bytes: int, *, after_restart_from: int = 0
+             ) -> list[PagedMessage]:
+        """Records after `cursor`, up to about `max_bytes` of payload. Non-durable records in files
+        older than `after_restart_from` (written before the last restart) are skipped."""
+        pages = self._queues.get(queue_id)
+        if pages is None:
+            return []
+        out: list[PagedMessage] = []
+        total = 0
+        for f in list(pages.files):
+            if f < cursor.file:
+                continue
+            offset = cursor.offset if f == cursor.file else 0
+            end = pages.write_offset if f == pages.write_file else None
+            path = pages.dir / f"{f:09d}.page"
+            try:
+                fh = open(path, "rb")
+            except FileNotFoundError:
+                continue
+            with fh:
+                while total < max_bytes:
+                    want = max(max_bytes - total, 65536) + 65536
+                    if end is not None:
+                        want = min(want, end - offset)
+                    if want <= 0:
+                        break
+                    fh.seek(offset)
+                    data = fh.read(want)
+                    pos = 0
+                    while pos + 8 <= len(data):
+                        length, crc = _HEAD.unpack_from(data, pos)
+                        stop = pos + 8 + length
+                        if length == 0 or stop > len(data):
+                            break
+                        payload = data[pos + 8 : stop]
+                        if zlib.crc32(payload) != crc:
+                            break
+                        pos = stop
+                        seq, durable, message_id, encoded = _dec.decode(payload)
+                        if durable or f >= after_restart_from:
+                            message = decode_message(message_id, encoded)
+                            out.append(PagedMessage(PagePosition(f, offset + pos), seq, message))
+                            total += length
+                            if total >= max_bytes:
+                                break
+                    if pos == 0:
+                        if len(data) >= 8 and _HEAD.unpack_from(data, 0)[0] + 8 > len(data) and len(data) == want:
+                            want_more = _HEAD.unpack_from(data, 0)[0] + 8  # one record bigger than the chunk
+                            fh.seek(offset)
+                            big = fh.read(want_more)
+                            if len(big) == want_more:
+                                length, crc = _HEAD.unpack_from(big, 0)
+                                payload = big[8:]
+                                if zlib.crc32(payload) == crc:
+                                    seq, durable, message_id, encoded = _dec.decode(payload)
+                                    offset += want_more
+                                    if durable or f >= after_restart_from:
+                                        out.append(PagedMessage(PagePosition(f, offset), seq,
+                                                                decode_message(message_id, encoded)))
+                                        total += length
+                                    continue
+                        break
+                    offset += pos
+            if total >= max_bytes:
+                break
+        return out
+
+    def release(self, queue_id: int, cursor: PagePosition) -> None:
+        """Delete page files wholly before the cursor."""
+        pages = self._queues.get(queue_id)
+        if pages is None:
+            return
+        for f in list(pages.files):
+            if f < cursor.file and f != pages.write_file:
+                try:
+                    (pages.dir / f"{f:09d}.page").unlink()
+                except FileNotFoundError:
+                    pass
+                pages.files.remove(f)
+
+    def reset(self, queue_id: int) -> None:
+        """Everything was read back: drop the queue's page files; new pages start a new file."""
+        pages = self._queues.get(queue_id)
+        if pages is None:
+            return
+        if pages.fd is not None:
+            with self._lock:
+                self._pending.append((pages.fd, b"", 0))
+                self._lock.notify()
+            pages.fd = None
+        for f in pages.files:
+            try:
+                (pages.dir / f"{f:09d}.page").unlink()
+            except FileNotFoundError:
+                pass
+        pages.files = []
+        pages.write_file += 1
+        pages.write_offset = 0
+
+    def delete_queue(self, queue_id: int) -> None:
+        pages = self._queues.pop(queue_id, None)
+        if pages is None:
+            return
+        if pages.fd is not None:
+            with self._lock:
+                self._pending.append((pages.fd, b"", 0))
+                self._lock.notify()
+        for f in pages.files:
+            try:
+                (pages.dir / f"{f:09d}.page").unlink()
+            except FileNotFoundError:
+                pass
+        try:
+            pages.dir.rmdir()
+        except OSError:
+            pass
+
+    def count_after(self, queue_id: int, cursor: PagePosition) -> int:
+        """How many records follow the cursor (recovery: the queue's paged backlog)."""
+        pages = self._queues.get(queue_id)
+        if pages is None:
+            return 0
+        n = 0
+        for f in pages.files:
+            if f < cursor.file:
+                continue
+            path = pages.dir / f"{f:09d}.page"
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            pos = cursor.offset if f == cursor.file else 0
+            end = pages.write_offset if f == pages.write_file else len(data)
+            while pos + 8 <= end:
+                length, _ = _HEAD.unpack_from(data, pos)
+                if length == 0 or pos + 8 + length > end:
+                    break
+                pos += 8 + length
+                n += 1
+        return n
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        if self._thread is not None:
+            self._thread.join()
+        for pages in self._queues.values():
+            if pages.fd is not None:
+                try:
+                    os.close(pages.fd)
+                except OSError:
+                    pass
+                pages.fd = None
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for cb in callbacks:
+        cb()
