@@ -82,6 +82,7 @@ CLIENT_SAMPLES: list[Event] = [
     Ack(1, 3, [1, 2, 5], False, 0),
     Ack(1, 3, [9], True, 11),
     Nack(1, 3, [4], 12),
+    Nack(1, 3, [6, 5], 0, True),
     Commit(13, 1),
     Rollback(14, 1),
 ]

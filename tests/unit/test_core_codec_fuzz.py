@@ -173,7 +173,7 @@ client_events = st.one_of(
               st.none() | text, st.integers(-1, 2**31), st.booleans()),
     st.builds(Credit, small, small, small),
     st.builds(Ack, small, small, st.lists(small, max_size=10), st.booleans(), small),
-    st.builds(Nack, small, small, st.lists(small, max_size=10), small),
+    st.builds(Nack, small, small, st.lists(small, max_size=10), small, st.booleans()),
     st.builds(Browse, small, text, st.none() | text, small, small),
 )
 server_events = st.one_of(

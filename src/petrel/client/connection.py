@@ -557,13 +557,19 @@ class AsyncConnection:
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def _request(self, make: Callable[[int], Event], *, retry: bool = False, kind: str = "") -> Any:
+    async def _request(
+        self, make: Callable[[int], Event], *, retry: bool = False, kind: str = "",
+        then: Callable[[], None] | None = None,
+    ) -> Any:
+        """Send a request and wait for its RESULT; ``then`` runs right after it is queued."""
         t = await self._wait_ready()
         corr = next(self._corrs)
         event = make(corr)
         future = self._loop.create_future()
         self._pending[corr] = _Pending(future, event, retry, kind)
         t.send(event)
+        if then is not None:
+            then()
         return await future
 
     def _next_dup_id(self) -> str:

@@ -204,6 +204,23 @@ class AsyncConsumer:
             if t is not None:
                 t.send(Ack(sid, cid, acks, False, 0))
 
+    def _return_buffered(self, taken_back: list[Message] | tuple = ()) -> None:
+        """Give prefetched messages back (rollback, close) so the broker redelivers them first,
+        in order, without counting a delivery; their credit comes back to us."""
+        epoch = self._conn._epoch
+        messages = [m for m in (*taken_back, *self._buffer) if m._epoch == epoch]
+        self._buffer.clear()
+        if not messages:
+            return
+        t = self._conn._transport
+        if t is not None:
+            t.send(Nack(self.session.id, self.id, [m.seq for m in reversed(messages)], 0, True))
+        if self.window > 0:
+            self._to_return += sum(credit_of(m._size) for m in messages)
+            if self._to_return >= self._return_at and not self._closed:
+                self._give_credit(self._to_return)
+                self._to_return = 0
+
     def _drop_pending_acks(self) -> None:
         self._cumulative = None
         self._acks.clear()
@@ -338,7 +355,7 @@ class AsyncConsumer:
             return
         self._flush_acks()
         self._closed = True
-        self._buffer.clear()
+        self._return_buffered()
         self._wake_waiter(None)
         if self._listener_task is not None:
             self._listener_task.cancel()

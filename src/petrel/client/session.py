@@ -277,21 +277,30 @@ class AsyncSession:
         self._flush_acks()
         if self._rollback_only is not None:
             reason = self._rollback_only
-            await self._end_transaction(Rollback, "rollback")
+            await self._end_transaction(Rollback, "rollback", self._returner(None))
             raise TransactionRolledBack(f"transaction rolled back: {reason}")
         await self._end_transaction(Commit, "commit")
 
-    async def rollback(self) -> None:
+    async def rollback(self, _taken_back: dict[int, list[Message]] | None = None) -> None:
+        """Undo the session's sends and acks: its messages (and any prefetched ones) come again."""
         self._check()
         if not self.transacted:
             raise ClientError("rollback needs a transacted session")
-        for consumer in self._consumers.values():
-            consumer._drop_pending_acks()
-        await self._end_transaction(Rollback, "rollback")
+        self._flush_acks()  # acks of this transaction reach it, so rolling back returns those messages
+        await self._end_transaction(Rollback, "rollback", self._returner(_taken_back))
 
-    async def _end_transaction(self, kind, name: str) -> None:
+    def _returner(self, taken_back: dict[int, list[Message]] | None):
+        """After ROLLBACK is queued: give prefetched messages back, behind the rolled-back ones."""
+
+        def give_back() -> None:
+            for consumer in self._consumers.values():
+                consumer._return_buffered((taken_back or {}).get(consumer.id, ()))
+
+        return give_back
+
+    async def _end_transaction(self, kind, name: str, then=None) -> None:
         try:
-            await self._conn._request(lambda corr: kind(corr, self.id), kind=name)
+            await self._conn._request(lambda corr: kind(corr, self.id), kind=name, then=then)
         finally:
             self._tx_work = False
             self._rollback_only = None

@@ -157,6 +157,7 @@ class Session:
         self._queued = 0
         self._scheduled = False
         self._room = threading.Event()
+        self._consumers: list[Consumer] = []
         session._on_room.append(self._confirmed)
 
     @property
@@ -217,6 +218,7 @@ class Session:
             return await self._async.consumer(destination, _sink=consumer._arrive, **options)
 
         consumer._bind(self._run(create()))
+        self._consumers.append(consumer)
         return consumer
 
     def browser(self, queue: str, *, filter: str | None = None, batch: int = 100) -> Iterator[Message]:
@@ -234,7 +236,8 @@ class Session:
         self._run(self._async.commit())
 
     def rollback(self) -> None:
-        self._run(self._async.rollback())
+        taken_back = {c._async.id: c._take_back() for c in self._consumers if c._async is not None}
+        self._run(self._async.rollback(taken_back))
 
     def close(self) -> None:
         self._run(self._async.close())
@@ -402,12 +405,27 @@ class Consumer:
         self._listener_thread = threading.Thread(target=run, name="petrel-listener", daemon=True)
         self._listener_thread.start()
 
-    def close(self) -> None:
-        self.set_listener(None) if self._listener_thread is not None else None
+    def _take_back(self) -> list[Message]:
+        """Prefetched messages this thread has not taken (to give back on rollback or close)."""
         with self._cond:
             self._report()
+            items = list(self._items)
             self._items.clear()
-        self.session._run(self._async.close())
+        return items
+
+    def close(self) -> None:
+        if self._listener_thread is not None:
+            self.set_listener(None)
+        taken_back = self._take_back()
+        consumer = self._async
+
+        async def close() -> None:
+            consumer._return_buffered(taken_back)
+            await consumer.close()
+
+        self.session._run(close())
+        if self in self.session._consumers:
+            self.session._consumers.remove(self)
         with self._cond:
             self._cond.notify_all()
 

@@ -384,13 +384,16 @@ class Ack(Event, frozen=True, array_like=True, gc=False):
 
 
 class Nack(Event, frozen=True, array_like=True, gc=False):
-    """Give deliveries back for redelivery (their delivery count goes up)."""
+    """Give deliveries back for redelivery, in the order listed (each goes back to the head
+    of its queue). Their delivery count goes up, unless ``undelivered`` says the client
+    never handed them to its application (prefetched messages it drops)."""
 
     TYPE: ClassVar[int] = FrameType.NACK
     session: int
     consumer: int
     seqs: list[int]
     corr: int = 0
+    undelivered: bool = False
 
 
 class Commit(Event, frozen=True, array_like=True):

@@ -565,8 +565,14 @@ class CoreAdapter:
         if consumer is None:
             return
         refs = self._refs(consumer, e.seqs, False)
-        for ref in refs:
-            consumer.queue.cancel(ref, redelivered=True)
+        redelivered = not e.undelivered
+        paused, consumer.paused = consumer.paused, True  # all go back before any is sent again
+        try:
+            for ref in refs:
+                consumer.queue.cancel(ref, redelivered=redelivered)
+        finally:
+            consumer.paused = paused
+        consumer.queue.deliver()
         if e.corr:
             self.reply(Result(e.corr, 0, "", len(refs)), sync=True)
 
