@@ -78,6 +78,7 @@ CLIENT_SAMPLES: list[Event] = [
     SendChunk(1, b"", False),
     CreateConsumer(9, 1, 3, "orders", 1, "", "a > 1", "sub", 4096, False),
     CloseConsumer(10, 1, 3),
+    CloseConsumer(11, 1, 4, [9, 8]),
     Credit(1, 3, 65536),
     Ack(1, 3, [1, 2, 5], False, 0),
     Ack(1, 3, [9], True, 11),
@@ -430,6 +431,17 @@ def test_non_scalar_property_values_are_refused():
     bad = Send(1, "a", -1, False, 4, 0, 0, 0, {"nested": [1, 2]}, b"", False)
     with pytest.raises(RemoteProtocolError, match="scalars"):
         feed(server, encode_frame(bad))
+
+
+def test_unsendable_events_are_refused_locally():
+    client, server = pair()
+    with pytest.raises(LocalProtocolError, match="scalars"):
+        client.send(Send(1, "a", -1, False, 4, 0, 0, 0, {"k": {1, 2}}, b"", False))
+    with pytest.raises(LocalProtocolError, match="cannot encode"):
+        client.send(Credit(1, 2, 2**70))
+    with pytest.raises(LocalProtocolError, match="scalars"):
+        server.send(Deliver(1, 1, 1, 0, 1, "a", False, 4, 0, 0, {"k": [1]}, b"", 0))
+    assert client.our_phase is Phase.OPEN
 
 
 def test_non_string_property_keys_are_refused():

@@ -183,7 +183,7 @@ server_events = st.one_of(
     st.builds(DeliverChunk, small, small, bodies, st.booleans()),
     st.builds(SendConfirm, small, small),
     st.builds(SendFailed, small, small, small, text),
-    st.builds(Result, small, small, text, st.none() | st.integers() | text | st.dictionaries(text, st.integers())),
+    st.builds(Result, small, small, text, st.none() | ints | text | st.dictionaries(text, ints)),
     st.builds(Topology, small, st.lists(st.builds(Member, text, st.none() | text, st.none() | text, st.booleans()),
                                         max_size=4), st.booleans()),
     st.builds(BrowseResult, small, st.lists(st.builds(Browsed, small, small, text, st.booleans(),

@@ -353,15 +353,20 @@ class AsyncConsumer:
         """Stop consuming; messages taken but not acknowledged are redelivered."""
         if self._closed:
             return
+        await self._close(())
+
+    async def _close(self, taken_back: list[Message] | tuple) -> None:
         self._flush_acks()
         self._closed = True
-        self._return_buffered()
+        epoch = self._conn._epoch
+        returned = [m.seq for m in (*taken_back, *self._buffer) if m._epoch == epoch]
+        self._buffer.clear()
         self._wake_waiter(None)
         if self._listener_task is not None:
             self._listener_task.cancel()
         try:
             if self._failure is None and not self.session._closed:
-                await self._conn._request(lambda corr: CloseConsumer(corr, self.session.id, self.id))
+                await self._conn._request(lambda corr: CloseConsumer(corr, self.session.id, self.id, returned))
         except ClientError:
             pass
         finally:

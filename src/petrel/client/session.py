@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from petrel.client.consumer import AsyncBrowser, AsyncConsumer
 from petrel.client.errors import ClientError, ConnectionClosed, SendFailed, TransactionRolledBack
 from petrel.client.message import DUPLICATE_ID, Message, parse_destination
-from petrel.codec.core import CloseSession, Commit, CreateSession, Event, Rollback, Send, SendChunk
+from petrel.codec.core import CloseSession, Commit, CreateSession, Event, Rollback, Send, SendChunk, encode_frame
+from petrel.codec.errors import ProtocolError
 
 if TYPE_CHECKING:
     from petrel.client.connection import AsyncConnection
@@ -134,18 +135,24 @@ class AsyncSession:
     def _send_nowait(self, destination: str, message: Message, future: asyncio.Future | None = None) -> None:
         """Write one message now (whatever the window); it is kept until confirmed."""
         frames, size = self._frames(destination, message)
+        t = self._conn._transport
+        try:
+            if t is not None and not t.closed:
+                data = [t.codec.send(frame) for frame in frames]
+            else:
+                t = None
+                for frame in frames:  # not connected: check it can be sent at all
+                    encode_frame(frame)
+        except ProtocolError as exc:
+            raise ValueError(f"cannot send this message: {exc.message}") from None
         self._numbered += 1
         self._unconfirmed.append([self._numbered, frames, size, future, not self.transacted, message])
         self._unconfirmed_bytes += size
         if self.transacted:
             self._tx_work = True
-        t = self._conn._transport
         if t is not None:
-            if len(frames) == 1:
-                t.send(frames[0])
-            else:
-                for frame in frames:
-                    t.send(frame)
+            for chunk in data:
+                t.write(chunk)
 
     async def _send(self, destination: str, message: Message, wait: bool) -> None:
         self._check()

@@ -417,13 +417,8 @@ class Consumer:
         if self._listener_thread is not None:
             self.set_listener(None)
         taken_back = self._take_back()
-        consumer = self._async
-
-        async def close() -> None:
-            consumer._return_buffered(taken_back)
-            await consumer.close()
-
-        self.session._run(close())
+        if not self._async._closed:
+            self.session._run(self._async._close(taken_back))
         if self in self.session._consumers:
             self.session._consumers.remove(self)
         with self._cond:

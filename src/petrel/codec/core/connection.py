@@ -65,25 +65,34 @@ def _decoders() -> dict[int, msgspec.msgpack.Decoder]:
     return {code: msgspec.msgpack.Decoder(cls) for code, cls in EVENT_TYPES.items()}
 
 
-def _check_properties(props: dict) -> None:
+def _check_properties(props: dict) -> str | None:
     for value in props.values():
         if type(value) not in _SCALARS:
-            raise RemoteProtocolError(
-                f"message property values must be scalars, not {type(value).__name__}"
-            )
+            return f"message property values must be scalars, not {type(value).__name__}"
+    return None
 
 
-def _check_browse(event: BrowseResult) -> None:
+def _check_browse(event: BrowseResult) -> str | None:
     for message in event.messages:
-        _check_properties(message.properties)
+        problem = _check_properties(message.properties)
+        if problem:
+            return problem
+    return None
 
 
-# Per frame type, a check run on the decoded event beyond what its types say.
+# Per frame type, a check of the event beyond what its types say: the problem, or None.
 _CHECKS = {
-    FrameType.SEND: lambda e: e.properties and _check_properties(e.properties),
-    FrameType.DELIVER: lambda e: e.properties and _check_properties(e.properties),
+    FrameType.SEND: lambda e: _check_properties(e.properties) if e.properties else None,
+    FrameType.DELIVER: lambda e: _check_properties(e.properties) if e.properties else None,
     FrameType.BROWSE_RESULT: _check_browse,
 }
+
+
+def _encode_checked(event: Event) -> bytes:
+    try:
+        return _encode(event)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise LocalProtocolError(f"cannot encode {type(event).__name__.upper()}: {_line(exc)}") from None
 
 
 def encode_frame(event: Event) -> bytes:
@@ -102,8 +111,9 @@ def decode_payload(code: int, payload: bytes) -> Event:
     except _DecodeErrors as exc:
         raise RemoteProtocolError(f"malformed {cls.__name__.upper()} frame: {_line(exc)}") from None
     check = _CHECKS.get(code)
-    if check is not None:
-        check(event)
+    problem = check(event) if check is not None else None
+    if problem:
+        raise RemoteProtocolError(problem)
     return event
 
 
@@ -214,10 +224,9 @@ class CoreConnection:
         buf.consume_to(end)
         check = _CHECKS.get(code)
         if check is not None:
-            try:
-                check(event)
-            except RemoteProtocolError as exc:
-                return self._fail(exc.message)
+            problem = check(event)
+            if problem:
+                return self._fail(problem)
         if code == FrameType.CONNECTED:
             self._on_connected(event)
         return event
@@ -258,13 +267,18 @@ class CoreConnection:
         """The bytes of ``event``'s frame; ``LocalProtocolError`` if it may not be sent now."""
         code = event.TYPE
         state = self._state
+        check = _CHECKS.get(code)
+        if check is not None:
+            problem = check(event)
+            if problem:
+                raise LocalProtocolError(problem)
         if state.ours is Phase.OPEN and code in state.open_send:
-            payload = _encode(event)
+            payload = _encode_checked(event)
             return _pack_header(len(payload) + 1, code) + payload
         phase = state.check_send(code)
         if code == FrameType.CONNECTED and event.version not in self.offered_versions:
             raise LocalProtocolError(f"CONNECTED names version {event.version}, which this codec does not speak")
-        payload = _encode(event)
+        payload = _encode_checked(event)
         data = _pack_header(len(payload) + 1, code) + payload
         state.sent(code, phase)
         if code == FrameType.CONNECT:

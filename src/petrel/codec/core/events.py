@@ -325,10 +325,15 @@ class CreateConsumer(Event, frozen=True, array_like=True):
 
 
 class CloseConsumer(Event, frozen=True, array_like=True):
+    """Stop a consumer. ``returned`` lists deliveries the client never handed to its
+    application (prefetched): they go back first, without counting a delivery; whatever
+    else the consumer holds unacknowledged is redelivered as usual."""
+
     TYPE: ClassVar[int] = FrameType.CLOSE_CONSUMER
     corr: int
     session: int
     consumer: int
+    returned: list[int] = []
 
 
 class Credit(Event, frozen=True, array_like=True, gc=False):

@@ -480,6 +480,10 @@ class CoreAdapter:
         session = self._session(e.session)
         consumer = session.consumers.get(e.consumer)
         if consumer is not None:
+            consumer.paused = True  # nothing more goes out to it
+            queue = consumer.queue
+            for ref in reversed(self._refs(consumer, e.returned, False)):
+                queue.cancel(ref, redelivered=False)
             self._remove_consumer(consumer)
         self.reply(Result(e.corr))
 
