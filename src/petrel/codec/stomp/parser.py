@@ -391,7 +391,7 @@ class FrameParser:
             return NEED_DATA
         if remaining is not None:
             if remaining:
-                stop = start + remaining if start + remaining < end else end - 1
+                stop = start + remaining if start + remaining < end else end
                 stream[0] = remaining - (stop - start)
             elif data[start]:
                 raise _unterminated(command, headers, n)
