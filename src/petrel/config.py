@@ -182,7 +182,12 @@ class BrokerConfig(BaseModel):
     port: Port = Field(61616, description="acceptor for all protocols, detected from the first bytes (-1 = off, 0 = any free port)")
     stomp_port: Port = Field(61613, description="STOMP-only acceptor (-1 = off, 0 = any free port)")
     http_port: Port = Field(8161, description="management API and console (-1 = off, 0 = any free port)")
-    max_frame_size: int = Field(10 * MIB, ge=1, description="largest STOMP frame accepted, in bytes")
+    max_frame_size: int = Field(
+        100 * MIB, ge=1, description="largest STOMP frame accepted, in bytes (bodies over "
+        "min_large_message_size are streamed to disk, never held whole)")
+    min_large_message_size: int = Field(
+        100 * KIB, ge=1, description="bytes; a larger body is a large message: kept in its own file under "
+        "large-messages/, not in memory or the journal")
     stomp_heartbeat_min: int = Field(
         0, ge=0, description="ms; fastest heart-beat the server agrees to, whatever a client asks (0 = no floor)")
     stomp_heartbeat: tuple[NonNegative, NonNegative] = Field(
