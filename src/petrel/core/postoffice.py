@@ -485,7 +485,9 @@ class PostOffice:
         if message.large is not None:  # every target's reference holds the file
             self.hold_large(message.large, len(targets))
         refs = []
-        can_page = (tx_id == 0 or own_tx) and getattr(self.store, "supports_paging", False)
+        # A large message is never paged: in memory it is only its headers, and its file
+        # must stay named by a journal record so a restart keeps it.
+        can_page = (tx_id == 0 or own_tx) and getattr(self.store, "supports_paging", False) and message.large is None
         paged = 0
         for queue in targets:
             seq = self._take_seq(queue)
