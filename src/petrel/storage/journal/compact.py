@@ -153,8 +153,7 @@ class Compactor:
                 if result.damage or result.torn:
                     log.warning("not compacting: damage in segment %d", seg)
                     return None
-                for _off, rec, size in result.records:
-                    replay.apply(rec, seg, size)
+                replay.apply_all(result.records, seg)
             if not replay.txs:
                 return segments, replay
             # some transaction is not resolved inside: stop before its first record
@@ -166,8 +165,8 @@ class Compactor:
     def _first_segment_of(self, segments: list[int], tx_ids: set[int]) -> int:
         for seg in segments:
             buf = read_file(self.layout.data_path(seg))
-            for _off, rec, _size in scan(buf, seg).records:
-                if rec.type in _TX_RECORDS and rec.tx_id in tx_ids:
+            for _off, code, _ut, _rid, tx_id, _count, _body, _size in scan(buf, seg).records:
+                if code in _TX_RECORDS and tx_id in tx_ids:
                     return seg
         return segments[-1]  # pragma: no cover - an open tx always has a record
 
@@ -224,6 +223,9 @@ class Compactor:
             f = self.pool.activate(seg, path)
             try:
                 f.write(blob, HEADER_SIZE)
+                # the file may once have been this very segment: its old records
+                # would read as valid, so nothing may be left after the new ones
+                f.zero(state.used, self.file_size)
                 if self.sync:
                     os.fdatasync(f.fd)
             finally:

@@ -43,9 +43,10 @@ Why this layout reads safely:
 * A record left from a file's previous life carries that life's segment id
   (files are reused without re-zeroing): with a valid header check and a foreign
   segment id it is end of data (``TornRecord``).
-* A flipped bit anywhere is caught: in the first 14 bytes by the header check
-  (and then the segment id is still ours, or one bit away from ours), elsewhere
-  by the record CRC.  Either way ``CorruptRecord``.
+* A flipped bit anywhere is caught: in the first 16 bytes by the header check
+  (the header is ours when its segment id is ours, or when putting our id in
+  its place makes the check match: only that field was hit), elsewhere by the
+  record CRC.  Either way ``CorruptRecord``.
 * A record whose header is sound but that runs past the end of the buffer is
   incomplete (a truncated file): ``TornRecord``.
 """
@@ -69,6 +70,7 @@ __all__ = [
     "RecordType",
     "TornRecord",
     "decode",
+    "decode_raw",
     "decode_segment_header",
     "decode_tx_counts",
     "encode",
@@ -159,6 +161,12 @@ _LAYOUT = {
 # smallest valid total length per type code
 _MIN_LENGTH = {int(t): _COMMON.size + s.size + TRAILER_SIZE for t, (s, _) in _LAYOUT.items()}
 _OVERHEAD = _MIN_LENGTH  # bytes a record of that type takes beyond its body
+_HEAD = struct.Struct("<BBIQH")  # the common header, check included
+# type code -> (minimum length, layout kind, fields after the common header)
+_DECODE = {
+    int(t): (_MIN_LENGTH[t], kind, struct.Struct("<" + fields.format[2:]))
+    for t, (fields, kind) in _LAYOUT.items()
+}
 
 
 def record_size(rtype: int, body_len: int) -> int:
@@ -213,57 +221,63 @@ def encode(record: Record, segment_id: int) -> bytes:
 
 
 def decode(buf, offset: int, segment_id: int) -> tuple[Record, int]:
-    """Decode the record at ``offset`` of ``buf`` (bytes, bytearray, memoryview or mmap).
+    """Decode the record at ``offset`` of ``buf`` (bytes, bytearray or memoryview).
 
     Returns the record and the offset just past it.  Raises :class:`TornRecord`
     when nothing valid is here, :class:`CorruptRecord` when a record of this
     segment is here but fails its checks.
     """
-    end = len(buf)
-    if end - offset < RECORD_HEADER_SIZE:
-        raise TornRecord(f"incomplete record header at offset {offset}")
-    code, user_type, length, seg = _COMMON.unpack_from(buf, offset)
-    (check,) = _CHECK.unpack_from(buf, offset + 14)
-    head = bytes(buf[offset:offset + 14])
-    if check != crc32(head) & 0xFFFF:
-        if not any(head) and not check:
-            raise TornRecord(f"zeros at offset {offset}")
-        if (seg ^ segment_id).bit_count() <= 1:
-            raise CorruptRecord(f"record header check failed at offset {offset}")
-        raise TornRecord(f"no record at offset {offset}")
-    if seg != segment_id:
-        raise TornRecord(f"record of segment {seg} at offset {offset}")
-    minimum = _MIN_LENGTH.get(code)
-    if minimum is None:
+    code, user_type, rid, tx_id, count, body, stop = decode_raw(buf, offset, segment_id)
+    return Record(_BY_CODE[code], rid, user_type, body, tx_id, count), stop
+
+
+def decode_raw(buf, offset: int, segment_id: int) -> tuple[int, int, int, int, int, bytes, int]:
+    """:func:`decode` without building a Record (the load hot path):
+    ``(type code, user_type, id, tx_id, count, body, next offset)``."""
+    try:
+        code, user_type, length, seg, check = _HEAD.unpack_from(buf, offset)
+    except struct.error:
+        raise TornRecord(f"incomplete record header at offset {offset}") from None
+    if seg != segment_id or check != crc32(buf[offset:offset + 14]) & 0xFFFF:
+        _bad_header(buf, offset, segment_id, seg, check)
+    layout = _DECODE.get(code)
+    if layout is None:
         raise CorruptRecord(f"unknown record type {code} at offset {offset}")
+    minimum, kind, fields = layout
     if length < minimum:
         raise CorruptRecord(f"bad record length {length} at offset {offset}")
     stop = offset + length
-    if stop > end:
-        raise TornRecord(f"incomplete record at offset {offset} ({length} bytes, {end - offset} left)",
+    crc_at = stop - TRAILER_SIZE
+    if stop > len(buf):
+        raise TornRecord(f"incomplete record at offset {offset} ({length} bytes, {len(buf) - offset} left)",
                          ours=True)
-    (stored,) = _CRC.unpack_from(buf, stop - TRAILER_SIZE)
-    view = memoryview(buf)[offset:stop - TRAILER_SIZE]
-    try:
-        if crc32(view) != stored:
-            raise CorruptRecord(f"CRC mismatch in record at offset {offset}")
-        rtype = _BY_CODE[code]
-        fields, kind = _LAYOUT[rtype]
-        body_at = offset + _COMMON.size + fields.size
-        body = bytes(view[body_at - offset:])
-    finally:
-        view.release()
+    if crc32(buf[offset:crc_at]) != _CRC.unpack_from(buf, crc_at)[0]:
+        raise CorruptRecord(f"CRC mismatch in record at offset {offset}")
+    body = bytes(buf[offset + minimum - TRAILER_SIZE:crc_at])
+    at = offset + RECORD_HEADER_SIZE
     if kind == _ID_KIND:
-        _, rid = fields.unpack_from(buf, offset + 14)
-        return Record(rtype, rid, user_type, body), stop
+        return code, user_type, fields.unpack_from(buf, at)[0], 0, 0, body, stop
     if kind == _TX_KIND:
-        _, tx_id, rid = fields.unpack_from(buf, offset + 14)
-        return Record(rtype, rid, user_type, body, tx_id), stop
+        tx_id, rid = fields.unpack_from(buf, at)
+        return code, user_type, rid, tx_id, 0, body, stop
     if kind == _COUNT_KIND:
-        _, tx_id, count = fields.unpack_from(buf, offset + 14)
-        return Record(rtype, 0, user_type, body, tx_id, count), stop
-    _, tx_id = fields.unpack_from(buf, offset + 14)
-    return Record(rtype, 0, user_type, body, tx_id), stop
+        tx_id, count = fields.unpack_from(buf, at)
+        return code, user_type, 0, tx_id, count, body, stop
+    return code, user_type, 0, fields.unpack_from(buf, at)[0], 0, body, stop
+
+
+def _bad_header(buf, offset: int, segment_id: int, seg: int, check: int):
+    """Classify a header that is not a sound header of ``segment_id``; always raises."""
+    head = bytes(buf[offset:offset + 14])
+    if check == crc32(head) & 0xFFFF:
+        raise TornRecord(f"record of segment {seg} at offset {offset}")
+    if seg == segment_id:
+        raise CorruptRecord(f"record header check failed at offset {offset}")
+    if check == crc32(head[:SEGMENT_ID_OFFSET] + _U64.pack(segment_id)) & 0xFFFF:
+        raise CorruptRecord(f"damaged segment id in record at offset {offset}")
+    if not any(head) and not check:
+        raise TornRecord(f"zeros at offset {offset}")
+    raise TornRecord(f"no record at offset {offset}")
 
 
 def find_candidate(buf, start: int, segment_id: int) -> int:

@@ -34,7 +34,7 @@ from .records import (
     RecordError,
     RecordType,
     TornRecord,
-    decode,
+    decode_raw,
     decode_tx_counts,
     find_candidate,
 )
@@ -72,6 +72,10 @@ class LoadedJournal:
     max_id: int  # highest record id seen anywhere, even deleted
 
 
+# a decoded record: (offset, type code, user_type, id, tx_id, count, body, size)
+Raw = tuple[int, int, int, int, int, int, bytes, int]
+
+
 @dataclass(frozen=True, slots=True)
 class Damage:
     offset: int
@@ -81,7 +85,7 @@ class Damage:
 
 @dataclass(slots=True)
 class Scan:
-    records: list[tuple[int, Record, int]]  # (offset, record, size)
+    records: list[Raw]  # (offset, type code, user_type, id, tx_id, count, body, size)
     damage: list[Damage]  # holes followed by valid records
     end: int  # offset just past the last valid record
     tail: RecordError | None  # what stopped the scan at ``end`` (None: end of buffer)
@@ -101,7 +105,7 @@ def next_valid(buf, start: int, segment_id: int) -> int:
         if at < 0:
             return -1
         try:
-            decode(buf, at, segment_id)
+            decode_raw(buf, at, segment_id)
         except RecordError:
             at += 1
             continue
@@ -110,13 +114,14 @@ def next_valid(buf, start: int, segment_id: int) -> int:
 
 def scan(buf, segment_id: int, start: int = HEADER_SIZE) -> Scan:
     """Decode every record of one segment's bytes, noting holes and how the data ends."""
-    records = []
+    records: list[Raw] = []
     damage = []
     off = start
     size = len(buf)
+    append = records.append
     while off < size:
         try:
-            rec, nxt = decode(buf, off, segment_id)
+            code, user_type, rid, tx_id, count, body, nxt = decode_raw(buf, off, segment_id)
         except RecordError as e:
             resume = next_valid(buf, off + 1, segment_id)
             if resume < 0:
@@ -124,17 +129,22 @@ def scan(buf, segment_id: int, start: int = HEADER_SIZE) -> Scan:
             damage.append(Damage(off, str(e), resume))
             off = resume
             continue
-        records.append((off, rec, nxt - off))
+        append((off, code, user_type, rid, tx_id, count, body, nxt - off))
         off = nxt
     return Scan(records, damage, off, None)
+
+
+def as_record(raw: Raw) -> Record:
+    _off, code, user_type, rid, tx_id, count, body, _size = raw
+    return Record(RecordType(code), rid, user_type, body, tx_id, count)
 
 
 class _Tx:
     __slots__ = ("records", "found", "prepared")
 
     def __init__(self) -> None:
-        self.records: list[Record] = []
-        self.found: dict[int, int] = {}
+        self.records: list[tuple[int, int, int, bytes]] = []  # (type, id, user_type, body)
+        self.found: dict[int, int] = {}  # segment -> records of this tx there
         self.prepared = False
 
 
@@ -148,64 +158,66 @@ class Replay:
         self.max_id = 0
         self.dropped: list[int] = []
 
-    def apply(self, rec: Record, seg: int, size: int) -> None:
-        rtype = rec.type
+    def apply_all(self, raws: list[Raw], seg: int) -> None:
         records = self.records
-        rtype_for_ledger = rtype
-        if rtype <= _DELETE:
-            if rec.id > self.max_id:
-                self.max_id = rec.id
-        if rtype == _ADD:
-            records.pop(rec.id, None)
-            records[rec.id] = LoadedRecord(rec.id, rec.user_type, rec.body, [])
-        elif rtype == _UPDATE:
-            r = records.get(rec.id)
-            if r is not None:
-                r.updates.append((rec.user_type, rec.body))
-        elif rtype == _DELETE:
-            records.pop(rec.id, None)
-        elif rtype == _ADD_TX or rtype == _UPDATE_TX or rtype == _DELETE_TX:
-            tx = self.txs.get(rec.tx_id)
-            if tx is None:
-                tx = self.txs[rec.tx_id] = _Tx()
-            tx.records.append(rec)
-            tx.found[seg] = tx.found.get(seg, 0) + 1
-        elif rtype == _PREPARE:
-            tx = self.txs.get(rec.tx_id)
-            if tx is None:
-                tx = self.txs[rec.tx_id] = _Tx()
-            tx.prepared = True
-        elif rtype == _COMMIT:
-            tx = self.txs.pop(rec.tx_id, None)
-            reason = _commit_mismatch(tx, rec, seg)
-            if reason is None:
-                if tx is not None:
-                    self._commit(tx)
-            else:
-                log.warning("dropping transaction %d: %s", rec.tx_id, reason,
-                            extra={"event": "journal.tx_dropped"})
-                self.dropped.append(rec.tx_id)
-                rtype_for_ledger = _ROLLBACK
-        else:  # ROLLBACK
-            self.txs.pop(rec.tx_id, None)
-        if self.ledger is not None:
-            self.ledger.apply(rtype_for_ledger, rec.id, rec.tx_id, seg, size)
+        ledger_apply = self.ledger.apply if self.ledger is not None else None
+        max_id = self.max_id
+        for _off, code, user_type, rid, tx_id, count, body, size in raws:
+            if code <= _DELETE and rid > max_id:
+                max_id = rid
+            if code == _ADD:
+                if rid in records:
+                    del records[rid]
+                records[rid] = LoadedRecord(rid, user_type, body, [])
+            elif code == _UPDATE:
+                r = records.get(rid)
+                if r is not None:
+                    r.updates.append((user_type, body))
+            elif code == _DELETE:
+                records.pop(rid, None)
+            elif code == _ADD_TX or code == _UPDATE_TX or code == _DELETE_TX:
+                tx = self.txs.get(tx_id)
+                if tx is None:
+                    tx = self.txs[tx_id] = _Tx()
+                tx.records.append((code, rid, user_type, body))
+                tx.found[seg] = tx.found.get(seg, 0) + 1
+            elif code == _PREPARE:
+                tx = self.txs.get(tx_id)
+                if tx is None:
+                    tx = self.txs[tx_id] = _Tx()
+                tx.prepared = True
+            elif code == _COMMIT:
+                tx = self.txs.pop(tx_id, None)
+                reason = _commit_mismatch(tx, count, body, seg)
+                if reason is None:
+                    if tx is not None:
+                        self._commit(tx)
+                else:
+                    log.warning("dropping transaction %d: %s", tx_id, reason,
+                                extra={"event": "journal.tx_dropped"})
+                    self.dropped.append(tx_id)
+                    code = _ROLLBACK
+            else:  # ROLLBACK
+                self.txs.pop(tx_id, None)
+            if ledger_apply is not None:
+                ledger_apply(code, rid, tx_id, seg, size)
+        self.max_id = max_id
 
     def _commit(self, tx: _Tx) -> None:
         records = self.records
-        for r in tx.records:
-            if r.type == _ADD_TX:
-                records.pop(r.id, None)
-                records[r.id] = LoadedRecord(r.id, r.user_type, r.body, [])
-            elif r.type == _UPDATE_TX:
-                live = records.get(r.id)
+        for code, rid, user_type, body in tx.records:
+            if code == _ADD_TX:
+                records.pop(rid, None)
+                records[rid] = LoadedRecord(rid, user_type, body, [])
+            elif code == _UPDATE_TX:
+                live = records.get(rid)
                 if live is not None:
-                    live.updates.append((r.user_type, r.body))
+                    live.updates.append((user_type, body))
             else:
-                records.pop(r.id, None)
+                records.pop(rid, None)
 
 
-def _commit_mismatch(tx: _Tx | None, rec: Record, seg: int) -> str | None:
+def _commit_mismatch(tx: _Tx | None, count: int, body: bytes, seg: int) -> str | None:
     """Why a COMMIT does not match the records found, or None when it does.
 
     Segments listed in the COMMIT body that hold none of the transaction's
@@ -214,14 +226,14 @@ def _commit_mismatch(tx: _Tx | None, rec: Record, seg: int) -> str | None:
     COMMIT's own segment must hold exactly what it lists.
     """
     found = tx.found if tx is not None else {}
-    if not rec.body:
+    if not body:
         total = sum(found.values())
-        return None if total == rec.count else f"COMMIT counts {rec.count} records, found {total}"
+        return None if total == count else f"COMMIT counts {count} records, found {total}"
     try:
-        listed = decode_tx_counts(rec.body)
+        listed = decode_tx_counts(body)
     except ValueError as e:
         return str(e)
-    if sum(listed.values()) != rec.count:
+    if sum(listed.values()) != count:
         return "COMMIT count disagrees with its per-segment counts"
     for s, n in listed.items():
         have = found.get(s, 0)
@@ -289,8 +301,7 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
             suspect = None
         for d in result.damage:
             damaged(path, d.offset, d.reason, f"offset {d.resume}")
-        for _off, rec, size in result.records:
-            replay.apply(rec, seg, size)
+        replay.apply_all(result.records, seg)
         if result.torn:
             suspect = (path, result.end, str(result.tail), seg)
         last = (seg, path, result, buf)
@@ -334,4 +345,4 @@ def read_segments(directory: str | Path, prefix: str = "petrel-data",
             continue
         result = scan(buf, seg)
         info = SegmentInfo(seg, path, None, result.end, len(result.records))
-        yield info, iter([(off, rec) for off, rec, _size in result.records])
+        yield info, iter([(raw[0], as_record(raw)) for raw in result.records])

@@ -145,6 +145,12 @@ class SegmentFile:
     def write(self, data, offset: int) -> None:
         pwrite_all(self.fd, data, offset)
 
+    def zero(self, start: int, end: int) -> None:
+        """Overwrite bytes ``start`` to ``end`` with zeros."""
+        while start < end:
+            n = os.pwrite(self.fd, _ZEROS[:min(len(_ZEROS), end - start)], start)
+            start += n
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)

@@ -1,0 +1,277 @@
+"""Load after crashes and damage: torn tails, flipped bits, unfinished transactions."""
+
+import os
+
+import pytest
+
+from petrel.storage.journal import DamagedJournal, FileJournal, Record, RecordType, encode, read_segments
+from petrel.storage.journal.records import HEADER_SIZE, encode_segment_header, encode_tx_counts
+
+SIZE = 16 * 1024
+
+
+def run_all(callbacks):
+    for cb in callbacks:
+        cb()
+
+
+def write(path, ops, **options):
+    """Run ``ops(journal)`` on a started journal, then stop it."""
+    options.setdefault("file_size", SIZE)
+    journal = FileJournal(path, **options)
+    journal.load()
+    journal.start(run_all)
+    ops(journal)
+    journal.stop()
+    return journal
+
+
+def reload(path, skip_damaged=False, **options):
+    options.setdefault("file_size", SIZE)
+    journal = FileJournal(path, **options)
+    loaded = journal.load(skip_damaged=skip_damaged)
+    journal.stop()
+    return loaded
+
+
+def layout(path):
+    """[(segment id, file path, [(offset, record), ...])] as on disk now."""
+    return [(info.id, info.path, list(recs)) for info, recs in read_segments(path, "petrel-data", "pj")]
+
+
+def record_end(rec, seg):
+    return len(encode(rec, seg))
+
+
+def adds(count, size=200, start=1):
+    def ops(journal):
+        for rid in range(start, start + count):
+            journal.add(rid, 1, bytes([rid % 251]) * size)
+    return ops
+
+
+def flip(path, offset, bit=0):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ (1 << bit)]))
+
+
+def test_truncated_tail_drops_only_the_torn_record_and_appending_resumes(tmp_path):
+    write(tmp_path, adds(10))
+    seg, path, recs = layout(tmp_path)[-1]
+    off, last = recs[-1]
+    os.truncate(path, off + 30)  # cut inside the last record
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == list(range(1, 10))
+    write(tmp_path, adds(5, start=100))
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == list(range(1, 10)) + list(range(100, 105))
+    assert os.path.getsize(path) == SIZE  # the cut file got its size back
+
+
+@pytest.mark.parametrize("damage", ["garbage", "zeros", "flipped"])
+def test_damaged_last_record_of_newest_segment_is_a_torn_tail(tmp_path, damage):
+    write(tmp_path, adds(12))
+    seg, path, recs = layout(tmp_path)[-1]
+    off, last = recs[-1]
+    end = off + record_end(last, seg)
+    with open(path, "r+b") as f:
+        if damage == "garbage":
+            f.seek(end - 20)
+            f.write(os.urandom(20))
+        elif damage == "zeros":
+            f.seek(off + 50)
+            f.write(bytes(end - off - 50))
+    if damage == "flipped":
+        flip(path, off + 100, 3)
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == list(range(1, 12))
+    assert loaded.skipped == []
+
+
+def test_torn_tail_leftovers_do_not_look_like_damage_later(tmp_path):
+    # the last batch is torn: two records of ours that fail their CRC
+    write(tmp_path, lambda j: (adds(3)(j), j.add(50, 1, b"L" * 1000), j.add(51, 1, b"M" * 1000)))
+    seg, path, recs = layout(tmp_path)[-1]
+    (off50, _), (off51, _) = recs[-2:]
+    flip(path, off50 + 500)
+    flip(path, off51 + 500)
+    assert list(reload(tmp_path).records) == [1, 2, 3]
+    # a record of the same size ends exactly where the second torn one starts; then roll over
+    write(tmp_path, lambda j: (j.add(60, 1, b"N" * 1000), j.add(61, 1, b"O" * 15000)))
+    assert layout(tmp_path)[0][2][-1][0] == off50
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == [1, 2, 3, 60, 61]
+    assert loaded.skipped == []
+
+
+def test_flipped_bit_in_the_middle_is_damage_naming_file_and_offset(tmp_path):
+    write(tmp_path, adds(10))
+    seg, path, recs = layout(tmp_path)[-1]
+    off, _ = recs[4]
+    flip(path, off + 40)
+    with pytest.raises(DamagedJournal) as info:
+        reload(tmp_path)
+    message = str(info.value)
+    assert str(path) in message and f"offset {off}" in message and "--skip-damaged" in message
+    assert info.value.offset == off
+    loaded = reload(tmp_path, skip_damaged=True)
+    assert list(loaded.records) == [1, 2, 3, 4, 6, 7, 8, 9, 10]
+    assert len(loaded.skipped) == 1 and str(path) in loaded.skipped[0]
+
+
+def test_zeroed_hole_followed_by_valid_records_is_damage(tmp_path):
+    write(tmp_path, adds(10))
+    seg, path, recs = layout(tmp_path)[-1]
+    off, rec = recs[3]
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(bytes(record_end(rec, seg)))
+    with pytest.raises(DamagedJournal):
+        reload(tmp_path)
+    assert list(reload(tmp_path, skip_damaged=True).records) == [1, 2, 3, 5, 6, 7, 8, 9, 10]
+
+
+def test_flipped_bit_in_an_older_segments_last_record_is_damage(tmp_path):
+    write(tmp_path, adds(200))
+    segments = layout(tmp_path)
+    assert len(segments) >= 3
+    seg, path, recs = segments[0]
+    off, last = recs[-1]
+    flip(path, off + 2, 1)  # in the length field
+    with pytest.raises(DamagedJournal) as info:
+        reload(tmp_path)
+    assert str(path) in str(info.value)
+    loaded = reload(tmp_path, skip_damaged=True)
+    assert last.id not in loaded.records
+    assert len(loaded.records) == 199
+
+
+def test_torn_record_at_the_end_of_an_older_segment_is_damage(tmp_path):
+    write(tmp_path, adds(200))
+    seg, path, recs = layout(tmp_path)[0]
+    off, last = recs[-1]
+    with open(path, "r+b") as f:
+        f.seek(off + 30)
+        f.write(bytes(50))
+    with pytest.raises(DamagedJournal):
+        reload(tmp_path)
+
+
+def test_bad_segment_header_is_damage(tmp_path):
+    write(tmp_path, adds(200))
+    seg, path, recs = layout(tmp_path)[1]
+    with open(path, "r+b") as f:
+        f.write(b"JUNK")
+    with pytest.raises(DamagedJournal) as info:
+        reload(tmp_path)
+    assert "offset 0" in str(info.value)
+    loaded = reload(tmp_path, skip_damaged=True)
+    assert len(loaded.records) == 200 - len(recs)
+
+
+def test_transaction_without_commit_is_rolled_back_and_stays_dead(tmp_path):
+    def ops(journal):
+        journal.add(1, 0, b"plain")
+        journal.add_tx(40, 2, 0, b"never committed")
+        journal.delete_tx(40, 1)
+    write(tmp_path, ops)
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == [1]
+    assert loaded.rolled_back == [40]
+    again = reload(tmp_path)
+    assert list(again.records) == [1] and again.rolled_back == []
+
+
+def test_prepared_transaction_is_rolled_back_and_reported(tmp_path):
+    def ops(journal):
+        journal.add_tx(41, 2, 0, b"prepared")
+        journal.prepare(41, b"xid")
+    write(tmp_path, ops)
+    loaded = reload(tmp_path)
+    assert loaded.records == {} and loaded.rolled_back == [41]
+    assert reload(tmp_path).rolled_back == []
+
+
+def test_torn_commit_rolls_the_transaction_back(tmp_path):
+    def ops(journal):
+        journal.add(1, 0, b"x")
+        journal.add_tx(9, 2, 0, b"a")
+        journal.add_tx(9, 3, 0, b"b")
+        journal.commit(9)
+    write(tmp_path, ops)
+    seg, path, recs = layout(tmp_path)[-1]
+    off, commit = recs[-1]
+    assert commit.type == RecordType.COMMIT and commit.count == 2
+    os.truncate(path, off + 10)
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == [1] and loaded.rolled_back == [9]
+
+
+def test_commit_count_mismatch_drops_the_transaction(tmp_path):
+    def ops(journal):
+        journal.add(1, 0, b"x")
+        for rid in (2, 3, 4):
+            journal.add_tx(9, rid, 0, b"tx")
+        journal.commit(9)
+        journal.add(5, 0, b"y")
+    write(tmp_path, ops)
+    seg, path, recs = layout(tmp_path)[-1]
+    off, rec = recs[2]
+    assert rec.type == RecordType.ADD_TX
+    flip(path, off + 30)
+    loaded = reload(tmp_path, skip_damaged=True)
+    assert list(loaded.records) == [1, 5]  # the whole transaction, not two thirds of it
+    assert len(loaded.skipped) == 1
+
+
+def handmade(path, segment_id, records):
+    data = bytearray(SIZE)
+    data[:HEADER_SIZE] = encode_segment_header(segment_id)
+    off = HEADER_SIZE
+    for rec in records:
+        blob = encode(rec, segment_id)
+        data[off:off + len(blob)] = blob
+        off += len(blob)
+    path.mkdir(exist_ok=True)
+    (path / f"petrel-data-{segment_id}.pj").write_bytes(bytes(data))
+
+
+def test_commit_counts_are_checked_on_a_handmade_journal(tmp_path):
+    handmade(tmp_path, 3, [
+        Record(RecordType.ADD_TX, id=1, tx_id=7, body=b"a"),
+        Record(RecordType.ADD_TX, id=2, tx_id=7, body=b"b"),
+        Record(RecordType.COMMIT, tx_id=7, count=3),  # says 3, there are 2
+        Record(RecordType.ADD_TX, id=3, tx_id=8, body=b"c"),
+        Record(RecordType.COMMIT, tx_id=8, count=1),
+        Record(RecordType.ADD_TX, id=4, tx_id=9, body=b"d"),
+        Record(RecordType.COMMIT, tx_id=9, count=2, body=encode_tx_counts({3: 2})),  # wrong per segment
+        Record(RecordType.ADD_TX, id=5, tx_id=10, body=b"e"),
+        Record(RecordType.COMMIT, tx_id=10, count=5, body=encode_tx_counts({3: 1, 1: 4})),  # 1 is gone
+    ])
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == [3, 5]
+    assert loaded.max_id == 5
+
+
+def test_stray_files_are_cleaned_and_a_torn_control_file_is_discarded(tmp_path):
+    write(tmp_path, adds(5))
+    (tmp_path / "petrel-data-free-99.pj.tmp").write_bytes(b"partial")
+    (tmp_path / "petrel-data-1.pj.cmp").write_bytes(b"half a compaction")
+    (tmp_path / "journal-rename-control.ctr").write_bytes(b"petrel-journal-rename-control 1\nrename a")
+    assert list(reload(tmp_path).records) == [1, 2, 3, 4, 5]
+    names = {p.name for p in tmp_path.iterdir()}
+    assert "petrel-data-free-99.pj.tmp" not in names
+    assert "petrel-data-1.pj.cmp" not in names
+    assert "journal-rename-control.ctr" not in names
+
+
+def test_empty_segment_after_the_newest_data_is_where_appends_resume(tmp_path):
+    write(tmp_path, adds(5))
+    handmade(tmp_path, 9, [])  # a segment put in service just before a crash
+    write(tmp_path, adds(3, start=10))
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == [1, 2, 3, 4, 5, 10, 11, 12]
+    assert layout(tmp_path)[-1][0] == 9
