@@ -230,3 +230,46 @@ def test_server_events_round_trip_with_trailing_bytes(events, cuts, trailing):
         got.append(event)
     assert got == events
     assert client.buffered_bytes == len(tail)
+
+
+def _batched(conn: CoreConnection, chunks: list[bytes]) -> tuple[list[Event], bool]:
+    events: list[Event] = []
+    try:
+        for chunk in chunks:
+            conn.receive_data(chunk)
+            while batch := conn.next_events():
+                events.extend(batch)
+    except RemoteProtocolError:
+        with pytest.raises(RemoteProtocolError):
+            conn.next_events()
+        return events, True
+    return events, False
+
+
+def _single(conn: CoreConnection, chunks: list[bytes]) -> tuple[list[Event], bool]:
+    events: list[Event] = []
+    try:
+        for chunk in chunks:
+            conn.receive_data(chunk)
+            while (event := conn.next_event()) is not NEED_DATA:
+                events.append(event)
+    except RemoteProtocolError:
+        return events, True
+    return events, False
+
+
+@SETTINGS
+@given(data=any_bytes, cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8))
+def test_next_events_matches_next_event(data, cuts):
+    """The batch decoder gives the same events and the same verdict as the one-at-a-time one."""
+    for make in (connected_server, connecting_client, lambda: CoreConnection(Role.SERVER, max_frame_size=4096)):
+        assert _batched(make(), chunked(data, cuts)) == _single(make(), chunked(data, cuts))
+
+
+@SETTINGS
+@given(events=st.lists(client_events, min_size=1, max_size=8), cuts=st.lists(st.integers(0, 5000), max_size=6))
+def test_next_events_round_trip(events, cuts):
+    client, server = _pair()
+    data = b"".join(client.send(e) for e in events)
+    got, failed = _batched(server, chunked(data, cuts))
+    assert not failed and got == events

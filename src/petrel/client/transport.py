@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from petrel.codec.core import NEED_DATA, CoreConnection, Event, Role
+from petrel.codec.core import CoreConnection, Event, Role
 from petrel.codec.errors import ProtocolError
 
 __all__ = ["Transport", "FLUSH_BYTES"]
@@ -59,13 +59,14 @@ class Transport(asyncio.Protocol):
         on_event = self._on_event
         try:
             codec.receive_data(data)
-            while True:
-                event = codec.next_event()
-                if event is NEED_DATA:
+            while not self.closed:
+                events = codec.next_events()
+                if not events:
                     break
-                on_event(self, event)
-                if self.closed:
-                    break
+                for event in events:
+                    on_event(self, event)
+                    if self.closed:
+                        break
         except ProtocolError as exc:
             log.warning("CORE protocol error from %s: %s", self.endpoint, exc.message)
             self.abort()

@@ -231,6 +231,53 @@ class CoreConnection:
             self._on_connected(event)
         return event
 
+    def next_events(self) -> list[Event]:
+        """Every whole event buffered, in order; empty when more data is needed.
+
+        The batch form of :meth:`next_event` (one call per read, not per frame). If the peer
+        broke the protocol after some good frames, those are returned and the error is
+        raised by the next call.
+        """
+        if self.error is not None:
+            raise self.error
+        out: list[Event] = []
+        state = self._state
+        if state.theirs is Phase.OPEN and not self._preamble_pending:
+            steady = state.open_receive
+            buf = self._buf
+            data = buf.data
+            pos = buf.pos
+            size = len(data)
+            limit = self.max_frame_size
+            decoders = self._decoders
+            checks = _CHECKS
+            append = out.append
+            while size - pos >= HEADER_SIZE:
+                length, code = _unpack_header(data, pos)
+                end = pos + 4 + length
+                if end > size or length > limit or length < 1 or code not in steady:
+                    break
+                try:
+                    event = decoders[code].decode(data[pos + HEADER_SIZE : end])
+                except _DecodeErrors:
+                    break  # the slow path below reports it
+                check = checks.get(code)
+                if check is not None and check(event):
+                    break
+                append(event)
+                pos = end
+            buf.consume_to(pos)
+        while True:
+            try:
+                event = self.next_event()
+            except RemoteProtocolError:
+                if out:
+                    return out
+                raise
+            if event is NEED_DATA:
+                return out
+            out.append(event)
+
     def _need_data(self, avail: int) -> type[NEED_DATA]:
         if self._eof and avail:
             self._fail("connection closed in the middle of a frame")

@@ -140,6 +140,7 @@ class ErrorCode(IntEnum):
     TRANSACTION_ROLLED_BACK = 8
     UNSUPPORTED = 9
     SHUTTING_DOWN = 10
+    ADDRESS_FULL = 11
 
 
 class DisconnectCode(IntEnum):

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from petrel.codec.core import (
+    CREDIT_OVERHEAD,
     DEFAULT_LARGE_MESSAGE_SIZE,
-    NEED_DATA,
     Ack,
     Browse,
     Browsed,
@@ -61,10 +61,10 @@ from petrel.codec.core import (
     SendConfirm,
     SendFailed,
     Topology,
-    credit_of,
 )
-from petrel.codec.errors import RemoteProtocolError
+from petrel.codec.errors import LocalProtocolError, RemoteProtocolError
 from petrel.core import operations
+from petrel.core.limits import AddressFull
 from petrel.core.message import Message, RoutingType, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.queue import Consumer, MessageReference, Queue
@@ -112,7 +112,7 @@ class CoreConsumer(Consumer):
 
 
 class ServerSession:
-    __slots__ = ("id", "tx", "consumers", "sent", "confirmed", "large", "large_parts")
+    __slots__ = ("id", "tx", "consumers", "sent", "confirmed", "large", "large_parts", "blocked")
 
     def __init__(self, id: int, transacted: bool) -> None:
         self.id = id
@@ -122,6 +122,7 @@ class ServerSession:
         self.confirmed = 0
         self.large: Send | None = None  # first frame of a large message being received
         self.large_parts: list[bytes] = []
+        self.blocked = False  # BLOCK policy: confirmations are held until the address has room
 
 
 class CoreAdapter:
@@ -147,6 +148,7 @@ class CoreAdapter:
         self._last_read = time.monotonic()
         self._timer = None
         self._large_ok = False
+        self._next_id = broker.store.next_id
         self._handlers: dict[type, Callable[[Any], None]] = {
             Send: self.on_send,
             SendChunk: self.on_send_chunk,
@@ -182,18 +184,19 @@ class CoreAdapter:
         handlers = self._handlers
         try:
             codec.receive_data(data)
-            while True:
-                event = codec.next_event()
-                if event is NEED_DATA:
+            while not self._closing:
+                events = codec.next_events()
+                if not events:
                     break
-                try:
-                    handlers[type(event)](event)
-                except RequestFailed as exc:
-                    self.reply(Result(getattr(event, "corr", 0), exc.code, str(exc)))
-                except (RoutingError, SelectorError) as exc:
-                    self.reply(Result(getattr(event, "corr", 0), ErrorCode.INVALID, str(exc)))
-                if self._closing:
-                    break
+                for event in events:
+                    try:
+                        handlers[type(event)](event)
+                    except RequestFailed as exc:
+                        self.reply(Result(getattr(event, "corr", 0), exc.code, str(exc)))
+                    except (RoutingError, SelectorError) as exc:
+                        self.reply(Result(getattr(event, "corr", 0), ErrorCode.INVALID, str(exc)))
+                    if self._closing:
+                        break
         except RemoteProtocolError as exc:
             self.fatal(ErrorCode.PROTOCOL, exc.message)
         except Fatal as exc:
@@ -214,7 +217,7 @@ class CoreAdapter:
 
     def _finish_read(self) -> None:
         for session in self._dirty:
-            if session.sent != session.confirmed:
+            if session.sent != session.confirmed and not session.blocked:
                 session.confirmed = session.sent
                 self._out.append(self.codec.send(SendConfirm(session.id, session.sent)))
         self._dirty.clear()
@@ -418,25 +421,48 @@ class CoreAdapter:
             self._out.append(self.codec.send(SendFailed(
                 session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
             return
-        message = Message(
-            id=self.broker.store.next_id(),
-            address=e.address,
-            body=body,
-            properties=e.properties,
-            durable=e.durable,
-            priority=e.priority,
-            expiration=e.expiration,
-            timestamp=e.timestamp or now_ms(),
-            scheduled=e.scheduled,
-        )
+        # positional: id, address, body, properties, durable, priority, expiration, timestamp, scheduled
+        message = Message(self._next_id(), e.address, body, e.properties, e.durable, e.priority, e.expiration,
+                          e.timestamp or now_ms(), e.scheduled)
         tx = session.tx
         try:
-            self.office.send(message, _ROUTING[rt + 1], tx)
+            result = self.office.send(message, _ROUTING[rt + 1], tx)
+        except AddressFull as exc:
+            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL, str(exc))))
+            return
         except (RoutingError, SelectorError, ValueError) as exc:
             self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ROUTING, str(exc))))
             return
         if e.durable and tx is None:
             self._sync = True
+        if result.blocked:
+            self._block(session, message.address)
+
+    def _block(self, session: ServerSession, address: str) -> None:
+        """BLOCK policy (or a full disk): hold the session's confirmations until there is room,
+        so its producer stops once its confirmation window is full. Other traffic on the
+        connection (acks, credit, pings) keeps flowing, so consumers can make the room."""
+        if session.blocked:
+            return
+        session.blocked = True
+        log.info("producer session %d of %s blocked: address %s is full", session.id, self.conn.peer, address,
+                 extra={"event": "address.blocked"})
+
+        def unblock() -> None:
+            session.blocked = False
+            if not self.conn.closed and not self._closing:
+                self.conn.call_later(0, self._confirm_unblocked)
+
+        self.office.limits.wait_for_space(address, unblock)
+
+    def _confirm_unblocked(self) -> None:
+        if self.conn.closed or self._closing:
+            return
+        for session in self.sessions.values():
+            if not session.blocked and session.sent != session.confirmed and session not in self._dirty:
+                self._dirty.append(session)
+        self._sync = True
+        self._finish_read()
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -510,19 +536,23 @@ class CoreAdapter:
         m = ref.message
         body = m.body
         size = len(body)
-        consumer.credit -= credit_of(size)
+        consumer.credit -= size + CREDIT_OVERHEAD  # credit_of(size)
         send = self.codec.send
         sid, cid = consumer.session.id, consumer.cid
         if size <= CHUNK_SIZE or not self._large_ok:
-            self.conn.write(send(Deliver(
-                sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
-                m.expiration, m.timestamp, m.properties, body, size, False)))
+            try:
+                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
+                                    m.expiration, m.timestamp, m.properties, body, size, False))
+            except LocalProtocolError:  # a property CORE cannot carry (from another protocol)
+                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
+                                    m.expiration, m.timestamp, _scalars(m.properties), body, size, False))
+            self.conn.write(data)
             return
         view = memoryview(body)
         write = self.conn.write
         write(send(Deliver(
             sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority, m.expiration,
-            m.timestamp, m.properties, view[:CHUNK_SIZE], size, True)))
+            m.timestamp, _scalars(m.properties), view[:CHUNK_SIZE], size, True)))
         for start in range(CHUNK_SIZE, size, CHUNK_SIZE):
             end = start + CHUNK_SIZE
             write(send(DeliverChunk(sid, cid, view[start:end], end < size)))
@@ -709,6 +739,14 @@ class CoreAdapter:
 
 def _ignore(event: object) -> None:
     return None
+
+
+_SCALARS = (type(None), bool, int, float, str, bytes)
+
+
+def _scalars(props: dict[str, Any]) -> dict[str, Any]:
+    """Properties CORE can carry: other values (lists, maps from other protocols) as text."""
+    return {k: v if type(v) in _SCALARS else str(v) for k, v in props.items()}
 
 
 def _queue_info(queue: Queue) -> dict[str, Any]:
