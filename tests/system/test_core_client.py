@@ -22,7 +22,7 @@ from petrel.client import (
     connect,
 )
 from petrel.codec.core import PREAMBLE, Connect, CoreConnection, Role, credit_of
-from petrel.testing.process import BrokerProcess, wait_for
+from petrel.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.system
 

@@ -26,12 +26,11 @@ from petrel.client.errors import (
     ConnectionClosed,
     ConnectionFailed,
     FailoverInterrupted,
-    RequestFailed,
     TransactionRolledBack,
     error_for,
 )
+from petrel.client.admin import AdminRequests
 from petrel.client.failover import ReconnectPlan
-from petrel.client.message import Message, parse_destination
 from petrel.client.session import AsyncSession
 from petrel.client.transport import Transport
 from petrel.client.url import ClientURL, Endpoint, parse_url
@@ -39,14 +38,9 @@ from petrel.codec.core import (
     CAPABILITIES,
     DEFAULT_LARGE_MESSAGE_SIZE,
     PROTOCOL_VERSIONS,
-    Browse,
     BrowseResult,
     Connect,
     Connected,
-    CreateAddress,
-    CreateQueue,
-    DeleteAddress,
-    DeleteQueue,
     Deliver,
     DeliverChunk,
     Disconnect,
@@ -56,7 +50,6 @@ from petrel.codec.core import (
     Member,
     Ping,
     Pong,
-    Query,
     Result,
     SendConfirm,
     SendFailed,
@@ -66,9 +59,6 @@ from petrel.codec.core import (
 __all__ = ["AsyncConnection", "connect"]
 
 log = logging.getLogger("petrel.client")
-
-_ROUTING_NAMES = {"ANYCAST": 0, "MULTICAST": 1}
-
 
 class _Pending:
     __slots__ = ("future", "event", "retry", "kind", "callback")
@@ -89,7 +79,7 @@ def _option(options: dict[str, str], *names: str) -> str | None:
     return None
 
 
-class AsyncConnection:
+class AsyncConnection(AdminRequests):
     """A CORE connection to a broker (or, with a failover URL, to whichever broker is up).
 
     Use :func:`connect` (or ``async with AsyncConnection(url) as conn``). Options given as
@@ -592,61 +582,9 @@ class AsyncConnection:
         session._created = True
         return session
 
-    # -- addresses and queues ---------------------------------------------------------------------
-
-    async def create_address(self, name: str, routing_types: tuple[str, ...] = ("MULTICAST",)) -> None:
-        types = [_routing(t) for t in routing_types]
-        await self._request(lambda corr: CreateAddress(corr, name, types))
-
-    async def delete_address(self, name: str) -> None:
-        await self._request(lambda corr: DeleteAddress(corr, name))
-
-    async def create_queue(
-        self,
-        name: str,
-        address: str | None = None,
-        routing_type: str = "ANYCAST",
-        *,
-        durable: bool = True,
-        filter: str | None = None,
-        temporary: bool = False,
-        exists_ok: bool = False,
-    ) -> dict[str, Any]:
-        """Create a queue (on ``address``, default: an address named like the queue)."""
-        rt = _routing(routing_type)
-        return await self._request(
-            lambda corr: CreateQueue(corr, name, address or name, rt, durable, filter, temporary, exists_ok))
-
-    async def delete_queue(self, name: str) -> None:
-        await self._request(lambda corr: DeleteQueue(corr, name))
-
-    async def queue_info(self, name: str) -> dict[str, Any] | None:
-        """The queue's attributes and counters, or None if it does not exist."""
-        return await self._request(lambda corr: Query(corr, "queue", name), retry=True)
-
-    async def address_info(self, name: str) -> dict[str, Any] | None:
-        return await self._request(lambda corr: Query(corr, "address", name), retry=True)
-
-    async def browse(
-        self, queue: str, *, filter: str | None = None, offset: int = 0, limit: int = 100
-    ) -> tuple[list[Message], bool]:
-        """One page of waiting messages (not consumed) and whether more follow."""
-        name = parse_destination(queue)[0]
-        result = await self._request(lambda corr: Browse(corr, name, filter, offset, limit), retry=True)
-        return [Message._browsed(b) for b in result.messages], result.more
-
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self.connected else "reconnecting")
         return f"<AsyncConnection {state} to {self.endpoint} node={self.node_id}>"
-
-
-def _routing(name: str | int) -> int:
-    if isinstance(name, int):
-        return name
-    try:
-        return _ROUTING_NAMES[name.upper()]
-    except KeyError:
-        raise ValueError(f"routing type must be ANYCAST or MULTICAST, not {name!r}") from None
 
 
 def _ignore(event: object) -> None:
@@ -657,6 +595,3 @@ async def connect(url: str, **options: Any) -> AsyncConnection:
     """Connect to ``url`` (``tcp://host:port`` or ``failover:(...)?...``); see AsyncConnection."""
     return await AsyncConnection(url, **options).start()
 
-
-# RequestFailed is re-exported for callers catching broker refusals from this module.
-_ = RequestFailed

@@ -23,12 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from petrel.codec.core import (
-    CREDIT_OVERHEAD,
-    DEFAULT_LARGE_MESSAGE_SIZE,
     Ack,
     Browse,
-    Browsed,
-    BrowseResult,
     CloseConsumer,
     CloseSession,
     Commit,
@@ -42,8 +38,6 @@ from petrel.codec.core import (
     Credit,
     DeleteAddress,
     DeleteQueue,
-    Deliver,
-    DeliverChunk,
     Disconnect,
     DisconnectCode,
     Error,
@@ -62,70 +56,26 @@ from petrel.codec.core import (
     SendFailed,
     Topology,
 )
-from petrel.codec.errors import LocalProtocolError, RemoteProtocolError
-from petrel.core import operations
+from petrel.codec.errors import RemoteProtocolError
 from petrel.core.limits import AddressFull
-from petrel.core.message import Message, RoutingType, now_ms
+from petrel.core.message import Message, now_ms
 from petrel.core.postoffice import RoutingError
-from petrel.core.queue import Consumer, MessageReference, Queue
-from petrel.core.selector import SelectorError, compile_selector
+from petrel.core.selector import SelectorError
 from petrel.core.transaction import Transaction, TransactionRolledBack
+from petrel.server.adapters.core.admin import AdminFrames
+from petrel.server.adapters.core.consuming import CHUNK_SIZE, ROUTING, ConsumerFrames
+from petrel.server.adapters.core.session import CoreConsumer, Fatal, RequestFailed, ServerSession
 
 if TYPE_CHECKING:
     from petrel.server.broker import Broker
     from petrel.server.connection import Connection
 
+__all__ = ["CoreAdapter"]
+
 log = logging.getLogger("petrel.server.core")
 
-_ROUTING = (None, RoutingType.ANYCAST, RoutingType.MULTICAST)  # indexed by routing_type + 1
-CHUNK_SIZE = DEFAULT_LARGE_MESSAGE_SIZE
 
-
-class RequestFailed(Exception):
-    """A request we refuse without closing the connection: becomes a RESULT with a code."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class Fatal(Exception):
-    """A misuse that ends the connection: an ERROR frame, then close."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class CoreConsumer(Consumer):
-    """A queue consumer fed by client-granted credit (bytes), not by unacknowledged counts."""
-
-    def __init__(self, queue: Queue, sink, *, session: ServerSession, cid: int, window: int, **kwargs) -> None:
-        super().__init__(queue, sink, window=-1, window_bytes=-1, **kwargs)
-        self.session = session
-        self.cid = cid
-        self.unlimited = window < 0
-        self.credit = max(window, 0)
-
-    def has_credit(self) -> bool:
-        return not (self.paused or self.closed) and (self.unlimited or self.credit > 0)
-
-
-class ServerSession:
-    __slots__ = ("id", "tx", "consumers", "sent", "confirmed", "large", "large_parts", "blocked")
-
-    def __init__(self, id: int, transacted: bool) -> None:
-        self.id = id
-        self.tx = Transaction(f"core-{id}") if transacted else None
-        self.consumers: dict[int, CoreConsumer] = {}
-        self.sent = 0  # messages received on this session (confirmations count these)
-        self.confirmed = 0
-        self.large: Send | None = None  # first frame of a large message being received
-        self.large_parts: list[bytes] = []
-        self.blocked = False  # BLOCK policy: confirmations are held until the address has room
-
-
-class CoreAdapter:
+class CoreAdapter(ConsumerFrames, AdminFrames):
     protocol = "core"
 
     def __init__(self, broker: Broker, conn: Connection) -> None:
@@ -426,7 +376,7 @@ class CoreAdapter:
                           e.timestamp or now_ms(), e.scheduled)
         tx = session.tx
         try:
-            result = self.office.send(message, _ROUTING[rt + 1], tx)
+            result = self.office.send(message, ROUTING[rt + 1], tx)
         except AddressFull as exc:
             self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL, str(exc))))
             return
@@ -466,150 +416,6 @@ class CoreAdapter:
 
     # -- consuming ---------------------------------------------------------------------------
 
-    def on_create_consumer(self, e: CreateConsumer) -> None:
-        session = self._session(e.session)
-        if e.consumer in session.consumers:
-            raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"consumer {e.consumer} already exists on the session")
-        office = self.office
-        selector = compile_selector(e.filter) if e.filter else None
-        if e.queue:
-            name = e.queue.rpartition("::")[2]
-            queue = office.queues.get(name)
-            if queue is None:
-                raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {name!r} does not exist")
-        else:
-            if not e.address:
-                raise RequestFailed(ErrorCode.INVALID, "a consumer needs a queue or an address")
-            if not -1 <= e.routing_type <= 1:
-                raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
-            address, rt = office.ensure_address_for(e.address, _ROUTING[e.routing_type + 1])
-            if rt == RoutingType.ANYCAST:
-                queue = office.ensure_anycast_queue(address)
-            else:
-                queue = office.subscribe_multicast(
-                    address, filter=e.filter, client_id=self.client_id, subscription=e.subscription or None
-                )
-                selector = None  # the subscription queue filters at routing
-                if queue.temporary:
-                    self.temporary_queues.add(queue.name)
-        consumer = CoreConsumer(
-            queue, self._deliver, session=session, cid=e.consumer, window=e.window,
-            selector=selector, auto_ack=e.auto_ack,
-        )
-        consumer.paused = self.conn.writing_paused
-        session.consumers[e.consumer] = consumer
-        self.by_consumer[consumer.id] = consumer
-        self.reply(Result(e.corr, 0, "", {"queue": queue.name, "address": queue.address}))
-        queue.add_consumer(consumer)
-
-    def on_close_consumer(self, e: CloseConsumer) -> None:
-        session = self._session(e.session)
-        consumer = session.consumers.get(e.consumer)
-        if consumer is not None:
-            consumer.paused = True  # nothing more goes out to it
-            queue = consumer.queue
-            for ref in reversed(self._refs(consumer, e.returned, False)):
-                queue.cancel(ref, redelivered=False)
-            self._remove_consumer(consumer)
-        self.reply(Result(e.corr))
-
-    def _remove_consumer(self, consumer: CoreConsumer) -> None:
-        consumer.session.consumers.pop(consumer.cid, None)
-        self.by_consumer.pop(consumer.id, None)
-        queue = consumer.queue
-        if not queue.deleted:
-            queue.remove_consumer(consumer)
-        if queue.deleted:
-            self.temporary_queues.discard(queue.name)
-
-    def on_credit(self, e: Credit) -> None:
-        session = self.sessions.get(e.session)
-        consumer = session.consumers.get(e.consumer) if session is not None else None
-        if consumer is None:
-            return  # closed meanwhile
-        was_empty = consumer.credit <= 0
-        consumer.credit += e.credit
-        if was_empty and consumer.credit > 0:
-            consumer.queue.deliver()
-
-    def _deliver(self, consumer: CoreConsumer, ref: MessageReference) -> None:
-        m = ref.message
-        body = m.body
-        size = len(body)
-        consumer.credit -= size + CREDIT_OVERHEAD  # credit_of(size)
-        send = self.codec.send
-        sid, cid = consumer.session.id, consumer.cid
-        if size <= CHUNK_SIZE or not self._large_ok:
-            try:
-                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
-                                    m.expiration, m.timestamp, m.properties, body, size, False))
-            except LocalProtocolError:  # a property CORE cannot carry (from another protocol)
-                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
-                                    m.expiration, m.timestamp, _scalars(m.properties), body, size, False))
-            self.conn.write(data)
-            return
-        view = memoryview(body)
-        write = self.conn.write
-        write(send(Deliver(
-            sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority, m.expiration,
-            m.timestamp, _scalars(m.properties), view[:CHUNK_SIZE], size, True)))
-        for start in range(CHUNK_SIZE, size, CHUNK_SIZE):
-            end = start + CHUNK_SIZE
-            write(send(DeliverChunk(sid, cid, view[start:end], end < size)))
-
-    def _refs(self, consumer: CoreConsumer, seqs: list[int], cumulative: bool) -> list[MessageReference]:
-        delivering = consumer.delivering
-        if not cumulative:
-            return [delivering[s] for s in seqs if s in delivering]
-        if not seqs or seqs[-1] not in delivering:
-            return []
-        last = seqs[-1]
-        refs = []
-        for s, ref in delivering.items():
-            refs.append(ref)
-            if s == last:
-                break
-        return refs
-
-    def _consumer_of(self, session_id: int, consumer_id: int, corr: int) -> CoreConsumer | None:
-        session = self.sessions.get(session_id)
-        consumer = session.consumers.get(consumer_id) if session is not None else None
-        if consumer is None and corr:
-            raise RequestFailed(ErrorCode.NOT_FOUND, f"no consumer {consumer_id} on session {session_id}")
-        return consumer
-
-    def on_ack(self, e: Ack) -> None:
-        consumer = self._consumer_of(e.session, e.consumer, e.corr)
-        if consumer is None:
-            return
-        refs = self._refs(consumer, e.seqs, e.cumulative)
-        tx = consumer.session.tx
-        if tx is not None:
-            for ref in refs:
-                tx.hold_ack(ref)
-        else:
-            acknowledge = consumer.queue.acknowledge
-            for ref in refs:
-                acknowledge(ref)
-        if e.corr:
-            self.reply(Result(e.corr, 0, "", len(refs)), sync=tx is None)
-
-    def on_nack(self, e: Nack) -> None:
-        consumer = self._consumer_of(e.session, e.consumer, e.corr)
-        if consumer is None:
-            return
-        refs = self._refs(consumer, e.seqs, False)
-        redelivered = not e.undelivered
-        paused, consumer.paused = consumer.paused, True  # all go back before any is sent again
-        try:
-            for ref in refs:
-                consumer.queue.cancel(ref, redelivered=redelivered)
-        finally:
-            consumer.paused = paused
-        consumer.queue.deliver()
-        if e.corr:
-            self.reply(Result(e.corr, 0, "", len(refs)), sync=True)
-
     # -- transactions -------------------------------------------------------------------------
 
     def _tx_session(self, session_id: int) -> ServerSession:
@@ -633,81 +439,6 @@ class CoreAdapter:
         tx, session.tx = session.tx, Transaction(f"core-{session.id}")
         self.office.rollback(tx)
         self.reply(Result(e.corr))
-
-    # -- addresses and queues -------------------------------------------------------------------
-
-    def on_create_address(self, e: CreateAddress) -> None:
-        try:
-            types = {RoutingType(r) for r in e.routing_types} or {RoutingType.MULTICAST}
-        except ValueError:
-            raise RequestFailed(ErrorCode.INVALID, f"bad routing types {e.routing_types}") from None
-        self.office.create_address(e.name, types)
-        self.reply(Result(e.corr), sync=True)
-
-    def on_delete_address(self, e: DeleteAddress) -> None:
-        if e.name not in self.office.addresses:
-            raise RequestFailed(ErrorCode.NOT_FOUND, f"address {e.name!r} does not exist")
-        self.office.delete_address(e.name)
-        self.reply(Result(e.corr), sync=True)
-
-    def on_create_queue(self, e: CreateQueue) -> None:
-        office = self.office
-        if e.name in office.queues:
-            if not e.exists_ok:
-                raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"queue {e.name!r} already exists")
-            self.reply(Result(e.corr, 0, "", _queue_info(office.queues[e.name])))
-            return
-        if e.routing_type not in (0, 1):
-            raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
-        queue = office.create_queue(
-            e.name, e.address or e.name, RoutingType(e.routing_type), durable=e.durable, filter=e.filter or None,
-            temporary=e.temporary,
-        )
-        if queue.temporary:
-            self.temporary_queues.add(queue.name)
-        self.reply(Result(e.corr, 0, "", _queue_info(queue)), sync=True)
-
-    def on_delete_queue(self, e: DeleteQueue) -> None:
-        if e.name not in self.office.queues:
-            raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.name!r} does not exist")
-        self.office.delete_queue(e.name)
-        self.temporary_queues.discard(e.name)
-        self.reply(Result(e.corr), sync=True)
-
-    def on_query(self, e: Query) -> None:
-        office = self.office
-        if e.kind == "queue":
-            queue = office.queues.get(e.name)
-            value = _queue_info(queue) if queue is not None else None
-        elif e.kind == "address":
-            address = office.addresses.get(e.name)
-            value = None if address is None else {
-                "name": address.name,
-                "routing_types": sorted(rt.name for rt in address.routing_types),
-                "queues": [q.name for q in address.queues],
-                "auto_created": address.auto_created,
-            }
-        else:
-            raise RequestFailed(ErrorCode.INVALID, f"can query a queue or an address, not {e.kind!r}")
-        self.reply(Result(e.corr, 0, "", value))
-
-    def on_browse(self, e: Browse) -> None:
-        queue = self.office.queues.get(e.queue.rpartition("::")[2])
-        if queue is None:
-            raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.queue!r} does not exist")
-        limit = max(0, min(e.limit, 10_000))
-        refs = operations.browse(queue, filter=e.filter, limit=limit + 1, offset=max(e.offset, 0))
-        budget = self.broker.config.max_frame_size // 2
-        out = []
-        for ref in refs[:limit]:
-            m = ref.message
-            budget -= len(m.body) + 256
-            if out and budget < 0:
-                break
-            out.append(Browsed(ref.seq, m.id, m.address, m.durable, m.priority, m.expiration, m.timestamp,
-                               m.scheduled, ref.delivery_count, m.properties, m.body))
-        more = len(refs) > len(out)
-        self._out.append(self.codec.send(BrowseResult(e.corr, out, more)))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -739,28 +470,3 @@ class CoreAdapter:
 
 def _ignore(event: object) -> None:
     return None
-
-
-_SCALARS = (type(None), bool, int, float, str, bytes)
-
-
-def _scalars(props: dict[str, Any]) -> dict[str, Any]:
-    """Properties CORE can carry: other values (lists, maps from other protocols) as text."""
-    return {k: v if type(v) in _SCALARS else str(v) for k, v in props.items()}
-
-
-def _queue_info(queue: Queue) -> dict[str, Any]:
-    return {
-        "name": queue.name,
-        "address": queue.address,
-        "routing_type": queue.routing_type.name,
-        "durable": queue.durable,
-        "temporary": queue.temporary,
-        "filter": queue.selector.text if queue.selector is not None else None,
-        "message_count": queue.message_count,
-        "consumer_count": queue.consumer_count,
-        "delivering_count": queue.delivering_count,
-        "scheduled_count": queue.scheduled_count,
-        "messages_added": queue.messages_added,
-        "messages_acked": queue.messages_acked,
-    }

@@ -1,0 +1,116 @@
+"""Address, queue, query and browse requests of the CORE adapter (a mixin of `CoreAdapter`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from petrel.codec.core import (
+    Browse,
+    Browsed,
+    BrowseResult,
+    CreateAddress,
+    CreateQueue,
+    DeleteAddress,
+    DeleteQueue,
+    ErrorCode,
+    Query,
+    Result,
+)
+from petrel.core import operations
+from petrel.core.message import RoutingType
+from petrel.core.queue import Queue
+from petrel.server.adapters.core.session import RequestFailed
+
+__all__ = ["AdminFrames", "queue_info"]
+
+
+class AdminFrames:
+    def on_create_address(self, e: CreateAddress) -> None:
+        try:
+            types = {RoutingType(r) for r in e.routing_types} or {RoutingType.MULTICAST}
+        except ValueError:
+            raise RequestFailed(ErrorCode.INVALID, f"bad routing types {e.routing_types}") from None
+        self.office.create_address(e.name, types)
+        self.reply(Result(e.corr), sync=True)
+
+    def on_delete_address(self, e: DeleteAddress) -> None:
+        if e.name not in self.office.addresses:
+            raise RequestFailed(ErrorCode.NOT_FOUND, f"address {e.name!r} does not exist")
+        self.office.delete_address(e.name)
+        self.reply(Result(e.corr), sync=True)
+
+    def on_create_queue(self, e: CreateQueue) -> None:
+        office = self.office
+        if e.name in office.queues:
+            if not e.exists_ok:
+                raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"queue {e.name!r} already exists")
+            self.reply(Result(e.corr, 0, "", queue_info(office.queues[e.name])))
+            return
+        if e.routing_type not in (0, 1):
+            raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
+        queue = office.create_queue(
+            e.name, e.address or e.name, RoutingType(e.routing_type), durable=e.durable, filter=e.filter or None,
+            temporary=e.temporary,
+        )
+        if queue.temporary:
+            self.temporary_queues.add(queue.name)
+        self.reply(Result(e.corr, 0, "", queue_info(queue)), sync=True)
+
+    def on_delete_queue(self, e: DeleteQueue) -> None:
+        if e.name not in self.office.queues:
+            raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.name!r} does not exist")
+        self.office.delete_queue(e.name)
+        self.temporary_queues.discard(e.name)
+        self.reply(Result(e.corr), sync=True)
+
+    def on_query(self, e: Query) -> None:
+        office = self.office
+        if e.kind == "queue":
+            queue = office.queues.get(e.name)
+            value = queue_info(queue) if queue is not None else None
+        elif e.kind == "address":
+            address = office.addresses.get(e.name)
+            value = None if address is None else {
+                "name": address.name,
+                "routing_types": sorted(rt.name for rt in address.routing_types),
+                "queues": [q.name for q in address.queues],
+                "auto_created": address.auto_created,
+            }
+        else:
+            raise RequestFailed(ErrorCode.INVALID, f"can query a queue or an address, not {e.kind!r}")
+        self.reply(Result(e.corr, 0, "", value))
+
+    def on_browse(self, e: Browse) -> None:
+        queue = self.office.queues.get(e.queue.rpartition("::")[2])
+        if queue is None:
+            raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.queue!r} does not exist")
+        limit = max(0, min(e.limit, 10_000))
+        refs = operations.browse(queue, filter=e.filter, limit=limit + 1, offset=max(e.offset, 0))
+        budget = self.broker.config.max_frame_size // 2
+        out = []
+        for ref in refs[:limit]:
+            m = ref.message
+            budget -= len(m.body) + 256
+            if out and budget < 0:
+                break
+            out.append(Browsed(ref.seq, m.id, m.address, m.durable, m.priority, m.expiration, m.timestamp,
+                               m.scheduled, ref.delivery_count, m.properties, m.body))
+        more = len(refs) > len(out)
+        self._out.append(self.codec.send(BrowseResult(e.corr, out, more)))
+
+
+def queue_info(queue: Queue) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "address": queue.address,
+        "routing_type": queue.routing_type.name,
+        "durable": queue.durable,
+        "temporary": queue.temporary,
+        "filter": queue.selector.text if queue.selector is not None else None,
+        "message_count": queue.message_count,
+        "consumer_count": queue.consumer_count,
+        "delivering_count": queue.delivering_count,
+        "scheduled_count": queue.scheduled_count,
+        "messages_added": queue.messages_added,
+        "messages_acked": queue.messages_acked,
+    }

@@ -1,0 +1,187 @@
+"""Consumer frames of the CORE adapter: create/close, credit, delivery, acks and nacks.
+
+A mixin of `CoreAdapter` (it uses the adapter's codec, connection, sessions and replies).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from petrel.codec.core import (
+    CREDIT_OVERHEAD,
+    DEFAULT_LARGE_MESSAGE_SIZE,
+    Ack,
+    CloseConsumer,
+    CreateConsumer,
+    Credit,
+    Deliver,
+    DeliverChunk,
+    ErrorCode,
+    Nack,
+    Result,
+)
+from petrel.codec.errors import LocalProtocolError
+from petrel.core.message import RoutingType
+from petrel.core.queue import MessageReference
+from petrel.core.selector import compile_selector
+from petrel.server.adapters.core.session import CoreConsumer, RequestFailed
+
+if TYPE_CHECKING:
+    from petrel.server.adapters.core.adapter import CoreAdapter
+
+__all__ = ["ConsumerFrames", "CHUNK_SIZE", "ROUTING"]
+
+ROUTING = (None, RoutingType.ANYCAST, RoutingType.MULTICAST)  # indexed by routing_type + 1
+CHUNK_SIZE = DEFAULT_LARGE_MESSAGE_SIZE
+_SCALARS = (type(None), bool, int, float, str, bytes)
+
+
+def scalars(props: dict[str, Any]) -> dict[str, Any]:
+    """Properties CORE can carry: other values (lists, maps from other protocols) as text."""
+    return {k: v if type(v) in _SCALARS else str(v) for k, v in props.items()}
+
+
+class ConsumerFrames:
+    def on_create_consumer(self: CoreAdapter, e: CreateConsumer) -> None:
+        session = self._session(e.session)
+        if e.consumer in session.consumers:
+            raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"consumer {e.consumer} already exists on the session")
+        office = self.office
+        selector = compile_selector(e.filter) if e.filter else None
+        if e.queue:
+            name = e.queue.rpartition("::")[2]
+            queue = office.queues.get(name)
+            if queue is None:
+                raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {name!r} does not exist")
+        else:
+            if not e.address:
+                raise RequestFailed(ErrorCode.INVALID, "a consumer needs a queue or an address")
+            if not -1 <= e.routing_type <= 1:
+                raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
+            address, rt = office.ensure_address_for(e.address, ROUTING[e.routing_type + 1])
+            if rt == RoutingType.ANYCAST:
+                queue = office.ensure_anycast_queue(address)
+            else:
+                queue = office.subscribe_multicast(
+                    address, filter=e.filter, client_id=self.client_id, subscription=e.subscription or None
+                )
+                selector = None  # the subscription queue filters at routing
+                if queue.temporary:
+                    self.temporary_queues.add(queue.name)
+        consumer = CoreConsumer(
+            queue, self._deliver, session=session, cid=e.consumer, window=e.window,
+            selector=selector, auto_ack=e.auto_ack,
+        )
+        consumer.paused = self.conn.writing_paused
+        session.consumers[e.consumer] = consumer
+        self.by_consumer[consumer.id] = consumer
+        self.reply(Result(e.corr, 0, "", {"queue": queue.name, "address": queue.address}))
+        queue.add_consumer(consumer)
+
+    def on_close_consumer(self, e: CloseConsumer) -> None:
+        session = self._session(e.session)
+        consumer = session.consumers.get(e.consumer)
+        if consumer is not None:
+            consumer.paused = True  # nothing more goes out to it
+            queue = consumer.queue
+            for ref in reversed(self._refs(consumer, e.returned, False)):
+                queue.cancel(ref, redelivered=False)
+            self._remove_consumer(consumer)
+        self.reply(Result(e.corr))
+
+    def _remove_consumer(self, consumer: CoreConsumer) -> None:
+        consumer.session.consumers.pop(consumer.cid, None)
+        self.by_consumer.pop(consumer.id, None)
+        queue = consumer.queue
+        if not queue.deleted:
+            queue.remove_consumer(consumer)
+        if queue.deleted:
+            self.temporary_queues.discard(queue.name)
+
+    def on_credit(self, e: Credit) -> None:
+        session = self.sessions.get(e.session)
+        consumer = session.consumers.get(e.consumer) if session is not None else None
+        if consumer is None:
+            return  # closed meanwhile
+        was_empty = consumer.credit <= 0
+        consumer.credit += e.credit
+        if was_empty and consumer.credit > 0:
+            consumer.queue.deliver()
+
+    def _deliver(self, consumer: CoreConsumer, ref: MessageReference) -> None:
+        m = ref.message
+        body = m.body
+        size = len(body)
+        consumer.credit -= size + CREDIT_OVERHEAD  # credit_of(size)
+        send = self.codec.send
+        sid, cid = consumer.session.id, consumer.cid
+        if size <= CHUNK_SIZE or not self._large_ok:
+            try:
+                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
+                                    m.expiration, m.timestamp, m.properties, body, size, False))
+            except LocalProtocolError:  # a property CORE cannot carry (from another protocol)
+                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
+                                    m.expiration, m.timestamp, scalars(m.properties), body, size, False))
+            self.conn.write(data)
+            return
+        view = memoryview(body)
+        write = self.conn.write
+        write(send(Deliver(
+            sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority, m.expiration,
+            m.timestamp, scalars(m.properties), view[:CHUNK_SIZE], size, True)))
+        for start in range(CHUNK_SIZE, size, CHUNK_SIZE):
+            end = start + CHUNK_SIZE
+            write(send(DeliverChunk(sid, cid, view[start:end], end < size)))
+
+    def _refs(self, consumer: CoreConsumer, seqs: list[int], cumulative: bool) -> list[MessageReference]:
+        delivering = consumer.delivering
+        if not cumulative:
+            return [delivering[s] for s in seqs if s in delivering]
+        if not seqs or seqs[-1] not in delivering:
+            return []
+        last = seqs[-1]
+        refs = []
+        for s, ref in delivering.items():
+            refs.append(ref)
+            if s == last:
+                break
+        return refs
+
+    def _consumer_of(self, session_id: int, consumer_id: int, corr: int) -> CoreConsumer | None:
+        session = self.sessions.get(session_id)
+        consumer = session.consumers.get(consumer_id) if session is not None else None
+        if consumer is None and corr:
+            raise RequestFailed(ErrorCode.NOT_FOUND, f"no consumer {consumer_id} on session {session_id}")
+        return consumer
+
+    def on_ack(self, e: Ack) -> None:
+        consumer = self._consumer_of(e.session, e.consumer, e.corr)
+        if consumer is None:
+            return
+        refs = self._refs(consumer, e.seqs, e.cumulative)
+        tx = consumer.session.tx
+        if tx is not None:
+            for ref in refs:
+                tx.hold_ack(ref)
+        else:
+            acknowledge = consumer.queue.acknowledge
+            for ref in refs:
+                acknowledge(ref)
+        if e.corr:
+            self.reply(Result(e.corr, 0, "", len(refs)), sync=tx is None)
+
+    def on_nack(self, e: Nack) -> None:
+        consumer = self._consumer_of(e.session, e.consumer, e.corr)
+        if consumer is None:
+            return
+        refs = self._refs(consumer, e.seqs, False)
+        redelivered = not e.undelivered
+        paused, consumer.paused = consumer.paused, True  # all go back before any is sent again
+        try:
+            for ref in refs:
+                consumer.queue.cancel(ref, redelivered=redelivered)
+        finally:
+            consumer.paused = paused
+        consumer.queue.deliver()
+        if e.corr:
+            self.reply(Result(e.corr, 0, "", len(refs)), sync=True)
