@@ -28,6 +28,7 @@ DEFAULT_CONFIG = Path("broker.toml")
 @click.option("--host", help="Interface to listen on.")
 @click.option("--port", type=int, help="All-protocols port (-1 = off, 0 = any free port).")
 @click.option("--stomp-port", type=int, help="STOMP-only port (-1 = off, 0 = any free port).")
+@click.option("--http-port", type=int, help="Management HTTP port (-1 = off, 0 = any free port).")
 @click.option("--skip-damaged", "journal_skip_damaged", is_flag=True, default=None,
               help="Start even if the journal is damaged before its tail, skipping the damaged records "
                    "(they are logged).")
