@@ -145,6 +145,7 @@ class AsyncConnection(AdminRequests):
         self._closed = False
         self._tasks: set[asyncio.Task] = set()
         self._ping_timer: asyncio.TimerHandle | None = None
+        self._priority_task: asyncio.Task | None = None
         self._dup_prefix = uuid.uuid4().hex + ":"
         self._dup_ids = itertools.count(1)
         #: Called (no arguments) when the connection is lost / when it is back after a failover.
@@ -301,9 +302,12 @@ class AsyncConnection(AdminRequests):
         self._restore()
         self._start_pinger()
         self._ready.set()
+        if self._priority_task is not None:
+            self._priority_task.cancel()
+            self._priority_task = None
         if (self.plan.options.priority_backup and self.plan.reconnects
                 and not self.plan.is_priority(proto.endpoint)):
-            self._spawn(self._priority_backup())
+            self._priority_task = self._spawn(self._priority_backup())
         if not startup:
             for callback in list(self.on_resumed):
                 callback()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ class AsyncSession:
         self._rollback_only: str | None = None
         #: Called in the loop thread with the bytes just confirmed (the sync API's window).
         self._on_room: list = []
+        self._destinations: dict[str, tuple[str, int]] = {}
 
     # -- creation and restore -----------------------------------------------------------------
 
@@ -113,7 +115,10 @@ class AsyncSession:
         return AsyncProducer(self, destination)
 
     def _frames(self, destination: str, message: Message) -> tuple[tuple[Event, ...], int]:
-        address, rt = parse_destination(destination)
+        parsed = self._destinations.get(destination)
+        if parsed is None:
+            parsed = self._destinations[destination] = parse_destination(destination)
+        address, rt = parsed
         props = message.properties
         conn = self._conn
         if message.durable and conn.auto_duplicate_id and not self.transacted and DUPLICATE_ID not in props:
@@ -121,12 +126,13 @@ class AsyncSession:
         body = message.body
         size = len(body)
         limit = conn.large_message_size
+        timestamp = message.timestamp or int(time.time() * 1000)
         if size <= limit:
             return (Send(self.id, address, rt, message.durable, message.priority, message.expiration,
-                         message.timestamp, message.scheduled, props, body, False),), size
+                         timestamp, message.scheduled, props, body, False),), size
         view = memoryview(body)
         frames: list[Event] = [Send(self.id, address, rt, message.durable, message.priority, message.expiration,
-                                    message.timestamp, message.scheduled, props, view[:limit], True)]
+                                    timestamp, message.scheduled, props, view[:limit], True)]
         for start in range(limit, size, limit):
             end = start + limit
             frames.append(SendChunk(self.id, view[start:end], end < size))
@@ -333,6 +339,9 @@ class AsyncSession:
             except ClientError:
                 pass
             self._flush_acks()
+        if self._failure is None and self._conn.connected:
+            # close consumers first, so their prefetched messages go back undelivered
+            await asyncio.gather(*(c.close() for c in list(self._consumers.values())), return_exceptions=True)
         self._closed = True
         for consumer in list(self._consumers.values()):
             consumer._closed = True

@@ -70,6 +70,9 @@ class Transport(asyncio.Protocol):
         except ProtocolError as exc:
             log.warning("CORE protocol error from %s: %s", self.endpoint, exc.message)
             self.abort()
+        except Exception:
+            log.exception("internal error handling data from %s; dropping the connection", self.endpoint)
+            self.abort()
 
     def eof_received(self) -> bool:
         return False
