@@ -35,6 +35,10 @@ COMMANDS = {
     "data": "petrel.cli.data:data",
     "queue": "petrel.cli.queue:queue",
     "address": "petrel.cli.address:address",
+    "producer": "petrel.cli.producer:producer",
+    "consumer": "petrel.cli.consumer:consumer",
+    "browser": "petrel.cli.browser:browser",
+    "perf": "petrel.cli.perf:perf",
 }
 
 
