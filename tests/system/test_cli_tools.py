@@ -146,7 +146,7 @@ def test_transacted_producer_makes_messages_visible_per_commit(broker, protocol)
     queue = f"tools.tx.{protocol}"
     seen: set[int] = set()
     proc = subprocess.Popen(command("producer", "--url", url(broker), "--protocol", protocol, "--destination", queue,
-                                    "--message-count", "25", "--commit-interval", "10", "--sleep", "25"),
+                                    "--message-count", "25", "--commit-interval", "10", "--sleep", "40"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment())
     try:
         with Connection(url(broker)) as conn:

@@ -25,13 +25,17 @@ __all__ = [
     "ToolError",
     "ClientSettings",
     "client_options",
+    "settings_from",
     "open_client",
+    "tool_error",
+    "close_quietly",
     "normalize_destination",
     "destination_label",
     "parse_properties",
     "run_workers",
     "ToolProgress",
     "make_body",
+    "elapsed_lines",
 ]
 
 DEFAULT_URL = "tcp://127.0.0.1:61616"

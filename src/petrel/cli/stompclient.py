@@ -403,6 +403,8 @@ class StompProducer:
             raise ValueError("this producer has no destination: pass destination=...")
         if not isinstance(message, Message):
             message = Message(message, **fields)
+        elif fields:
+            raise TypeError("pass message fields either in the Message or as arguments, not both")
         self.session._send(dest, message)
 
     def flush(self) -> None:
