@@ -65,53 +65,52 @@ def loaded_state(loaded):
     return [(rid, r.user_type, r.body, list(r.updates)) for rid, r in loaded.records.items()]
 
 
-def draw_ops(data, count):
+KINDS = ["add", "add", "update", "delete", "add_tx", "update_tx", "delete_tx", "commit", "rollback", "prepare",
+         "sync", "churn"]
+# one draw per operation: (kind, tx id, user type, body, a number to pick with)
+op_specs = st.lists(
+    st.tuples(st.sampled_from(KINDS), st.integers(1, 3), st.integers(0, 255), st.binary(max_size=700),
+              st.integers(0, 2**16)),
+    min_size=1, max_size=50)
+
+
+def make_ops(specs):
     """A valid sequence: deletes only of records the journal knows, fresh ids for adds."""
     ops = []
     known: list[int] = []
     tx_added: dict[int, list] = {}
     tx_ops: dict[int, list] = {}
     next_id = 1
-    bodies = st.binary(max_size=700)
-    for _ in range(count):
-        kind = data.draw(st.sampled_from(
-            ["add", "add", "update", "delete", "add_tx", "update_tx", "delete_tx", "commit", "rollback",
-             "prepare", "sync", "churn"]))
-        tx = data.draw(st.integers(1, 3))
+    for kind, tx, user_type, body, pick in specs:
         if kind == "churn":  # records that come and go: segments fill up and get reclaimed
-            for _ in range(data.draw(st.integers(3, 15))):
+            for _ in range(3 + pick % 13):
                 ops.append(("add", next_id, 0, b"c" * 400))
                 ops.append(("delete", next_id))
                 next_id += 1
             continue
-        if kind in ("add", "add_tx"):
-            body = data.draw(bodies)
-            op = (kind, next_id, data.draw(st.integers(0, 255)), body) if kind == "add" else \
-                (kind, tx, next_id, data.draw(st.integers(0, 255)), body)
-            if kind == "add":
-                known.append(next_id)
-            else:
-                tx_added.setdefault(tx, []).append(next_id)
-                tx_ops.setdefault(tx, []).append(op)
+        if kind == "add":
+            op = ("add", next_id, user_type, body)
+            known.append(next_id)
             next_id += 1
-        elif kind in ("update", "update_tx"):
-            rid = data.draw(st.integers(1, next_id))  # may name a record that is gone or never was
-            body = data.draw(bodies)
-            op = ("update", rid, 7, body) if kind == "update" else ("update_tx", tx, rid, 7, body)
-            if kind == "update_tx":
-                tx_ops.setdefault(tx, []).append(op)
+        elif kind == "add_tx":
+            op = ("add_tx", tx, next_id, user_type, body)
+            tx_added.setdefault(tx, []).append(next_id)
+            tx_ops.setdefault(tx, []).append(op)
+            next_id += 1
+        elif kind == "update":
+            op = ("update", 1 + pick % next_id, user_type, body)  # may name a record that is gone
+        elif kind == "update_tx":
+            op = ("update_tx", tx, 1 + pick % next_id, user_type, body)
+            tx_ops.setdefault(tx, []).append(op)
         elif kind == "delete":
             if not known:
                 continue
-            rid = data.draw(st.sampled_from(known))
-            known.remove(rid)
-            op = ("delete", rid)
+            op = ("delete", known.pop(pick % len(known)))
         elif kind == "delete_tx":
             choices = known + tx_added.get(tx, [])
             if not choices:
                 continue
-            rid = data.draw(st.sampled_from(choices))
-            op = ("delete_tx", tx, rid)
+            op = ("delete_tx", tx, choices[pick % len(choices)])
             tx_ops.setdefault(tx, []).append(op)
         elif kind == "commit":
             op = ("commit", tx)
@@ -185,13 +184,12 @@ def tear(directory: Path, batch, cut: int, mode: str, rng: random.Random) -> tup
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_crash_anywhere_loads_a_confirmed_prefix(data):
-    ops = draw_ops(data, data.draw(st.integers(5, 50))) or [("sync",)]
-    crash_after = data.draw(st.integers(0, max(0, len(ops) - 1)))
-    mode = data.draw(st.sampled_from(["truncate", "zeros", "garbage"]))
-    fraction = data.draw(st.floats(0, 1))
-    rng = random.Random(data.draw(st.integers(0, 2**32)))
+@given(specs=op_specs, crash_at=st.floats(0, 1), mode=st.sampled_from(["truncate", "zeros", "garbage"]),
+       fraction=st.floats(0, 1), seed=st.integers(0, 2**32))
+def test_crash_anywhere_loads_a_confirmed_prefix(specs, crash_at, mode, fraction, seed):
+    ops = make_ops(specs) or [("sync",)]
+    crash_after = int(crash_at * (len(ops) - 1))
+    rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp:
         live, crashed = Path(tmp) / "live", Path(tmp) / "crashed"
         journal = FileJournal(live, **OPTIONS)

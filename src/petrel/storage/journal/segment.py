@@ -22,8 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import JournalError
-from .records import HEADER_SIZE, encode_segment_header
+from .records import HEADER_SIZE, decode_segment_header, encode_segment_header
 
 __all__ = ["CONTROL_FILE", "FilePool", "Layout", "SegmentFile", "SegmentInfo", "fsync_dir"]
 
@@ -243,8 +242,6 @@ def read_file(path: Path) -> bytes:
 
 def check_header(path: Path, buf, segment_id: int) -> str | None:
     """Why the file's header does not belong to ``segment_id``, or None when it does."""
-    from .records import decode_segment_header
-
     try:
         found = decode_segment_header(buf[:HEADER_SIZE])
     except ValueError as e:
@@ -252,8 +249,3 @@ def check_header(path: Path, buf, segment_id: int) -> str | None:
     if found != segment_id:
         return f"segment header says {found}, file name says {segment_id}"
     return None
-
-
-def ensure(condition: bool, message: str) -> None:
-    if not condition:
-        raise JournalError(message)
