@@ -21,6 +21,7 @@ from petrel.core.message import now_ms
 from petrel.core.limits import MemoryLimits
 from petrel.core.postoffice import PostOffice
 from petrel.errors import PetrelError
+from petrel.storage.large import LargeMessageStore, reconcile
 from petrel.storage.server_lock import DataDirLocked, ServerLock
 from petrel.storage.store import NullStore
 from petrel.server.connection import Connection
@@ -53,6 +54,7 @@ class Broker:
         self._disk_timer: asyncio.TimerHandle | None = None
         self._stopping = False
         self.store = None
+        self.large: LargeMessageStore | None = None  # large-message files
         self.office: PostOffice | None = None
         self.management = None  # the management HTTP server, when http_port >= 0
 
@@ -71,6 +73,8 @@ class Broker:
             self.store = self._make_store(loop, data_dir)
             t0 = time.monotonic()
             recovered = await loop.run_in_executor(None, self.store.recover)
+            self.large = LargeMessageStore(config.large_messages_dir, sync=config.journal_datasync)
+            reconcile(self.large, recovered, self.store)
         except Exception as exc:
             self._lock.release()
             if type(exc).__module__.startswith("petrel.storage"):
@@ -83,6 +87,7 @@ class Broker:
             id_cache_size=config.id_cache_size,
             persist_id_cache=config.persist_id_cache,
             limits=MemoryLimits(global_max_size(config)),
+            large=self.large,
         )
         self.office.recover(recovered)
         self.office.ensure_defaults()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -17,9 +18,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("petrel.server.connection")
 
+# Streamed bodies (large messages) are read in chunks of this size, and a connection writes
+# at most STREAM_BUDGET bytes of them per loop turn before letting others run.
+STREAM_CHUNK = 256 * 1024
+STREAM_BUDGET = 4 * 1024 * 1024
+
 STOMP_PREFIXES = (b"CONNECT", b"STOMP")
 CORE_MAGIC = b"PETREL"  # petrel.codec.core.MAGIC
 DETECT_BYTES = 8
+
+
+class BodySource(Protocol):
+    """A body read in chunks (`storage.large.BodyReader`): b"" at its end."""
+
+    def read(self, n: int) -> bytes: ...
+    def close(self) -> None: ...
 
 
 class Adapter(Protocol):
@@ -57,6 +70,10 @@ class Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.closed = False
         self.writing_paused = False
+        # While a body streams: what is still to write, in order (bytes and body sources).
+        self._backlog: deque | None = None
+        self._pump_scheduled = False
+        self._close_when_drained = False
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -88,6 +105,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._drop_backlog()
         self.broker.connections.discard(self)
         if self.adapter is not None:
             try:
@@ -102,6 +120,9 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writing_paused = False
+        if self._backlog is not None:
+            self._pump()  # the adapter resumes once the streamed body is all out
+            return
         if self.adapter is not None:
             self.adapter.resume()
 
@@ -109,6 +130,9 @@ class Connection(asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         if self.closed:
+            return
+        if self._backlog is not None:  # behind a body being streamed
+            self._backlog.append(data)
             return
         self._out.append(data)
         if not self._flush_scheduled:
@@ -122,12 +146,86 @@ class Connection(asyncio.Protocol):
             self._out.clear()
             self.transport.write(data)
 
+    def write_stream(self, head: bytes, body: BodySource, tail: bytes) -> None:
+        """Write `head`, then `body` in chunks only as fast as the peer takes them, then `tail`.
+
+        Writes made meanwhile wait behind it, and the adapter is paused (no new deliveries)
+        until it is all out: a connection holds about one chunk of a body, plus what the
+        transport buffers below its high-water mark, however large the body.
+        """
+        if self.closed:
+            body.close()
+            return
+        if self._backlog is None:
+            self._backlog = deque()
+            self._out.append(head)
+        else:
+            self._backlog.append(head)
+        self._backlog.append(body)
+        self._backlog.append(tail)
+        if self.adapter is not None:
+            self.adapter.pause()
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self._loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Write the backlog while the transport takes it (see `write_stream`)."""
+        self._pump_scheduled = False
+        backlog = self._backlog
+        if backlog is None or self.closed or self.transport is None:
+            return
+        self.flush()
+        write = self.transport.write
+        budget = STREAM_BUDGET
+        try:
+            while backlog and not self.writing_paused:
+                item = backlog[0]
+                if isinstance(item, (bytes, bytearray, memoryview)):
+                    backlog.popleft()
+                    write(item)
+                    budget -= len(item)
+                else:
+                    chunk = item.read(STREAM_CHUNK)
+                    if not chunk:
+                        backlog.popleft()
+                        item.close()
+                        continue
+                    write(chunk)
+                    budget -= len(chunk)
+                if budget <= 0:
+                    if not self._pump_scheduled:
+                        self._pump_scheduled = True
+                        self._loop.call_soon(self._pump)
+                    return
+        except Exception:
+            log.exception("cannot stream a message body to %s; closing the connection", self.peer)
+            self.close(after_flush=False)
+            return
+        if backlog or self._backlog is not backlog:
+            return  # paused by the transport: resume_writing picks up
+        self._backlog = None
+        if self._close_when_drained:
+            self.close()
+        elif not self.writing_paused and self.adapter is not None:
+            self.adapter.resume()
+
+    def _drop_backlog(self) -> None:
+        backlog, self._backlog = self._backlog, None
+        for item in backlog or ():
+            if not isinstance(item, (bytes, bytearray, memoryview)):
+                item.close()
+
     def close(self, *, after_flush: bool = True) -> None:
         if self.closed:
+            return
+        if after_flush and self._backlog is not None:
+            self._close_when_drained = True  # after the streamed body and what follows it
             return
         if after_flush:
             self.flush()
         self.closed = True
+        self._drop_backlog()
         if self.transport is not None:
             if after_flush:
                 self.transport.close()

@@ -19,6 +19,7 @@ from petrel.codec.stomp.frames import NEED_DATA, Frame, Heartbeat
 from petrel.core.message import (
     SCHEDULED_DELAY,
     SCHEDULED_DELIVERY_TIME,
+    LargeBody,
     Message,
     RoutingType,
     now_ms,
@@ -28,6 +29,7 @@ from petrel.core.postoffice import RoutingError
 from petrel.core.queue import Consumer, MessageReference, Queue
 from petrel.core.selector import SelectorError, compile_selector
 from petrel.core.transaction import Transaction, TransactionRolledBack
+from petrel.server.adapters.stomp_large import LargeSends, deliver_large
 
 if TYPE_CHECKING:
     from petrel.server.broker import Broker
@@ -71,7 +73,12 @@ class StompAdapter:
         self.broker = broker
         self.office = broker.office
         self.conn = conn
-        self.codec = StompConnection(max_frame_size=broker.config.max_frame_size)
+        # bodies over min_large_message_size stream to a file (stomp_large.py)
+        self._large_over = broker.config.min_large_message_size if broker.large is not None else None
+        self.codec = StompConnection(max_frame_size=broker.config.max_frame_size, stream_threshold=self._large_over)
+        self._large = LargeSends(self)
+        self._held = False  # a large body is being made durable: handle nothing until it is
+        self._large_taken = False
         self.connected = False
         self.client_id: str | None = None
         self.subscriptions: dict[str, Subscription] = {}
@@ -92,14 +99,21 @@ class StompAdapter:
         if self._closing:
             return
         self._last_read = time.monotonic()
+        self._run(self.codec.receive_data, data)
+
+    def _run(self, fn: Callable, *args) -> None:
+        """Call `fn`, then handle the events buffered in the codec, in order."""
         codec = self.codec
         try:
-            codec.receive_data(data)
-            while True:
+            fn(*args)
+            while not self._held:
                 event = codec.next_event()
                 if event is NEED_DATA:
                     break
                 if isinstance(event, Heartbeat):
+                    continue
+                if type(event) is not Frame:  # part of a frame whose body is streamed
+                    self._large.on_event(event)
                     continue
                 self.handle(event)
                 if self._closing:
@@ -186,7 +200,11 @@ class StompAdapter:
         self.conn.write(self.codec.send(Frame("CONNECTED", reply)))
         self.receipt(frame)
 
-    def on_send(self, frame: Frame) -> None:
+    def on_send(self, frame: Frame, large: tuple[int, LargeBody] | None = None) -> None:
+        """`large`: the id and file of a body streamed to disk (see `send_large`)."""
+        if large is None and self._large_over is not None and len(frame.body) > self._large_over:
+            self._large.whole(frame)
+            return
         headers = frame.headers
         dest = headers.get("destination")
         if not dest:
@@ -194,7 +212,7 @@ class StompAdapter:
         name, routing_type = parse_destination(dest)
         now = now_ms()
         message = Message(
-            id=self.broker.store.next_id(),
+            id=large[0] if large else self.broker.store.next_id(),
             address=name,
             body=frame.body,
             properties={k: v for k, v in headers.items() if k not in FRAME_HEADERS},
@@ -215,13 +233,41 @@ class StompAdapter:
         elif SCHEDULED_DELIVERY_TIME in headers:
             message.scheduled = _int(headers, SCHEDULED_DELIVERY_TIME, 0, None)
         tx = self._tx(frame) if "transaction" in headers else None
+        if large is not None:  # from here the office owns the file (and drops it if it refuses)
+            message.large = large[1]
+            self._large_taken = True
         try:
             result = self.office.send(message, routing_type, tx)
         except (RoutingError, SelectorError, AddressFull) as exc:
+            self.office.discard(message)
             raise StompError(str(exc)) from None
         self.receipt(frame, durable=message.durable)
         if result.blocked:
             self._block(message.address)
+
+    def send_large(self, headers: dict[str, str], message_id: int, body: LargeBody) -> None:
+        """A SEND whose body is already in its file, named for `message_id`."""
+        self._large_taken = False
+        try:
+            self.on_send(Frame("SEND", headers), (message_id, body))
+        finally:
+            if not self._large_taken:  # refused before the office saw it
+                self.broker.large.delete(body)
+
+    def hold(self) -> None:
+        """Handle nothing more (and read nothing) until `resume_held`."""
+        self._held = True
+        if self.conn.transport is not None:
+            self.conn.transport.pause_reading()
+
+    def resume_held(self, fn: Callable[[], None]) -> None:
+        """Run `fn` first, then the frames that waited behind it."""
+        self._held = False
+        if self.conn.closed:
+            return
+        if not self._blocked and self.conn.transport is not None:
+            self.conn.transport.resume_reading()
+        self._run(fn)
 
     def on_subscribe(self, frame: Frame) -> None:
         headers = frame.headers
@@ -376,6 +422,9 @@ class StompAdapter:
             headers["redelivered"] = "true"
         if self.codec.version == "1.2" and sub.ack != "auto":
             headers["ack"] = ack_id
+        if m.large is not None:
+            deliver_large(self, headers, m)
+            return
         self.conn.write(self.codec.send(Frame("MESSAGE", headers, m.body)))
 
     def receipt(self, frame: Frame, *, durable: bool = False, transactional: bool = False) -> None:
@@ -480,6 +529,7 @@ class StompAdapter:
     def connection_lost(self) -> None:
         if self._hb_timer is not None:
             self._hb_timer.cancel()
+        self._large.abort()
         for tx in list(self.transactions.values()):
             self.office.rollback(tx)
         self.transactions.clear()
