@@ -331,7 +331,17 @@ def test_aborted_transaction_and_unrouted_send_leave_no_files(broker_factory):
     c.send_streamed("/topic/nobody", 51, 300_000, {"persistent": "true", "receipt": "u"})
     assert c.receipt() == "u"
     wait_files(b, 0)
+    # refused after the body arrived: no destination
+    c.sock.sendall(c.codec.send_head(Frame("SEND", {"persistent": "true"}), 300_000) + b"d" * 300_000 + b"\x00")
+    error = c.event()
+    assert error.command == "ERROR" and "destination" in error.headers["message"]
     c.close()
+    # a client that goes away halfway through a body
+    c = Raw(b)
+    c.sock.sendall(c.codec.send_head(Frame("SEND", {"destination": "/queue/gone"}), 1_000_000) + b"g" * 400_000)
+    wait_for(lambda: files(b) != [], 10)
+    c.close()
+    wait_files(b, 0)
 
 
 def test_body_without_content_length_streams_too(broker_factory):
