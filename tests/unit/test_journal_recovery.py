@@ -1,8 +1,12 @@
 """Load after crashes and damage: torn tails, flipped bits, unfinished transactions."""
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from petrel.storage.journal import DamagedJournal, FileJournal, Record, RecordType, encode, read_segments
 from petrel.storage.journal.records import HEADER_SIZE, encode_segment_header, encode_tx_counts
@@ -170,6 +174,8 @@ def test_bad_segment_header_is_damage(tmp_path):
     assert "offset 0" in str(info.value)
     loaded = reload(tmp_path, skip_damaged=True)
     assert len(loaded.records) == 200 - len(recs)
+    assert not path.exists() and path.with_name(path.name + ".damaged").exists()  # moved aside
+    assert list(reload(tmp_path).records) == list(loaded.records)
 
 
 def test_transaction_without_commit_is_rolled_back_and_stays_dead(tmp_path):
@@ -275,3 +281,59 @@ def test_empty_segment_after_the_newest_data_is_where_appends_resume(tmp_path):
     loaded = reload(tmp_path)
     assert list(loaded.records) == [1, 2, 3, 4, 5, 10, 11, 12]
     assert layout(tmp_path)[-1][0] == 9
+
+
+_BASE = {}
+
+
+def _base_journal():
+    """One journal with a bit of everything, built once and copied per example."""
+    if "path" not in _BASE:
+        import tempfile
+        path = Path(tempfile.mkdtemp(prefix="petrel-journal-fuzz-")) / "j"
+
+        def ops(journal):
+            for rid in range(1, 80):
+                journal.add(rid, rid % 5, bytes([rid]) * (rid * 7 % 500))
+                if rid % 3 == 0:
+                    journal.update(rid, 9, b"u" * 20)
+                if rid % 4 == 0:
+                    journal.delete(rid - 2)
+                if rid % 10 == 0:
+                    journal.add_tx(rid, 1000 + rid, 1, b"t" * 100)
+                    journal.update_tx(rid, rid - 1, 2, b"tu")
+                    journal.commit(rid)
+        write(path, ops, compact_percentage=0)
+        _BASE["path"] = path
+        _BASE["state"] = reload(path, compact_percentage=0).records.keys()
+    return _BASE["path"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(hits=st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 7)), min_size=1, max_size=4))
+def test_flipped_bits_anywhere_give_damage_or_a_load_never_anything_else(tmp_path_factory, hits):
+    target = tmp_path_factory.mktemp("fuzz") / "j"
+    shutil.copytree(_base_journal(), target)
+    files = sorted(p for p in target.iterdir() if p.name.startswith("petrel-data-") and p.suffix == ".pj"
+                   and "free" not in p.name)
+    for where, bit in hits:
+        path = files[where % len(files)]
+        used = max(HEADER_SIZE, os.path.getsize(path) // 2)  # the data is in the first part
+        flip(path, where % used, bit)
+    try:
+        strict = reload(target, compact_percentage=0)
+    except DamagedJournal:
+        strict = None
+    loaded = reload(target, skip_damaged=True, compact_percentage=0)
+    assert set(loaded.records) <= set(range(1, 80)) | {1000 + r for r in range(10, 80, 10)}
+    if strict is not None:
+        assert list(strict.records) == list(loaded.records) and loaded.skipped == []
+    assert list(reload(target, skip_damaged=True, compact_percentage=0).records) == list(loaded.records)
+    # compaction rewrites the damaged segments (all but the current one)
+    journal = FileJournal(target, file_size=SIZE, compact_percentage=0)
+    journal.load(skip_damaged=True)
+    journal.start(run_all)
+    journal.add(5000, 0, b"x" * (SIZE - 100))  # a segment of its own: all the others can be compacted
+    journal.compact()
+    journal.stop()
+    assert list(reload(target, compact_percentage=0).records) == list(loaded.records) + [5000]

@@ -127,7 +127,8 @@ def clean_strays(layout: Layout) -> None:
 
 class Compactor:
     def __init__(self, layout: Layout, pool: FilePool, ledger: Ledger, file_size: int, sync: bool,
-                 release: Callable[[Path], None], checkpoint: Checkpoint = _no_checkpoint) -> None:
+                 release: Callable[[Path], None], checkpoint: Checkpoint = _no_checkpoint,
+                 skip_damaged: bool = False) -> None:
         self.layout = layout
         self.pool = pool
         self.ledger = ledger
@@ -135,27 +136,33 @@ class Compactor:
         self.sync = sync
         self.release = release
         self.checkpoint = checkpoint
+        self.skip_damaged = skip_damaged  # damage load was told to skip may be compacted away
 
     def candidates(self, current: int) -> list[int]:
         blocked = self.ledger.tx_segments()
         first_blocked = min(blocked) if blocked else current
         return [s for s in sorted(self.ledger.segments) if s < min(current, first_blocked)]
 
-    def _replay(self, segments: list[int]) -> tuple[list[int], Replay] | None:
-        """Replay ``segments``; shrink them until no transaction is left open inside."""
-        while len(segments) >= 2:
+    def _replay(self, segments: list[int]) -> tuple[list[int], Replay, bool] | None:
+        """Replay ``segments``; shrink them until no transaction is left open inside.
+
+        Returns the segments, their replay, and whether skipped damage was seen."""
+        while len(segments) >= 1:
             replay = Replay()
+            damaged = False
             for seg in segments:
                 buf = read_file(self.layout.data_path(seg))
                 if check_header(self.layout.data_path(seg), buf, seg) is not None:
                     return None
                 result = scan(buf, seg)
                 if result.damage or result.torn:
-                    log.warning("not compacting: damage in segment %d", seg)
-                    return None
+                    if not self.skip_damaged:
+                        log.warning("not compacting: damage in segment %d", seg)
+                        return None
+                    damaged = True
                 replay.apply_all(result.records, seg)
             if not replay.txs:
-                return segments, replay
+                return segments, replay, damaged
             # some transaction is not resolved inside: stop before its first record
             open_ids = set(replay.txs)
             cut = self._first_segment_of(segments, open_ids)
@@ -175,7 +182,7 @@ class Compactor:
         picked = self._replay(self.candidates(current))
         if picked is None:
             return 0
-        segments, replay = picked
+        segments, replay, damaged = picked
         replaced = set(segments)
         live = self.ledger.live
         # what to copy, in add order: (type, id, user_type, body)
@@ -200,8 +207,8 @@ class Compactor:
         if not items:
             bins = []
         ids = sorted(segments)
-        if len(bins) >= len(ids):
-            return 0  # would not save a file
+        if len(bins) >= len(ids) and not damaged:
+            return 0  # would not save a file (rewriting damage away is worth it anyway)
         outputs: dict[int, SegmentState] = {}
         moved: dict[int, list[int]] = {}
         cmp_paths = []

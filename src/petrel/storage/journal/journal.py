@@ -136,6 +136,7 @@ class FileJournal:
             log.info("finished an interrupted compaction in %s", layout.directory)
         clean_strays(layout)
         found = recover(layout, self._ledger, skip_damaged=skip_damaged, sync=self.datasync)
+        self._writer.skip_damaged = skip_damaged
         loaded = found.loaded
         if found.resume_segment:
             seg, off, exists = found.resume_segment, found.resume_offset, found.resume_exists

@@ -183,7 +183,7 @@ def encode_data(rtype: int, segment_id: int, user_type: int, id: int, body: byte
     """Encode ADD/UPDATE/DELETE without building a Record (the append hot path)."""
     head = _COMMON.pack(rtype, user_type, _OVERHEAD[rtype] + len(body), segment_id)
     fields = _ID.pack(crc32(head) & 0xFFFF, id)
-    return _finish(head, fields, body)
+    return b"".join((head, fields, body, _CRC.pack(crc32(body, crc32(fields, crc32(head))))))
 
 
 def encode_tx_data(rtype: int, segment_id: int, user_type: int, tx_id: int, id: int,

@@ -10,7 +10,10 @@ Load reads every data segment in id order and replays its records:
   holds data (the crash cut the last write; nothing there was confirmed);
   otherwise it is damage.
 * Damage raises :class:`DamagedJournal`, or with ``skip_damaged`` is skipped,
-  reported in :attr:`LoadedJournal.skipped` and logged.
+  reported in :attr:`LoadedJournal.skipped` and logged.  A segment whose header
+  is unreadable is then renamed ``*.damaged``; damaged bytes inside a segment
+  stay until compaction rewrites the segment or it is reclaimed, so until then
+  a load without ``skip_damaged`` reports them again.
 
 Transactions take effect at their COMMIT.  A COMMIT whose counts do not match the
 records found is dropped; a transaction left open (or only prepared) at the end
@@ -291,6 +294,9 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         problem = check_header(path, buf, seg)
         if problem is not None:
             damaged(path, 0, problem, "the next segment")
+            aside = path.with_name(path.name + ".damaged")
+            os.replace(path, aside)  # out of the way of later loads, kept for inspection
+            log.warning("moved unreadable journal segment %s to %s", path, aside)
             continue
         result = scan(buf, seg)
         ledger.add_segment(seg, result.end)

@@ -87,6 +87,7 @@ class Writer:
         self.on_batch_stats: BatchStats | None = None
         self.checkpoint: Callable[[str], None] = lambda step: None  # compaction test seam
         self.failure: BaseException | None = None
+        self.skip_damaged = False  # load skipped damage: compaction may rewrite damaged segments
         self.thread: threading.Thread | None = None
         self._last_flush = 0
         self._compact_tried_at = 0
@@ -286,7 +287,7 @@ class Writer:
                 return 0
         self._compact_tried_at = current
         compactor = Compactor(self.layout, self.pool, self.ledger, self.file_size, self.datasync,
-                              self.release, self.checkpoint)
+                              self.release, self.checkpoint, self.skip_damaged)
         with self.meta_lock:
             replaced = compactor.run(current)
         if replaced:
