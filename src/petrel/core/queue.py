@@ -374,7 +374,7 @@ class Queue:
                 consumer.nd_seen = ref.seq
                 if not consumer.auto_ack:
                     consumer.delivering[ref.seq] = ref
-                    consumer.bytes_in_flight += len(ref.message.body)
+                    consumer.bytes_in_flight += ref.message.body_size
                 consumer.sink(consumer, ref)
             consumer.nd_position = i
 
@@ -458,7 +458,7 @@ class Queue:
             self.acknowledge(ref)
             return
         consumer.delivering[ref.seq] = ref
-        consumer.bytes_in_flight += len(ref.message.body)
+        consumer.bytes_in_flight += ref.message.body_size
         consumer.sink(consumer, ref)
 
     # -- acknowledgement -----------------------------------------------------------------
@@ -467,14 +467,14 @@ class Queue:
         """The consumer is done with the message: forget it here and in the store."""
         if self.non_destructive:  # the message stays; only the consumer's credit comes back
             if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
-                consumer.bytes_in_flight -= len(ref.message.body)
+                consumer.bytes_in_flight -= ref.message.body_size
                 self.deliver()
             return
         if ref.state == DONE:
             return
         consumer = ref.consumer
         if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
-            consumer.bytes_in_flight -= len(ref.message.body)
+            consumer.bytes_in_flight -= ref.message.body_size
         if ref.state == DELIVERING:
             self.delivering_count -= 1
         elif ref.state == AVAILABLE:
@@ -493,7 +493,7 @@ class Queue:
             return
         consumer = ref.consumer
         if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
-            consumer.bytes_in_flight -= len(ref.message.body)
+            consumer.bytes_in_flight -= ref.message.body_size
         self._cancel(ref, consumer, redelivered=redelivered)
         self.deliver()
 

@@ -28,7 +28,7 @@ class Transaction:
         """An acknowledgement inside the transaction: release the consumer's credit, settle at commit."""
         consumer = ref.consumer
         if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
-            consumer.bytes_in_flight -= len(ref.message.body)
+            consumer.bytes_in_flight -= ref.message.body_size
         self.acks.append(ref)
 
     def close(self) -> None:

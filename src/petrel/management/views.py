@@ -100,7 +100,7 @@ def message_view(ref: MessageReference, body_mode: str) -> dict[str, Any]:
         "delivery_count": ref.delivery_count,
         "user_id": m.user_id,
         "properties": {k: _json_value(v) for k, v in m.properties.items()},
-        "body_size": len(m.body),
+        "body_size": m.body_size,
     }
     if body_mode == "none":
         return view
