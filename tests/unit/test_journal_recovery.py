@@ -321,19 +321,21 @@ def test_flipped_bits_anywhere_give_damage_or_a_load_never_anything_else(tmp_pat
         used = max(HEADER_SIZE, os.path.getsize(path) // 2)  # the data is in the first part
         flip(path, where % used, bit)
     try:
-        strict = reload(target, compact_percentage=0)
+        strict = reload(target, compact_percentage=0, datasync=False)
     except DamagedJournal:
         strict = None
-    loaded = reload(target, skip_damaged=True, compact_percentage=0)
+    loaded = reload(target, skip_damaged=True, compact_percentage=0, datasync=False)
     assert set(loaded.records) <= set(range(1, 80)) | {1000 + r for r in range(10, 80, 10)}
     if strict is not None:
         assert list(strict.records) == list(loaded.records) and loaded.skipped == []
-    assert list(reload(target, skip_damaged=True, compact_percentage=0).records) == list(loaded.records)
+        return
+    again = reload(target, skip_damaged=True, compact_percentage=0, datasync=False)
+    assert list(again.records) == list(loaded.records)
     # compaction rewrites the damaged segments (all but the current one)
-    journal = FileJournal(target, file_size=SIZE, compact_percentage=0)
+    journal = FileJournal(target, file_size=SIZE, compact_percentage=0, datasync=False)
     journal.load(skip_damaged=True)
     journal.start(run_all)
     journal.add(5000, 0, b"x" * (SIZE - 100))  # a segment of its own: all the others can be compacted
     journal.compact()
     journal.stop()
-    assert list(reload(target, compact_percentage=0).records) == list(loaded.records) + [5000]
+    assert list(reload(target, compact_percentage=0, datasync=False).records) == list(loaded.records) + [5000]
