@@ -73,6 +73,8 @@ class Message:
     user_id: str | None = None
     # Set for a large message: its body is in a file and `body` is b"".
     large: LargeBody | None = None
+    # protocol adapters may cache the message's rendered properties here: (key, bytes)
+    wire_cache: tuple | None = None
     # Queues still holding a reference; when it falls to zero the stored message goes.
     ref_count: int = 0
     _size: int = 0
