@@ -426,6 +426,10 @@ class AsyncConnection(AdminRequests):
             t = self._transport
             if t is not None and not t.closed:
                 return t
+            if self._ready.is_set():
+                # the socket is closing but its loss is not handled yet: let the loop get to it
+                await asyncio.sleep(0.005)
+                continue
             timeout = self.plan.options.timeout
             try:
                 if timeout >= 0:
@@ -434,8 +438,6 @@ class AsyncConnection(AdminRequests):
                     await self._ready.wait()
             except asyncio.TimeoutError:
                 raise ConnectionFailed(f"no connection within the failover timeout of {timeout} ms") from None
-            if self._transport is None and self._failure is None:
-                await asyncio.sleep(0)
 
     # -- pings and TTL ---------------------------------------------------------------------------
 
