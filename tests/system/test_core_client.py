@@ -548,10 +548,10 @@ def test_broker_drops_a_silent_client(shared):
 
 def test_pings_keep_an_idle_connection_alive(shared):
     async def go():
-        async with await connect(url(shared), connection_ttl=300) as conn:
+        async with await connect(url(shared), connection_ttl=800) as conn:
             interrupted = []
             conn.on_interrupted.append(lambda: interrupted.append(1))
-            await asyncio.sleep(1.2)
+            await asyncio.sleep(2.0)  # more than twice the TTL, with nothing but pings
             assert conn.connected and not interrupted
             await (await conn.session()).producer("queue://idle").send(b"still here", wait=True)
 
