@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from petrel.codec.errors import LocalProtocolError, RemoteProtocolError
 from petrel.codec.stomp import (
     HEARTBEAT,
-    NEED_DATA,
     BodyChunk,
     Frame,
     FrameEnd,
@@ -18,6 +17,8 @@ from petrel.codec.stomp import (
     StompConnection,
 )
 from petrel.codec.stomp.writer import BODY_END
+
+from stomp_codec_harness import drain, feed
 
 THRESHOLD = 100
 
@@ -29,24 +30,6 @@ def server(threshold: int | None = THRESHOLD, **kw) -> StompConnection:
     conn.negotiate(connect.headers["accept-version"])
     conn.send(Frame("CONNECTED", {}))
     return conn
-
-
-def drain(conn: StompConnection) -> list:
-    out = []
-    while (event := conn.next_event()) is not NEED_DATA:
-        out.append(event)
-    return out
-
-
-def feed(conn: StompConnection, data: bytes, chunk: int | None = None) -> list:
-    if chunk is None:
-        conn.receive_data(data)
-        return drain(conn)
-    out = []
-    for i in range(0, len(data), chunk):
-        conn.receive_data(data[i : i + chunk])
-        out.extend(drain(conn))
-    return out
 
 
 def collect(events: list) -> list:

@@ -17,6 +17,8 @@ from petrel.codec.stomp import (
     StompConnection,
 )
 
+from stomp_codec_harness import pair
+
 SETTINGS = settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -150,18 +152,6 @@ def valid_headers(version: str | None):
     )
 
 
-def connected_pair(version: str) -> tuple[StompConnection, StompConnection]:
-    c = StompConnection(Role.CLIENT)
-    s = StompConnection(Role.SERVER)
-    s.receive_data(c.send(Frame("CONNECT", {"accept-version": version})))
-    connect = s.next_event()
-    assert s.negotiate(connect.headers["accept-version"]) == version
-    c.receive_data(s.send(Frame("CONNECTED", {})))
-    assert c.next_event().command == "CONNECTED"
-    assert c.version == version
-    return c, s
-
-
 def parse_all(conn: StompConnection, chunks: list[bytes]) -> list[Frame]:
     out = []
     for chunk in chunks:
@@ -198,7 +188,7 @@ SERVER_SENDS = ["MESSAGE", "RECEIPT"]
 @SETTINGS
 @given(version=st.sampled_from(VERSIONS), data=st.data())
 def test_round_trip_client_to_server(version, data):
-    c, s = connected_pair(version)
+    c, s = pair(version)
     frames = data.draw(frame_lists(version, CLIENT_SENDS))
     beats = data.draw(st.lists(st.sampled_from([b"", b"\n", b"\r\n", b"\n\n"]), min_size=len(frames), max_size=len(frames)))
     stream = b"".join(c.send(f) + beat for f, beat in zip(frames, beats))
@@ -209,7 +199,7 @@ def test_round_trip_client_to_server(version, data):
 @SETTINGS
 @given(version=st.sampled_from(VERSIONS), data=st.data())
 def test_round_trip_server_to_client(version, data):
-    c, s = connected_pair(version)
+    c, s = pair(version)
     frames = data.draw(frame_lists(version, SERVER_SENDS))
     frames.append(Frame("ERROR", data.draw(valid_headers(version)), data.draw(st.binary(max_size=32))))
     stream = b"".join(s.send(f) for f in frames)
@@ -237,7 +227,7 @@ def test_round_trip_connect(headers, body, cuts):
 def test_send_either_refuses_or_round_trips(version, headers, data):
     """Arbitrary headers: send() raises LocalProtocolError or the peer reads them back exactly."""
     headers.pop("content-length", None)
-    c, s = connected_pair(version)
+    c, s = pair(version)
     frame = Frame("SEND", headers, data.draw(st.binary(max_size=16)))
     try:
         wire = c.send(frame)
