@@ -29,6 +29,9 @@ __all__ = ["AsyncSession", "AsyncProducer"]
 
 log = logging.getLogger("petrel.client.session")
 
+#: A producer that never has to wait still yields to the loop this often (sends).
+YIELD_EVERY = 64
+
 # Unconfirmed entry: [number on the server session, frames, size, future or None, resend, message]
 _NUMBER, _FRAMES, _SIZE, _FUTURE, _RESEND, _MESSAGE = range(6)
 
@@ -368,6 +371,7 @@ class AsyncProducer:
     def __init__(self, session: AsyncSession, destination: str | None) -> None:
         self.session = session
         self.destination = destination
+        self._sends = 0
 
     async def send(
         self,
@@ -393,6 +397,11 @@ class AsyncProducer:
         if not wait and session._unconfirmed_bytes < session._window and session._failure is None \
                 and not session._closed:
             session._send_nowait(dest, message)
+            self._sends += 1
+            if self._sends >= YIELD_EVERY:
+                # let the loop read (confirmations, deliveries) between bursts
+                self._sends = 0
+                await asyncio.sleep(0)
             return
         await session._send(dest, message, wait)
 
