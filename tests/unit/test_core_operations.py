@@ -6,7 +6,7 @@ from petrel.core import operations
 from petrel.core.message import RoutingType
 from petrel.core.queue import Consumer
 
-from test_core_postoffice import Sink, make_office, msg
+from office_harness import Sink, make_office, msg
 
 ANY = RoutingType.ANYCAST
 

@@ -2,79 +2,15 @@
 
 from __future__ import annotations
 
-import heapq
-
 import pytest
 
-from petrel.core.message import DUPLICATE_ID, ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message, RoutingType
-from petrel.core.postoffice import PostOffice, RoutingError, SendOutcome
-from petrel.core.queue import Consumer
-from petrel.core.settings import AddressSettingsRepository
+from petrel.core.message import DUPLICATE_ID, ORIGINAL_ADDRESS, ORIGINAL_QUEUE, RoutingType
+from petrel.core.postoffice import RoutingError, SendOutcome
 from petrel.core.transaction import Transaction, TransactionRolledBack
-from petrel.storage.store import NullStore
+
+from office_harness import consume, make_office, msg
 
 ANY, MULTI = RoutingType.ANYCAST, RoutingType.MULTICAST
-
-
-class ManualClock:
-    """A clock and scheduler the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000
-        self._timers: list = []
-        self._n = 0
-
-    def __call__(self) -> int:
-        return self.now
-
-    def call_at_ms(self, when, fn):
-        self._n += 1
-        entry = [when, self._n, fn, False]
-        heapq.heappush(self._timers, entry)
-
-        class H:
-            def cancel(_):
-                entry[3] = True
-
-        return H()
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-        while self._timers and self._timers[0][0] <= self.now:
-            when, _, fn, cancelled = heapq.heappop(self._timers)
-            if not cancelled:
-                fn()
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.got = []
-
-    def __call__(self, consumer, ref) -> None:
-        self.got.append(ref)
-
-    @property
-    def bodies(self):
-        return [r.message.body for r in self.got]
-
-
-def make_office(settings: dict | None = None) -> tuple[PostOffice, ManualClock]:
-    clock = ManualClock()
-    office = PostOffice(NullStore(), AddressSettingsRepository(settings or {}), clock, clock=clock)
-    office.ensure_defaults()
-    return office, clock
-
-
-def msg(office, address, body=b"x", **kw) -> Message:
-    return Message(id=office.store.next_id(), address=address, body=body, timestamp=office.now(), **kw)
-
-
-def consume(office, queue_name, **kw):
-    sink = Sink()
-    queue = office.queues[queue_name]
-    consumer = Consumer(queue, sink, **kw)
-    queue.add_consumer(consumer)
-    return consumer, sink
 
 
 def test_anycast_round_robin_between_consumers():

@@ -11,7 +11,7 @@ from petrel.core.settings import AddressSettingsRepository
 from petrel.core.transaction import Transaction
 from petrel.storage.file_store import FileStore
 
-from test_core_postoffice import ManualClock, Sink
+from office_harness import ManualClock, Sink
 
 ANY, MULTI = RoutingType.ANYCAST, RoutingType.MULTICAST
 

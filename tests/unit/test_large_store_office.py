@@ -3,48 +3,19 @@ only once the store has made the end durable."""
 
 from __future__ import annotations
 
-import heapq
-
 import pytest
 
 from petrel.core import operations
 from petrel.core.message import DUPLICATE_ID, ORIGINAL_ADDRESS, Message, RoutingType
 from petrel.core.postoffice import PostOffice
-from petrel.core.queue import Consumer
 from petrel.core.settings import AddressSettingsRepository
 from petrel.core.transaction import Transaction
 from petrel.storage.large import LargeMessageStore
 from petrel.storage.store import NullStore, Recovered, RecoveredRef
 
+from office_harness import ManualClock, consume
+
 ANY, MULTI = RoutingType.ANYCAST, RoutingType.MULTICAST
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-        self._timers: list = []
-        self._n = 0
-
-    def __call__(self) -> int:
-        return self.now
-
-    def call_at_ms(self, when, fn):
-        self._n += 1
-        entry = [when, self._n, fn, False]
-        heapq.heappush(self._timers, entry)
-
-        class H:
-            def cancel(_):
-                entry[3] = True
-
-        return H()
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-        while self._timers and self._timers[0][0] <= self.now:
-            _, _, fn, cancelled = heapq.heappop(self._timers)
-            if not cancelled:
-                fn()
 
 
 class SlowDisk(NullStore):
@@ -84,7 +55,7 @@ class SlowDisk(NullStore):
 def env(tmp_path):
     store = SlowDisk()
     large = LargeMessageStore(tmp_path / "large-messages", sync=False)
-    clock = Clock()
+    clock = ManualClock()
 
     def make(settings: dict | None = None) -> PostOffice:
         office = PostOffice(store, AddressSettingsRepository(settings or {}), clock, clock=clock, large=large)
@@ -101,21 +72,6 @@ def big(office: PostOffice, large: LargeMessageStore, address: str, size: int = 
     return Message(id=mid, address=address, body=b"", large=body, timestamp=office.now(), **kw)
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.got = []
-
-    def __call__(self, consumer, ref) -> None:
-        self.got.append(ref)
-
-
-def consumer(office: PostOffice, queue: str, **kw) -> tuple[Consumer, Sink]:
-    sink = Sink()
-    c = Consumer(office.queues[queue], sink, **kw)
-    office.queues[queue].add_consumer(c)
-    return c, sink
-
-
 def files(large: LargeMessageStore) -> list[str]:
     return large.names()
 
@@ -126,7 +82,7 @@ def test_ack_deletes_the_file_only_after_the_delete_is_durable(env):
     m = big(office, large, "q")
     office.send(m, ANY)
     assert files(large) == [f"{m.id}.msg"]
-    c, sink = consumer(office, "q")
+    c, sink = consume(office, "q")
     office.queues["q"].acknowledge(sink.got[0])
     assert files(large) == [f"{m.id}.msg"]  # the journal delete is not on disk yet
     covered = store.flush()
@@ -140,8 +96,8 @@ def test_multicast_file_stays_until_every_queue_acknowledged(env):
     office.create_queue("s1", "t", MULTI)
     office.create_queue("s2", "t", MULTI)
     office.send(big(office, large, "t"), MULTI)
-    _, sink1 = consumer(office, "s1")
-    _, sink2 = consumer(office, "s2")
+    _, sink1 = consume(office, "s1")
+    _, sink2 = consume(office, "s2")
     office.queues["s1"].acknowledge(sink1.got[0])
     store.flush()
     assert len(files(large)) == 1
@@ -154,7 +110,7 @@ def test_non_durable_message_file_goes_too(env):
     make, store, large, _ = env
     office = make()
     office.send(big(office, large, "q", durable=False), ANY)
-    _, sink = consumer(office, "q", auto_ack=True)
+    _, sink = consume(office, "q", auto_ack=True)
     assert len(sink.got) == 1
     store.flush()
     assert files(large) == []
@@ -190,7 +146,7 @@ def test_expiry_moves_a_linked_copy_and_the_original_name_goes(env):
     store.flush()
     names = files(large)
     assert len(names) == 1 and names != [f"{m.id}.msg"]  # the copy's own name
-    _, sink = consumer(office, "ExpiryQueue")
+    _, sink = consume(office, "ExpiryQueue")
     copy = sink.got[0].message
     assert copy.large is not None and copy.large.size == 200_000
     assert copy.properties[ORIGINAL_ADDRESS] == "q"
@@ -214,7 +170,7 @@ def test_dead_letter_after_max_attempts_then_dlq_consumed(env):
     make, store, large, _ = env
     office = make({"#": {"max_delivery_attempts": 2, "dead_letter_address": "DLQ"}})
     office.send(big(office, large, "q"), ANY)
-    _, sink = consumer(office, "q")
+    _, sink = consume(office, "q")
     queue = office.queues["q"]
     queue.cancel(sink.got[0])
     queue.cancel(sink.got[1])
@@ -223,7 +179,7 @@ def test_dead_letter_after_max_attempts_then_dlq_consumed(env):
     assert len(files(large)) == 1
     # the move happened in one store transaction; the file went only after its commit
     assert any(op[0] == "commit" for op in store.ops)
-    _, dsink = consumer(office, "DLQ")
+    _, dsink = consume(office, "DLQ")
     office.queues["DLQ"].acknowledge(dsink.got[0])
     store.flush()
     assert files(large) == []
@@ -233,7 +189,7 @@ def test_transactional_ack_deletes_after_commit_is_durable(env):
     make, store, large, _ = env
     office = make()
     office.send(big(office, large, "q"), ANY)
-    _, sink = consumer(office, "q")
+    _, sink = consume(office, "q")
     tx = Transaction("t")
     tx.hold_ack(sink.got[0])
     office.commit(tx)
@@ -272,7 +228,7 @@ def test_purge_and_queue_deletion(env):
     office.queues["q"].purge()
     office.create_queue("other", "other", ANY)
     office.send(big(office, large, "other"), ANY)
-    consumer(office, "other")  # one in delivery when the queue goes
+    consume(office, "other")  # one in delivery when the queue goes
     office.delete_queue("other")
     store.flush()
     assert files(large) == []
@@ -310,7 +266,7 @@ def test_operations_remove_move_and_retry(env):
     store.flush()
     names = files(large)
     assert len(names) == 1 and names != [m.large.name]
-    _, sink = consumer(office, "b")
+    _, sink = consume(office, "b")
     moved = sink.got[0].message
     assert large.read(moved.large) == bytes([m.id % 256]) * 200_000
     office.queues["b"].cancel(sink.got[0])  # one attempt allowed: to the DLQ
@@ -331,10 +287,10 @@ def test_divert_copy_gets_its_own_file(env):
     office.send(big(office, large, "src"), ANY)
     store.flush()
     assert len(files(large)) == 2
-    _, s1 = consumer(office, "src", auto_ack=True)
+    _, s1 = consume(office, "src", auto_ack=True)
     store.flush()
     assert len(files(large)) == 1
-    _, s2 = consumer(office, "dst", auto_ack=True)
+    _, s2 = consume(office, "dst", auto_ack=True)
     store.flush()
     assert files(large) == []
 
@@ -372,9 +328,9 @@ def test_recovery_counts_holders_and_drops_dead_files(env):
     fresh.recover(rec)
     store.flush()
     assert files(large) == [live.large.name]
-    _, s1 = consumer(fresh, "s1", auto_ack=True)
+    _, s1 = consume(fresh, "s1", auto_ack=True)
     store.flush()
     assert files(large) == [live.large.name]
-    _, s2 = consumer(fresh, "s2", auto_ack=True)
+    _, s2 = consume(fresh, "s2", auto_ack=True)
     store.flush()
     assert files(large) == []
