@@ -1,5 +1,6 @@
 """FileJournal: appends, group commit, callbacks, persistence across stop and load."""
 
+import functools
 import threading
 import time
 
@@ -8,36 +9,12 @@ import pytest
 from petrel.storage.journal import FileJournal, JournalError, RecordType, read_segments
 from petrel.storage.journal import writer as writer_module
 
-SIZE = 64 * 1024
+import journal_harness
+from journal_harness import run_all, wait_for
 
-
-def wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.002)
-
-
-def run_all(callbacks):
-    for cb in callbacks:
-        cb()
-
-
-def started(path, **options):
-    options.setdefault("file_size", SIZE)
-    journal = FileJournal(path, **options)
-    loaded = journal.load()
-    journal.start(run_all)
-    return journal, loaded
-
-
-def reload(path, **options):
-    options.setdefault("file_size", SIZE)
-    journal = FileJournal(path, **options)
-    loaded = journal.load()
-    journal.stop()
-    return loaded
+SIZE = 64 * 1024  # larger segments than the other journal tests use
+started = functools.partial(journal_harness.started, file_size=SIZE)
+reload = functools.partial(journal_harness.reload, file_size=SIZE)
 
 
 def state(loaded):

@@ -4,28 +4,7 @@ import pytest
 
 from petrel.storage.journal import FileJournal
 
-SIZE = 16 * 1024
-
-
-def run_all(callbacks):
-    for cb in callbacks:
-        cb()
-
-
-def started(path, **options):
-    options.setdefault("file_size", SIZE)
-    journal = FileJournal(path, **options)
-    loaded = journal.load()
-    journal.start(run_all)
-    return journal, loaded
-
-
-def reload(path, **options):
-    options.setdefault("file_size", SIZE)
-    journal = FileJournal(path, **options)
-    loaded = journal.load()
-    journal.stop()
-    return loaded
+from journal_harness import SIZE, reload, started
 
 
 def state(loaded):

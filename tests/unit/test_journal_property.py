@@ -19,13 +19,10 @@ from hypothesis import strategies as st
 
 from petrel.storage.journal import FileJournal
 
+from journal_harness import run_all
+
 SIZE = 4096
 OPTIONS = dict(file_size=SIZE, datasync=False, pool_files=2, compact_min_files=2, compact_percentage=40)
-
-
-def run_all(callbacks):
-    for cb in callbacks:
-        cb()
 
 
 class Model:

@@ -1,31 +1,6 @@
 """Rollover, reclaim and the pool of free files."""
 
-import time
-
-from petrel.storage.journal import FileJournal
-
-SIZE = 16 * 1024
-
-
-def run_all(callbacks):
-    for cb in callbacks:
-        cb()
-
-
-def started(path, **options):
-    options.setdefault("file_size", SIZE)
-    journal = FileJournal(path, **options)
-    loaded = journal.load()
-    journal.start(run_all)
-    return journal, loaded
-
-
-def reload(path, **options):
-    options.setdefault("file_size", SIZE)
-    journal = FileJournal(path, **options)
-    loaded = journal.load()
-    journal.stop()
-    return loaded
+from journal_harness import reload, started, wait_for
 
 
 def files(path):
@@ -33,14 +8,6 @@ def files(path):
     data = [n for n in names if n.startswith("petrel-data-") and n[12:-3].isdigit()]
     free = [n for n in names if n.startswith("petrel-data-free-")]
     return data, free
-
-
-def wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.002)
 
 
 def test_min_files_are_there_after_load(tmp_path):

@@ -11,31 +11,15 @@ from hypothesis import strategies as st
 from petrel.storage.journal import DamagedJournal, FileJournal, Record, RecordType, encode, read_segments
 from petrel.storage.journal.records import HEADER_SIZE, encode_segment_header, encode_tx_counts
 
-SIZE = 16 * 1024
-
-
-def run_all(callbacks):
-    for cb in callbacks:
-        cb()
+from journal_harness import SIZE, reload, run_all, started
 
 
 def write(path, ops, **options):
     """Run ``ops(journal)`` on a started journal, then stop it."""
-    options.setdefault("file_size", SIZE)
-    journal = FileJournal(path, **options)
-    journal.load()
-    journal.start(run_all)
+    journal, _ = started(path, **options)
     ops(journal)
     journal.stop()
     return journal
-
-
-def reload(path, skip_damaged=False, **options):
-    options.setdefault("file_size", SIZE)
-    journal = FileJournal(path, **options)
-    loaded = journal.load(skip_damaged=skip_damaged)
-    journal.stop()
-    return loaded
 
 
 def layout(path):
