@@ -17,6 +17,7 @@ from petrel.client import (
     ConnectionFailed,
     Message,
     NotFound,
+    RequestFailed,
     SendFailed,
     TransactionRolledBack,
     connect,
@@ -129,6 +130,26 @@ def test_create_and_delete_addresses_and_queues(shared):
             assert await conn.address_info("admin.a") is None
             with pytest.raises(NotFound):
                 await conn.delete_address("admin.a")
+
+    run(go())
+
+
+def test_queue_attributes_and_bad_requests(shared):
+    async def go():
+        async with await connect(url(shared)) as conn:
+            info = await conn.create_queue("attr.lvq", last_value_key="sym", exclusive=True)
+            assert info["last_value_key"] == "sym" and info["exclusive"] is True
+            session = await conn.session()
+            producer = session.producer("queue://attr.lvq")
+            for price in ("1", "2", "3"):
+                await producer.send(Message(price, {"sym": "ACME"}))
+            await session.flush()
+            assert (await conn.queue_info("attr.lvq"))["message_count"] == 1  # last value wins
+            with pytest.raises(RequestFailed, match="unknown queue attribute"):
+                await conn.create_queue("attr.bad", colour="blue")
+            with pytest.raises(RequestFailed, match="selector|filter|token|parse|unexpected"):
+                await session.consumer("queue://attr.lvq", filter="this is not ( a selector")
+            await session.producer("queue://attr.ok").send(b"still fine", wait=True)
 
     run(go())
 

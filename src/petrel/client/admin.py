@@ -36,11 +36,16 @@ class AdminRequests:
         filter: str | None = None,
         temporary: bool = False,
         exists_ok: bool = False,
+        **attributes: Any,
     ) -> dict[str, Any]:
-        """Create a queue (on ``address``, default: an address named like the queue)."""
+        """Create a queue (on ``address``, default: an address named like the queue).
+
+        ``attributes``: exclusive, last_value_key, non_destructive, ring_size, group_rebalance,
+        group_buckets (unset ones come from the address settings)."""
         rt = _routing(routing_type)
         return await self._request(
-            lambda corr: CreateQueue(corr, name, address or name, rt, durable, filter, temporary, exists_ok))
+            lambda corr: CreateQueue(corr, name, address or name, rt, durable, filter, temporary, exists_ok,
+                                     attributes))
 
     async def delete_queue(self, name: str) -> None:
         await self._request(lambda corr: DeleteQueue(corr, name))

@@ -193,6 +193,8 @@ class CreateQueue(Event, frozen=True, array_like=True):
     filter: str | None = None
     temporary: bool = False
     exists_ok: bool = False
+    #: exclusive, last_value_key, non_destructive, ring_size, group_rebalance, group_buckets
+    attributes: dict[str, Any] = {}
 
 
 class DeleteQueue(Event, frozen=True, array_like=True):

@@ -48,10 +48,13 @@ class AdminFrames:
             return
         if e.routing_type not in (0, 1):
             raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
-        queue = office.create_queue(
-            e.name, e.address or e.name, RoutingType(e.routing_type), durable=e.durable, filter=e.filter or None,
-            temporary=e.temporary,
-        )
+        try:
+            queue = office.create_queue(
+                e.name, e.address or e.name, RoutingType(e.routing_type), durable=e.durable,
+                filter=e.filter or None, temporary=e.temporary, attributes=e.attributes or None,
+            )
+        except (TypeError, ValueError) as exc:  # a bad attribute value
+            raise RequestFailed(ErrorCode.INVALID, f"cannot create queue {e.name!r}: {exc}") from None
         if queue.temporary:
             self.temporary_queues.add(queue.name)
         self.reply(Result(e.corr, 0, "", queue_info(queue)), sync=True)
@@ -113,4 +116,8 @@ def queue_info(queue: Queue) -> dict[str, Any]:
         "scheduled_count": queue.scheduled_count,
         "messages_added": queue.messages_added,
         "messages_acked": queue.messages_acked,
+        **{name: getattr(queue, name) for name in _ATTRIBUTES if hasattr(queue, name)},
     }
+
+
+_ATTRIBUTES = ("exclusive", "last_value_key", "non_destructive", "ring_size", "group_rebalance", "group_buckets")
