@@ -210,6 +210,25 @@ def test_messages_arrive_in_order_and_priority_first(shared):
     run(go())
 
 
+def test_scheduled_and_expired_messages(shared):
+    async def go():
+        async with await connect(url(shared)) as conn:
+            session = await conn.session()
+            producer = session.producer("queue://timed")
+            t0 = time.monotonic()
+            await producer.send(Message(b"later", delay=400))
+            await producer.send(Message(b"stale", expiration=int(time.time() * 1000) - 1000))
+            await producer.send(Message(b"now"))
+            await session.flush()
+            consumer = await session.consumer("queue://timed")
+            assert (await consumer.receive(5)).body == b"now"
+            later = await consumer.receive(5)
+            assert later.body == b"later" and time.monotonic() - t0 >= 0.35
+            assert await consumer.receive(0.2) is None  # the expired one never comes
+
+    run(go())
+
+
 def test_duplicate_ids_are_dropped_by_the_broker(shared):
     async def go():
         async with await connect(url(shared)) as conn:
