@@ -8,23 +8,7 @@ import pytest
 
 from petrel.core.selector import compile_selector
 
-
-class Msg:
-    """A tiny dict-backed message."""
-
-    def __init__(self, **props: object) -> None:
-        self.props = props
-
-    def selector_value(self, name: str) -> object | None:
-        return self.props.get(name)
-
-
-def ev(text: str, **props: object) -> bool | None:
-    """Three-valued result of ``text`` on a message with ``props``."""
-    return compile_selector(text).evaluate(Msg(**props))
-
-
-T, F, U = True, False, None
+from selector_harness import F, Msg, T, U, ev
 
 # -- three-valued logic ---------------------------------------------------------
 
