@@ -255,3 +255,29 @@ def test_priority_backup_switches_back_to_the_first_broker(broker_factory):
             assert (await consumer.receive(5)).body == b"on a"
 
     run(go())
+
+
+def test_transaction_that_consumed_before_failover_rolls_back(broker_factory):
+    b = broker_factory().start()
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        async with await connect(failover_url(b)) as conn:
+            plain = await conn.session()
+            await plain.producer("queue://tx.consumed").send(b"work", wait=True)
+            session = await conn.session(transacted=True)
+            consumer = await session.consumer("queue://tx.consumed")
+            first = await consumer.receive(5)
+            assert first.body == b"work"
+            resumed = asyncio.Event()
+            conn.on_resumed.append(resumed.set)
+            b.kill9()
+            await loop.run_in_executor(None, b.start)
+            await asyncio.wait_for(resumed.wait(), 30)
+            with pytest.raises(TransactionRolledBack):
+                await session.commit()
+            again = await consumer.receive(5)  # the work comes back: it was never committed
+            assert again.body == b"work" and again.message_id == first.message_id
+            await session.commit()
+
+    run(go())

@@ -148,6 +148,8 @@ class AsyncConsumer:
         """The application has the message: give its credit back, auto-acknowledge it."""
         if message._epoch != self._conn._epoch:
             return
+        if self.session.transacted:
+            self.session._tx_work = True
         if self.window > 0:
             self._to_return += credit_of(message._size)
             if self._to_return >= self._return_at:
@@ -177,6 +179,8 @@ class AsyncConsumer:
         """The sync API reports what its thread took (credit bytes, last message)."""
         if last is not None and last._epoch != self._conn._epoch:
             return
+        if self.session.transacted and count:
+            self.session._tx_work = True
         if self.window > 0 and size_credit:
             self._to_return += size_credit
             if self._to_return >= self._return_at:
