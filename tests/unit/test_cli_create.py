@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,24 +11,14 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import petrel.log
 from petrel.cli import main
 from petrel.cli.create import render_broker_toml, toml_value
 from petrel.config import BrokerConfig, load_config
 from petrel.core.settings import AddressSettings
 
+from cli_harness import clean_env, restore_logging  # noqa: F401  (fixtures)
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for var in list(os.environ):
-        if var.startswith("PETREL_"):
-            monkeypatch.delenv(var)
-    level = logging.getLogger().level
-    yield
-    if petrel.log._handler is not None:
-        logging.getLogger().removeHandler(petrel.log._handler)
-        petrel.log._handler = None
-    logging.getLogger().setLevel(level)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def create(*args: str):

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -19,23 +18,7 @@ from petrel.cli import PetrelGroup, main
 from petrel.config import BrokerConfig
 from petrel.errors import PetrelError
 
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    level = root.level
-    yield
-    if petrel.log._handler is not None:
-        root.removeHandler(petrel.log._handler)
-        petrel.log._handler = None
-    root.setLevel(level)
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in list(os.environ):
-        if var.startswith("PETREL_"):
-            monkeypatch.delenv(var)
+from cli_harness import clean_env, restore_logging  # noqa: F401  (fixtures)
 
 
 class FakeBroker:

@@ -5,23 +5,13 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 
 import petrel.log
 from petrel.log import TRACE, configure_logging, parse_level
 
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    level = root.level
-    yield
-    if petrel.log._handler is not None:
-        root.removeHandler(petrel.log._handler)
-        petrel.log._handler = None
-    root.setLevel(level)
+from cli_harness import restore_logging  # noqa: F401  (an autouse fixture)
 
 
 def test_trace_level_is_registered() -> None:
