@@ -19,7 +19,9 @@ class AdminRequests:
     """Create and delete addresses and queues, ask about them, browse queues."""
 
 
-    async def create_address(self: AsyncConnection, name: str, routing_types: tuple[str, ...] = ("MULTICAST",)) -> None:
+    async def create_address(
+        self: AsyncConnection, name: str, routing_types: tuple[str, ...] = ("MULTICAST",)
+    ) -> None:
         types = [_routing(t) for t in routing_types]
         await self._request(lambda corr: CreateAddress(corr, name, types))
 

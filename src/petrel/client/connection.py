@@ -365,7 +365,8 @@ class AsyncConnection(AdminRequests):
         handshake = self._handshakes.get(proto)
         if handshake is not None:
             if not handshake.done():
-                handshake.set_exception(ConnectionFailed(f"connection to {proto.endpoint} lost during the handshake"))
+                handshake.set_exception(
+                    ConnectionFailed(f"connection to {proto.endpoint} lost during the handshake"))
             return
         if proto is not self._transport:
             return

@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from petrel.client.errors import ClientError, ConnectionClosed
 from petrel.client.message import Message, parse_destination
-from petrel.codec.core import Ack, CloseConsumer, CreateConsumer, Credit, Deliver, DeliverChunk, Event, Nack, credit_of
+from petrel.codec.core import (
+    Ack,
+    CloseConsumer,
+    CreateConsumer,
+    Credit,
+    Deliver,
+    DeliverChunk,
+    Event,
+    Nack,
+    credit_of,
+)
 
 if TYPE_CHECKING:
     from petrel.client.connection import AsyncConnection

@@ -243,7 +243,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
     def on_connect(self, e: Connect) -> None:
         version = self.codec.accept(e)
         if version is None:
-            raise Fatal(ErrorCode.UNSUPPORTED, f"no common CORE version: server speaks {list(self.codec.offered_versions)}")
+            offered = list(self.codec.offered_versions)
+            raise Fatal(ErrorCode.UNSUPPORTED, f"no common CORE version: the broker speaks {offered}")
         self.client_id = e.client_id or None
         self.connection_id = e.connection_id or uuid.uuid4().hex
         if e.ttl != 0:
@@ -301,7 +302,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
             return
         silent = time.monotonic() - self._last_read
         if silent * 1000 > self.ttl:
-            log.info("closing %s: nothing received for %.1fs (connection TTL %d ms)", self.conn.peer, silent, self.ttl)
+            log.info("closing %s: nothing received for %.1fs (connection TTL %d ms)",
+                     self.conn.peer, silent, self.ttl)
             self._closing = True
             self.conn.close(after_flush=False)
             return
@@ -378,7 +380,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
         try:
             result = self.office.send(message, ROUTING[rt + 1], tx)
         except AddressFull as exc:
-            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL, str(exc))))
+            self._out.append(
+                self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL, str(exc))))
             return
         except (RoutingError, SelectorError, ValueError) as exc:
             self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ROUTING, str(exc))))
