@@ -58,6 +58,9 @@ class _QueuePages:
         self.fd: int | None = None
         self.files: list[int] = []
 
+    def path(self, file: int) -> Path:
+        return self.dir / f"{file:09d}.page"
+
 
 class PageStore:
     def __init__(self, directory: Path, *, page_size: int = 10 * 1024 * 1024, datasync: bool = True,
@@ -149,7 +152,7 @@ class PageStore:
             pages.write_file, pages.write_offset = 1, 0
         if pages.write_file not in pages.files:
             pages.files.append(pages.write_file)
-        fd = os.open(pages.dir / f"{pages.write_file:09d}.page", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(pages.path(pages.write_file), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.ftruncate(fd, pages.write_offset)  # drop a torn tail before appending
         pages.fd = fd
 
@@ -217,7 +220,7 @@ class PageStore:
                 continue
             offset = cursor.offset if f == cursor.file else 0
             end = pages.write_offset if f == pages.write_file else None
-            path = pages.dir / f"{f:09d}.page"
+            path = pages.path(f)
             try:
                 fh = open(path, "rb")
             except FileNotFoundError:
@@ -277,10 +280,7 @@ class PageStore:
             return
         for f in list(pages.files):
             if f < cursor.file and f != pages.write_file:
-                try:
-                    (pages.dir / f"{f:09d}.page").unlink()
-                except FileNotFoundError:
-                    pass
+                pages.path(f).unlink(missing_ok=True)
                 pages.files.remove(f)
 
     def reset(self, queue_id: int) -> None:
@@ -288,17 +288,7 @@ class PageStore:
         pages = self._queues.get(queue_id)
         if pages is None:
             return
-        if pages.fd is not None:
-            with self._lock:
-                self._pending.append((pages.fd, b"", 0))
-                self._lock.notify()
-            pages.fd = None
-        for f in pages.files:
-            try:
-                (pages.dir / f"{f:09d}.page").unlink()
-            except FileNotFoundError:
-                pass
-        pages.files = []
+        self._discard(pages)
         pages.write_file += 1
         pages.write_offset = 0
 
@@ -306,19 +296,22 @@ class PageStore:
         pages = self._queues.pop(queue_id, None)
         if pages is None:
             return
-        if pages.fd is not None:
-            with self._lock:
-                self._pending.append((pages.fd, b"", 0))
-                self._lock.notify()
-        for f in pages.files:
-            try:
-                (pages.dir / f"{f:09d}.page").unlink()
-            except FileNotFoundError:
-                pass
+        self._discard(pages)
         try:
             pages.dir.rmdir()
         except OSError:
             pass
+
+    def _discard(self, pages: _QueuePages) -> None:
+        """Delete every page file of a queue; the writer closes the open one after its last write."""
+        if pages.fd is not None:
+            with self._lock:
+                self._pending.append((pages.fd, b"", 0))
+                self._lock.notify()
+            pages.fd = None
+        for f in pages.files:
+            pages.path(f).unlink(missing_ok=True)
+        pages.files = []
 
     def count_after(self, queue_id: int, cursor: PagePosition) -> int:
         """How many records follow the cursor (recovery: the queue's paged backlog)."""
@@ -329,7 +322,7 @@ class PageStore:
         for f in pages.files:
             if f < cursor.file:
                 continue
-            path = pages.dir / f"{f:09d}.page"
+            path = pages.path(f)
             try:
                 data = path.read_bytes()
             except FileNotFoundError:
