@@ -34,6 +34,7 @@ from petrel.client.failover import ReconnectPlan
 from petrel.client.session import AsyncSession
 from petrel.client.transport import Transport
 from petrel.client.url import ClientURL, Endpoint, parse_url
+from petrel.codec.errors import ProtocolError
 from petrel.codec.core import (
     CAPABILITIES,
     DEFAULT_LARGE_MESSAGE_SIZE,
@@ -213,7 +214,7 @@ class AsyncConnection(AdminRequests):
         if t is not None and not t.closed:
             try:
                 t.send(Disconnect(int(DisconnectCode.NORMAL), "client closed"))
-            except ClientError:
+            except ProtocolError:
                 pass
             t.close()
         for t in list(self._handshakes):
@@ -256,7 +257,7 @@ class AsyncConnection(AdminRequests):
         delays = plan.delays()
         rounds = 0
         last: BaseException | None = None
-        tried: list[Endpoint] = []
+        tried: set[Endpoint] = set()
         while not self._closing:
             if allowed >= 0 and rounds >= allowed:
                 break
@@ -269,7 +270,7 @@ class AsyncConnection(AdminRequests):
             if not plan.reconnects and plan.redirect is not None and not startup:
                 candidates = [plan.redirect]
             for endpoint in candidates:
-                tried.append(endpoint)
+                tried.add(endpoint)
                 try:
                     proto, connected = await self._open(endpoint)
                 except (OSError, asyncio.TimeoutError, ClientError) as exc:
@@ -282,7 +283,7 @@ class AsyncConnection(AdminRequests):
                 self._install(proto, connected, startup=startup)
                 return
         if not self._closing:
-            names = ", ".join(sorted({str(e) for e in tried})) or "no broker"
+            names = ", ".join(sorted(str(e) for e in tried)) or "no broker"
             reason = f": {last}" if last else ""
             self._terminate(ConnectionFailed(f"could not connect to {names} after {rounds} attempt(s){reason}"))
 
