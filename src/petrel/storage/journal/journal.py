@@ -17,9 +17,9 @@ from pathlib import Path
 from .compact import clean_strays, roll_forward
 from .errors import JournalError
 from .ledger import Ledger
+from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import (
     HEADER_SIZE,
-    RecordType,
     encode_data,
     encode_tx_counts,
     encode_tx_data,
@@ -34,18 +34,9 @@ __all__ = ["FileJournal"]
 
 log = logging.getLogger("petrel.storage.journal")
 
-_ADD = RecordType.ADD
-_UPDATE = RecordType.UPDATE
-_DELETE = RecordType.DELETE
-_ADD_TX = RecordType.ADD_TX
-_UPDATE_TX = RecordType.UPDATE_TX
-_DELETE_TX = RecordType.DELETE_TX
-_PREPARE = RecordType.PREPARE
-_COMMIT = RecordType.COMMIT
-_ROLLBACK = RecordType.ROLLBACK
-_ADD_SIZE = record_size(_ADD, 0)
-_DELETE_SIZE = record_size(_DELETE, 0)
-_TX_SIZE = record_size(_ADD_TX, 0)
+_ADD_SIZE = record_size(ADD, 0)
+_DELETE_SIZE = record_size(DELETE, 0)
+_TX_SIZE = record_size(ADD_TX, 0)
 
 
 class _OpenTx:
@@ -212,17 +203,17 @@ class FileJournal:
             raise JournalError(f"record {id} already exists")
         size = _ADD_SIZE + len(body)
         seg, off = self._place(size)
-        data = encode_data(_ADD, seg, user_type, id, body)
+        data = encode_data(ADD, seg, user_type, id, body)
         self._known.add(id)
-        self._push(seg, off, data, (_ADD, id, 0, seg, size), done)
+        self._push(seg, off, data, (ADD, id, 0, seg, size), done)
 
     def update(self, id: int, user_type: int, body: bytes, done: Callback | None = None) -> None:
         if self._state != "started" or self._writer.failure is not None:
             self._check()
         size = _ADD_SIZE + len(body)
         seg, off = self._place(size)
-        data = encode_data(_UPDATE, seg, user_type, id, body)
-        self._push(seg, off, data, (_UPDATE, id, 0, seg, size), done)
+        data = encode_data(UPDATE, seg, user_type, id, body)
+        self._push(seg, off, data, (UPDATE, id, 0, seg, size), done)
 
     def delete(self, id: int, done: Callback | None = None) -> None:
         if self._state != "started" or self._writer.failure is not None:
@@ -230,9 +221,9 @@ class FileJournal:
         if id not in self._known:
             raise JournalError(f"cannot delete unknown record {id}")
         seg, off = self._place(_DELETE_SIZE)
-        data = encode_data(_DELETE, seg, 0, id, b"")
+        data = encode_data(DELETE, seg, 0, id, b"")
         self._known.discard(id)
-        self._push(seg, off, data, (_DELETE, id, 0, seg, _DELETE_SIZE), done)
+        self._push(seg, off, data, (DELETE, id, 0, seg, _DELETE_SIZE), done)
 
     def _tx_record(self, rtype: int, tx_id: int, id: int, user_type: int, body: bytes) -> _OpenTx:
         if self._state != "started" or self._writer.failure is not None:
@@ -252,37 +243,37 @@ class FileJournal:
     def add_tx(self, tx_id: int, id: int, user_type: int, body: bytes) -> None:
         if id in self._known:
             raise JournalError(f"record {id} already exists")
-        tx = self._tx_record(_ADD_TX, tx_id, id, user_type, body)
+        tx = self._tx_record(ADD_TX, tx_id, id, user_type, body)
         tx.added.add(id)
         tx.ops.append((True, id))
 
     def update_tx(self, tx_id: int, id: int, user_type: int, body: bytes) -> None:
-        self._tx_record(_UPDATE_TX, tx_id, id, user_type, body)
+        self._tx_record(UPDATE_TX, tx_id, id, user_type, body)
 
     def delete_tx(self, tx_id: int, id: int) -> None:
         tx = self._txs.get(tx_id)
         if id not in self._known and (tx is None or id not in tx.added):
             raise JournalError(f"cannot delete unknown record {id} in transaction {tx_id}")
-        tx = self._tx_record(_DELETE_TX, tx_id, id, 0, b"")
+        tx = self._tx_record(DELETE_TX, tx_id, id, 0, b"")
         tx.ops.append((False, id))
 
     def prepare(self, tx_id: int, data: bytes = b"", done: Callback | None = None) -> None:
         self._check()
         tx = self._txs.get(tx_id)
         total = tx.total if tx is not None else 0
-        size = record_size(_PREPARE, len(data))
+        size = record_size(PREPARE, len(data))
         seg, off = self._place(size)
-        encoded = encode_tx_end(_PREPARE, seg, tx_id, total, data)
-        self._push(seg, off, encoded, (_PREPARE, 0, tx_id, seg, size), done)
+        encoded = encode_tx_end(PREPARE, seg, tx_id, total, data)
+        self._push(seg, off, encoded, (PREPARE, 0, tx_id, seg, size), done)
 
     def commit(self, tx_id: int, done: Callback | None = None) -> None:
         self._check()
         tx = self._txs.get(tx_id)
         body = encode_tx_counts(tx.counts) if tx is not None else b""
         total = tx.total if tx is not None else 0
-        size = record_size(_COMMIT, len(body))
+        size = record_size(COMMIT, len(body))
         seg, off = self._place(size)
-        data = encode_tx_end(_COMMIT, seg, tx_id, total, body)
+        data = encode_tx_end(COMMIT, seg, tx_id, total, body)
         if tx is not None:
             del self._txs[tx_id]
             known = self._known
@@ -291,15 +282,15 @@ class FileJournal:
                     known.add(rid)
                 else:
                     known.discard(rid)
-        self._push(seg, off, data, (_COMMIT, 0, tx_id, seg, size), done)
+        self._push(seg, off, data, (COMMIT, 0, tx_id, seg, size), done)
 
     def rollback(self, tx_id: int, done: Callback | None = None) -> None:
         self._check()
-        size = record_size(_ROLLBACK, 0)
+        size = record_size(ROLLBACK, 0)
         seg, off = self._place(size)
-        data = encode_tx_end(_ROLLBACK, seg, tx_id, 0, b"")
+        data = encode_tx_end(ROLLBACK, seg, tx_id, 0, b"")
         self._txs.pop(tx_id, None)
-        self._push(seg, off, data, (_ROLLBACK, 0, tx_id, seg, size), done)
+        self._push(seg, off, data, (ROLLBACK, 0, tx_id, seg, size), done)
 
     def sync(self, done: Callback) -> None:
         """``done`` runs once everything appended so far is durable."""

@@ -14,19 +14,10 @@ are then no longer needed to keep older records dead (or alive).
 
 from __future__ import annotations
 
-from .records import HEADER_SIZE, RecordType
+from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, HEADER_SIZE, ROLLBACK, UPDATE, UPDATE_TX
 
 __all__ = ["Ledger", "SegmentState"]
 
-_ADD = RecordType.ADD
-_UPDATE = RecordType.UPDATE
-_DELETE = RecordType.DELETE
-_ADD_TX = RecordType.ADD_TX
-_UPDATE_TX = RecordType.UPDATE_TX
-_DELETE_TX = RecordType.DELETE_TX
-_PREPARE = RecordType.PREPARE
-_COMMIT = RecordType.COMMIT
-_ROLLBACK = RecordType.ROLLBACK
 
 
 class SegmentState:
@@ -112,31 +103,31 @@ class Ledger:
         """Account one durable record of ``size`` bytes written into ``seg``."""
         state = self.segments[seg]
         state.records += 1
-        if rtype == _ADD:
+        if rtype == ADD:
             old = self.live.get(rid)
             if old is not None:
                 self._kill(old, state)
             self.live[rid] = [seg, size]
-        elif rtype == _UPDATE:
+        elif rtype == UPDATE:
             entry = self.live.get(rid)
             if entry is None:
                 return  # update of a record that is gone: dead on arrival
             entry.append(seg)
             entry.append(size)
-        elif rtype == _DELETE:
+        elif rtype == DELETE:
             entry = self.live.pop(rid, None)
             if entry is not None:
                 self._kill(entry, state)
             return
-        elif rtype == _ADD_TX or rtype == _UPDATE_TX or rtype == _DELETE_TX:
+        elif rtype == ADD_TX or rtype == UPDATE_TX or rtype == DELETE_TX:
             recs = self.open_txs.get(tx_id)
             if recs is None:
                 recs = self.open_txs[tx_id] = []
             recs.append((rtype, rid, seg, size))
-        elif rtype == _COMMIT:
+        elif rtype == COMMIT:
             self.commit(tx_id, state)
             return
-        elif rtype == _ROLLBACK:
+        elif rtype == ROLLBACK:
             self.rollback(tx_id, state)
             return
         else:  # PREPARE: the transaction stays open
@@ -151,12 +142,12 @@ class Ledger:
         for rtype, rid, seg, size in recs:
             if seg != state.id:
                 state.refs.add(seg)
-            if rtype == _ADD_TX:
+            if rtype == ADD_TX:
                 old = live.get(rid)
                 if old is not None:
                     self._kill(old, self.segments.get(seg) or state)
                 live[rid] = [seg, size]
-            elif rtype == _UPDATE_TX:
+            elif rtype == UPDATE_TX:
                 entry = live.get(rid)
                 if entry is None:
                     self._uncount(seg, size)

@@ -112,6 +112,18 @@ class RecordType(IntEnum):
     ROLLBACK = 19
 
 
+# The types as plain module globals for the per-record code of the journal, its ledger
+# and recovery (a global load is cheaper there than an enum attribute lookup).
+ADD = RecordType.ADD
+UPDATE = RecordType.UPDATE
+DELETE = RecordType.DELETE
+ADD_TX = RecordType.ADD_TX
+UPDATE_TX = RecordType.UPDATE_TX
+DELETE_TX = RecordType.DELETE_TX
+PREPARE = RecordType.PREPARE
+COMMIT = RecordType.COMMIT
+ROLLBACK = RecordType.ROLLBACK
+
 _BY_CODE = {int(t): t for t in RecordType}
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .errors import DamagedJournal
 from .ledger import Ledger
+from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import (
     HEADER_SIZE,
     CorruptRecord,
@@ -47,15 +48,6 @@ __all__ = ["LoadedJournal", "LoadedRecord", "Replay", "Scan", "read_segments", "
 
 log = logging.getLogger("petrel.storage.journal")
 
-_ADD = RecordType.ADD
-_UPDATE = RecordType.UPDATE
-_DELETE = RecordType.DELETE
-_ADD_TX = RecordType.ADD_TX
-_UPDATE_TX = RecordType.UPDATE_TX
-_DELETE_TX = RecordType.DELETE_TX
-_PREPARE = RecordType.PREPARE
-_COMMIT = RecordType.COMMIT
-_ROLLBACK = RecordType.ROLLBACK
 _ZEROS = bytes(1 << 20)
 
 
@@ -166,30 +158,30 @@ class Replay:
         ledger_apply = self.ledger.apply if self.ledger is not None else None
         max_id = self.max_id
         for _off, code, user_type, rid, tx_id, count, body, size in raws:
-            if code <= _DELETE and rid > max_id:
+            if code <= DELETE and rid > max_id:
                 max_id = rid
-            if code == _ADD:
+            if code == ADD:
                 if rid in records:
                     del records[rid]
                 records[rid] = LoadedRecord(rid, user_type, body, [])
-            elif code == _UPDATE:
+            elif code == UPDATE:
                 r = records.get(rid)
                 if r is not None:
                     r.updates.append((user_type, body))
-            elif code == _DELETE:
+            elif code == DELETE:
                 records.pop(rid, None)
-            elif code == _ADD_TX or code == _UPDATE_TX or code == _DELETE_TX:
+            elif code == ADD_TX or code == UPDATE_TX or code == DELETE_TX:
                 tx = self.txs.get(tx_id)
                 if tx is None:
                     tx = self.txs[tx_id] = _Tx()
                 tx.records.append((code, rid, user_type, body))
                 tx.found[seg] = tx.found.get(seg, 0) + 1
-            elif code == _PREPARE:
+            elif code == PREPARE:
                 tx = self.txs.get(tx_id)
                 if tx is None:
                     tx = self.txs[tx_id] = _Tx()
                 tx.prepared = True
-            elif code == _COMMIT:
+            elif code == COMMIT:
                 tx = self.txs.pop(tx_id, None)
                 reason = _commit_mismatch(tx, count, body, seg)
                 if reason is None:
@@ -199,7 +191,7 @@ class Replay:
                     log.warning("dropping transaction %d: %s", tx_id, reason,
                                 extra={"event": "journal.tx_dropped"})
                     self.dropped.append(tx_id)
-                    code = _ROLLBACK
+                    code = ROLLBACK
             else:  # ROLLBACK
                 self.txs.pop(tx_id, None)
             if ledger_apply is not None:
@@ -209,10 +201,10 @@ class Replay:
     def _commit(self, tx: _Tx) -> None:
         records = self.records
         for code, rid, user_type, body in tx.records:
-            if code == _ADD_TX:
+            if code == ADD_TX:
                 records.pop(rid, None)
                 records[rid] = LoadedRecord(rid, user_type, body, [])
-            elif code == _UPDATE_TX:
+            elif code == UPDATE_TX:
                 live = records.get(rid)
                 if live is not None:
                     live.updates.append((user_type, body))
