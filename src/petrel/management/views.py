@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from petrel.server.connection import Connection
 
 __all__ = [
-    "QUEUE_STAT_FIELDS",
     "address_view",
     "connection_id",
     "connection_view",
@@ -21,21 +20,6 @@ __all__ = [
     "queue_view",
     "uptime",
 ]
-
-# The `artemis queue stat` columns and the keys that carry them in a queue view.
-QUEUE_STAT_FIELDS = (
-    ("NAME", "name"),
-    ("ADDRESS", "address"),
-    ("CONSUMER_COUNT", "consumer_count"),
-    ("MESSAGE_COUNT", "message_count"),
-    ("MESSAGES_ADDED", "messages_added"),
-    ("DELIVERING_COUNT", "delivering_count"),
-    ("MESSAGES_ACKED", "messages_acked"),
-    ("SCHEDULED_COUNT", "scheduled_count"),
-    ("MESSAGES_EXPIRED", "messages_expired"),
-    ("MESSAGES_KILLED", "messages_killed"),
-    ("ROUTING_TYPE", "routing_type"),
-)
 
 BODY_MODES = ("auto", "text", "base64", "none")
 
