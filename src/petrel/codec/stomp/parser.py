@@ -280,33 +280,29 @@ class FrameParser:
                 if n > self._stream_over:
                     return self._start_stream(command, headers, n, body_start - start)
                 stop = body_start + n
-                if stop < end:
-                    if data[stop]:
-                        raise _unterminated(command, headers, n)
-                    buf.consume_to(stop + 1)
-                    self._scan = 0
-                    frame = _new(Frame)
-                    _set_command(frame, command)
-                    _set_headers(frame, headers)
-                    _set_body(frame, bytes(data[body_start:stop]))
-                    return frame
+                if stop >= end:
+                    stop = -1  # the body and its NUL are not all here yet
+                elif data[stop]:
+                    raise _unterminated(command, headers, n)
             else:
                 n = None
                 stop = data.find(0, body_start, end)
                 if stop >= 0:
                     if stop - start > self.max_frame_size:
                         raise _too_large(command, headers, stop - start, self.max_frame_size)
-                    buf.consume_to(stop + 1)
-                    self._scan = 0
-                    frame = _new(Frame)
-                    _set_command(frame, command)
-                    _set_headers(frame, headers)
-                    _set_body(frame, bytes(data[body_start:stop]))
-                    return frame
-                if end - start > self.max_frame_size:
-                    raise _too_large(command, headers, end - start, self.max_frame_size)
-                if end - body_start > self._stream_over:
-                    return self._start_stream(command, headers, None, body_start - start)
+                else:
+                    if end - start > self.max_frame_size:
+                        raise _too_large(command, headers, end - start, self.max_frame_size)
+                    if end - body_start > self._stream_over:
+                        return self._start_stream(command, headers, None, body_start - start)
+            if stop >= 0:
+                buf.consume_to(stop + 1)
+                self._scan = 0
+                frame = _new(Frame)
+                _set_command(frame, command)
+                _set_headers(frame, headers)
+                _set_body(frame, bytes(data[body_start:stop]))
+                return frame
             self._scan = end - start
             self._pending = (command, headers, body_start - start, n)
             if self.eof:
