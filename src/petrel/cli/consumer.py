@@ -11,11 +11,10 @@ import click
 from petrel.cli.producer import (
     ToolProgress,
     client_options,
-    close_quietly,
     destination_label,
     elapsed_lines,
     open_client,
-    run_workers,
+    run_clients,
     settings_from,
 )
 from petrel.client.message import Message
@@ -134,14 +133,9 @@ def consumer(url: str, user: str | None, password: str | None, protocol: str, de
     click.echo(f"Connection brokerURL = {url} ({settings.protocol.upper()})")
     click.echo(f"Consumer:: filter = {filter_ or 'null'}")
     window = min(message_count, STOMP_MAX_PREFETCH) if message_count else STOMP_MAX_PREFETCH
-    clients = []
-    try:
-        for i in range(threads):
-            cid = client_id if threads == 1 or not client_id else f"{client_id}-{i}"
-            clients.append(open_client(settings, client_id=cid, window=window))
-        with ToolProgress("Consumer", [message_count] * threads) as progress:
-            run_workers([lambda i=i, c=c: consume(c, plan, i, progress) for i, c in enumerate(clients)], url,
-                        names="consumer")
-    finally:
-        for client in clients:
-            close_quietly(client)
+
+    def connect(i: int) -> Any:
+        cid = client_id if threads == 1 or not client_id else f"{client_id}-{i}"
+        return open_client(settings, client_id=cid, window=window)
+
+    run_clients("Consumer", consume, plan, url, threads, message_count, connect=connect)

@@ -33,6 +33,7 @@ __all__ = [
     "destination_label",
     "parse_properties",
     "run_workers",
+    "run_clients",
     "ToolProgress",
     "make_body",
     "elapsed_lines",
@@ -182,6 +183,22 @@ def run_workers(targets: Sequence[Callable[[], None]], url: str, *, names: str =
             break
     if errors:
         raise tool_error(errors[0], url)
+
+
+def run_clients(name: str, work: Callable[[Any, Any, int, ToolProgress], int], plan: Any, url: str, threads: int,
+                message_count: int, connect: Callable[[int], Any]) -> None:
+    """Open ``threads`` clients with ``connect(i)`` and run ``work(client, plan, i, progress)`` for each
+    in a thread of its own under one progress display; every client opened is closed at the end."""
+    clients = []
+    try:
+        for i in range(threads):
+            clients.append(connect(i))
+        with ToolProgress(name, [message_count] * threads) as progress:
+            run_workers([lambda i=i, c=c: work(c, plan, i, progress) for i, c in enumerate(clients)], url,
+                        names=name.lower())
+    finally:
+        for client in clients:
+            close_quietly(client)
 
 
 class ToolProgress:
@@ -355,13 +372,5 @@ def producer(url: str, user: str | None, password: str | None, protocol: str, de
     plan = ProducerPlan(settings.destination, message_count, body_source(message_size, txt_size, text), persistent,
                         commit_interval, group, sleep, parse_properties(properties))
     click.echo(f"Connection brokerURL = {url} ({settings.protocol.upper()})")
-    clients = []
-    try:
-        for _ in range(threads):
-            clients.append(open_client(settings, low_latency=sleep > 0))
-        with ToolProgress("Producer", [message_count] * threads) as progress:
-            run_workers([lambda i=i, c=c: produce(c, plan, i, progress) for i, c in enumerate(clients)], url,
-                        names="producer")
-    finally:
-        for client in clients:
-            close_quietly(client)
+    run_clients("Producer", produce, plan, url, threads, message_count,
+                connect=lambda _: open_client(settings, low_latency=sleep > 0))
