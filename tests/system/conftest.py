@@ -3,6 +3,7 @@ from __future__ import annotations
 import queue
 import socket
 import time
+from collections.abc import Iterator
 
 import pytest
 import stomp
@@ -28,6 +29,14 @@ def broker_factory(tmp_path):
 @pytest.fixture
 def broker(broker_factory):
     return broker_factory().start()
+
+
+def module_broker(tmp_path_factory, label: str, **options) -> Iterator[BrokerProcess]:
+    """The body of a module-scoped fixture: one broker (BrokerProcess ``options``) for all the
+    module's tests, killed after the last one."""
+    b = BrokerProcess(tmp_path_factory.mktemp(label) / "b", **options).start()
+    yield b
+    b.kill9()
 
 
 class Listener(stomp.ConnectionListener):

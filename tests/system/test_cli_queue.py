@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import connect
+from conftest import connect, module_broker
 from petrel.testing.process import BrokerProcess, free_port, wait_for
 
 pytestmark = pytest.mark.system
@@ -20,11 +20,7 @@ COLUMNS = ["NAME", "ADDRESS", "CONSUMER_COUNT", "MESSAGE_COUNT", "MESSAGES_ADDED
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("cli") / "b", http=True)
-    b.start()
-    yield b
-    if b.proc is not None and b.proc.poll() is None:
-        b.kill9()
+    yield from module_broker(tmp_path_factory, "cli", http=True)
 
 
 def petrel(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

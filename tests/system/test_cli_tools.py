@@ -3,15 +3,14 @@ over CORE and STOMP; what they say is checked against what stomp.py (or the othe
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import connect
+from cli_process import command, environment, ok, petrel
+from conftest import connect, module_broker
 from petrel.client import Connection
 from petrel.testing.process import BrokerProcess, free_port, wait_for
 
@@ -22,29 +21,7 @@ PROTOCOLS = ["core", "stomp"]
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("cli-tools") / "b")
-    b.start()
-    yield b
-    if b.proc is not None and b.proc.poll() is None:
-        b.kill9()
-
-
-def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "petrel", *args]
-
-
-def environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_")}
-
-
-def petrel(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, env=environment())
-
-
-def ok(*args: str) -> str:
-    out = petrel(*args)
-    assert out.returncode == 0, f"exit {out.returncode}\nstdout:\n{out.stdout}\nstderr:\n{out.stderr}"
-    return out.stdout
+    yield from module_broker(tmp_path_factory, "cli-tools")
 
 
 def url(b: BrokerProcess) -> str:

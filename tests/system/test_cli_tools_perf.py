@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cli_process import ok
+from conftest import module_broker
 from petrel.cli.perf import LatencyHistogram
-from petrel.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.system
 
@@ -22,19 +20,11 @@ ROWS = ("p50", "p90", "p99", "p99.9", "max")
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("cli-perf") / "b")
-    b.start()
-    yield b
-    if b.proc is not None and b.proc.poll() is None:
-        b.kill9()
+    yield from module_broker(tmp_path_factory, "cli-perf")
 
 
-def petrel(*args: str, timeout: float = 90) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PETREL_")}
-    out = subprocess.run([sys.executable, "-m", "petrel", *args], capture_output=True, text=True, timeout=timeout,
-                         env=env)
-    assert out.returncode == 0, f"exit {out.returncode}\nstdout:\n{out.stdout}\nstderr:\n{out.stderr}"
-    return out.stdout
+def petrel(*args: str) -> str:
+    return ok(*args, timeout=90)
 
 
 def table(out: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import connect
+from conftest import connect, module_broker
 from petrel.management.openapi import document
 from petrel.testing.process import BrokerProcess, wait_for
 
@@ -21,11 +21,7 @@ pytestmark = pytest.mark.system
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("mgmt") / "b", name="sys-mgmt", http=True)
-    b.start()
-    yield b
-    if b.proc is not None and b.proc.poll() is None:
-        b.kill9()
+    yield from module_broker(tmp_path_factory, "mgmt", name="sys-mgmt", http=True)
 
 
 def http(b: BrokerProcess, method: str, path: str, body: dict | None = None) -> tuple[int, dict | str]:

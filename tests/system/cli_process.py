@@ -1,0 +1,31 @@
+"""Running ``petrel`` commands as processes, for the CLI system tests (import by name: the
+test directory is on ``sys.path``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+__all__ = ["command", "environment", "ok", "petrel"]
+
+
+def command(*args: str) -> list[str]:
+    """The command line of ``petrel ARGS`` run by this interpreter."""
+    return [sys.executable, "-m", "petrel", *args]
+
+
+def environment() -> dict[str, str]:
+    """This environment without its PETREL_* variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_")}
+
+
+def petrel(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, env=environment())
+
+
+def ok(*args: str, timeout: float = 60) -> str:
+    """The output of ``petrel ARGS``, which must exit 0."""
+    out = petrel(*args, timeout=timeout)
+    assert out.returncode == 0, f"exit {out.returncode}\nstdout:\n{out.stdout}\nstderr:\n{out.stderr}"
+    return out.stdout
