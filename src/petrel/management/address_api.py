@@ -6,12 +6,21 @@ from http import HTTPStatus
 
 from aiohttp import web
 
+from petrel.core.address import Address
 from petrel.management.errors import bad_request, conflict, not_found
 from petrel.management.keys import BROKER
 from petrel.management.params import json_body, query_bool, routing_type, text_field
 from petrel.management.views import address_view
 
 routes = web.RouteTableDef()
+
+
+def find_address(request: web.Request) -> Address:
+    name = request.match_info["name"]
+    address = request.app[BROKER].office.addresses.get(name)
+    if address is None:
+        raise not_found("address", name)
+    return address
 
 
 @routes.get("/api/v1/addresses", allow_head=False)
@@ -40,25 +49,17 @@ async def create_address(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/addresses/{name}", allow_head=False)
 async def show_address(request: web.Request) -> web.Response:
-    office = request.app[BROKER].office
-    name = request.match_info["name"]
-    address = office.addresses.get(name)
-    if address is None:
-        raise not_found("address", name)
-    return web.json_response(address_view(address, detail=True))
+    return web.json_response(address_view(find_address(request), detail=True))
 
 
 @routes.delete("/api/v1/addresses/{name}")
 async def delete_address(request: web.Request) -> web.Response:
-    office = request.app[BROKER].office
-    name = request.match_info["name"]
-    address = office.addresses.get(name)
-    if address is None:
-        raise not_found("address", name)
+    address = find_address(request)
+    name = address.name
     queues = [q.name for q in address.queues]
     if queues and not query_bool(request, "force"):
         raise conflict(
             f"address {name!r} has queues ({', '.join(sorted(queues))}); delete them first or use force=true"
         )
-    office.delete_address(name)
+    request.app[BROKER].office.delete_address(name)
     return web.json_response({"deleted": name, "queues_deleted": queues})
