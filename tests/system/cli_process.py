@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["command", "environment", "ok", "petrel"]
+__all__ = ["command", "environment", "ok", "petrel", "running", "spawn"]
 
 
 def command(*args: str) -> list[str]:
@@ -29,3 +31,21 @@ def ok(*args: str, timeout: float = 60) -> str:
     out = petrel(*args, timeout=timeout)
     assert out.returncode == 0, f"exit {out.returncode}\nstdout:\n{out.stdout}\nstderr:\n{out.stderr}"
     return out.stdout
+
+
+def spawn(*args: str) -> subprocess.Popen:
+    """``petrel ARGS`` in the background, its output piped as text."""
+    return subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=environment())
+
+
+@contextmanager
+def running(*args: str) -> Iterator[subprocess.Popen]:
+    """`spawn`, and kill the process on the way out if it is still running."""
+    proc = spawn(*args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

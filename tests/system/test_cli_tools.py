@@ -4,12 +4,11 @@ over CORE and STOMP; what they say is checked against what stomp.py (or the othe
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 
 import pytest
 
-from cli_process import command, environment, ok, petrel
+from cli_process import ok, petrel, running, spawn
 from conftest import connect, module_broker
 from petrel.client import Connection
 from petrel.testing.process import BrokerProcess, free_port, wait_for
@@ -122,20 +121,14 @@ def test_non_persistent_producer(broker, protocol):
 def test_transacted_producer_makes_messages_visible_per_commit(broker, protocol):
     queue = f"tools.tx.{protocol}"
     seen: set[int] = set()
-    proc = subprocess.Popen(command("producer", "--url", url(broker), "--protocol", protocol, "--destination", queue,
-                                    "--message-count", "25", "--commit-interval", "10", "--sleep", "40"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment())
-    try:
+    with running("producer", "--url", url(broker), "--protocol", protocol, "--destination", queue,
+                 "--message-count", "25", "--commit-interval", "10", "--sleep", "40") as proc:
         with Connection(url(broker)) as conn:
             while proc.poll() is None:
                 info = conn.queue_info(queue)
                 seen.add(info["message_count"] if info else 0)
                 time.sleep(0.005)
         stdout, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, stderr
     assert counts(stdout, "Produced") == [25]
     assert seen <= {0, 10, 20, 25}, seen  # never a partial transaction
@@ -206,20 +199,14 @@ def test_durable_subscription_keeps_messages_while_away(broker, protocol):
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_topic_consumers_each_get_every_message(broker, protocol):
     topic = f"topic://tools.topic.{protocol}"
-    proc = subprocess.Popen(command("consumer", "--url", url(broker), "--protocol", protocol, "--destination", topic,
-                                    "--threads", "2", "--message-count", "12", "--receive-timeout", "200"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment())
-    try:
+    with running("consumer", "--url", url(broker), "--protocol", protocol, "--destination", topic,
+                 "--threads", "2", "--message-count", "12", "--receive-timeout", "200") as proc:
         lines: list[str] = []
         wait_for(lambda: (lines.append(proc.stdout.readline()) or
                           sum("wait until 12 messages are consumed" in line for line in lines) == 2), 30)
         ok("producer", "--url", url(broker), "--protocol", other(protocol), "--destination", topic,
            "--message-count", "12")
         stdout, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, stderr
     stdout = "".join(lines) + stdout
     assert sorted(counts(stdout, "Consumed")) == [12, 12]
@@ -266,8 +253,7 @@ def test_no_broker_is_one_line_and_exit_1():
         ("perf", "client", "--url", target, "--message-count", "10"),
         ("perf", "producer", "--url", target, "--protocol", "stomp", "--message-count", "10"),
     ]
-    procs = [subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=environment()) for args in runs]
+    procs = [spawn(*args) for args in runs]
     for args, proc in zip(runs, procs):
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 1, (args, stderr)
@@ -286,8 +272,7 @@ USAGE_ERRORS = [
 
 
 def test_bad_usage_is_one_line_and_exit_2():
-    procs = [subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=environment()) for args, _ in USAGE_ERRORS]
+    procs = [spawn(*args) for args, _ in USAGE_ERRORS]
     for (args, message), proc in zip(USAGE_ERRORS, procs):
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 2, (args, stderr)
