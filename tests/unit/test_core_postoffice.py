@@ -306,3 +306,21 @@ def test_diverts_exclusive_non_exclusive_and_filtered():
     assert body("audit") == [b"plain", b"vip"]
     assert body("priority") == [b"vip"]
     assert next(office.queues["audit"].iter_refs()).message.properties["_AMQ_ORIG_ADDRESS"] == "orders"
+
+
+def test_producer_flow_control_throttles_only_behind_consumers_and_releases():
+    office, _ = make_office()
+    office.limits.flow_control_bytes = 10_000
+    office.create_queue("fc", "fc", ANY)
+    # no consumer: a backlog builds, nobody is throttled (the messages are stored)
+    results = [office.send(msg(office, "fc", b"x" * 1000), ANY) for _ in range(20)]
+    assert not any(r.throttled for r in results)
+    consumer, sink = consume(office, "fc", window=5)
+    result = office.send(msg(office, "fc", b"x" * 1000), ANY)
+    assert result.throttled
+    woken = []
+    office.limits.wait_for_space("fc", lambda: woken.append(True))
+    queue = office.queues["fc"]
+    while not woken and sink.got:
+        queue.acknowledge(sink.got.pop(0))
+    assert woken and office.space_for("fc")

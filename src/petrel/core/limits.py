@@ -30,8 +30,11 @@ class AddressFull(Exception):
 
 
 class MemoryLimits:
-    def __init__(self, global_max_size: int = -1) -> None:
+    def __init__(self, global_max_size: int = -1, flow_control_bytes: int = -1) -> None:
         self.global_max_size = global_max_size
+        # Producer flow control: an address whose consumers fall this far behind stops
+        # reading its producers until they catch up to half of it (-1 = off).
+        self.flow_control_bytes = flow_control_bytes
         self.total_bytes = 0
         self.by_address: dict[str, int] = {}
         self.messages_by_address: dict[str, int] = {}
@@ -54,8 +57,6 @@ class MemoryLimits:
         else:
             self.by_address[address] = left
             self.messages_by_address[address] = count
-        if self._waiters:
-            self.wake()
 
     def is_full(self, address: str, settings: AddressSettings) -> bool:
         if settings.max_size_bytes >= 0 and self.by_address.get(address, 0) >= settings.max_size_bytes:
@@ -63,6 +64,18 @@ class MemoryLimits:
         if settings.max_size_messages >= 0 and self.messages_by_address.get(address, 0) >= settings.max_size_messages:
             return True
         return self.global_max_size >= 0 and self.total_bytes >= self.global_max_size
+
+    def throttles(self, address: Address) -> bool:
+        """Consumers are attached but this far behind: slow the producers down."""
+        limit = self.flow_control_bytes
+        if limit < 0 or self.by_address.get(address.name, 0) < limit:
+            return False
+        return any(q.consumers for q in address.anycast) or any(q.consumers for q in address.multicast)
+
+    def hot(self, address: str) -> bool:
+        """Still above the point where throttled producers may resume."""
+        limit = self.flow_control_bytes
+        return limit >= 0 and self.by_address.get(address, 0) >= limit // 2
 
     def should_page(self, queue: Queue, address: Address, settings: AddressSettings) -> bool:
         """PAGE: page for the queues that hold (their share of) the backlog."""

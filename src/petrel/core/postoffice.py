@@ -69,6 +69,7 @@ class SendResult:
     outcome: SendOutcome
     queues: int = 0
     blocked: bool = False  # BLOCK policy: the producer should stop until space frees
+    throttled: bool = False  # flow control: consumers are behind; pause the producer a moment
 
 
 class PostOffice:
@@ -430,7 +431,14 @@ class PostOffice:
             return SendResult(SendOutcome.QUEUED_IN_TX)
         result = self._route(message, routing_type, 0)
         result.blocked = blocked
+        if not blocked and self.limits.flow_control_bytes >= 0 and self.limits.throttles(address):
+            result.throttled = True
         return result
+
+    def space_for(self, address: str) -> bool:
+        """Whether blocked or throttled producers of this address may go on."""
+        limits = self.limits
+        return not limits.disk_full and not limits.is_full(address, self.settings_for(address)) and not limits.hot(address)
 
     def _dup_cache(self, address: str, settings: AddressSettings) -> DuplicateIdCache:
         cache = self.dup_caches.get(address)
@@ -598,7 +606,7 @@ class PostOffice:
         queue.memory_bytes -= size
         self.limits.removed(queue.address, size)
         if self.limits._waiters:
-            self.limits.wake(lambda a: self.limits.is_full(a, self.settings_for(a)))
+            self.limits.wake(lambda a: not self.space_for(a))
         if queue.paging:
             self.depage(queue)
         if message.durable and ref.queue.durable and message.ref_count > 0:

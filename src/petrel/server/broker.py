@@ -86,7 +86,7 @@ class Broker:
             LoopScheduler(loop),
             id_cache_size=config.id_cache_size,
             persist_id_cache=config.persist_id_cache,
-            limits=MemoryLimits(global_max_size(config)),
+            limits=MemoryLimits(global_max_size(config), config.producer_flow_control_bytes),
             large=self.large,
         )
         self.office.recover(recovered)
@@ -213,7 +213,7 @@ class Broker:
                             percent, self.config.max_disk_usage, extra={"event": "disk.full"})
             else:
                 log.info("disk back under max_disk_usage: producers resume", extra={"event": "disk.ok"})
-                limits.wake(lambda a: limits.is_full(a, self.office.settings_for(a)))
+                limits.wake(lambda a: not self.office.space_for(a))
         self._disk_timer = asyncio.get_running_loop().call_later(
             self.config.disk_scan_period / 1000, self._schedule_disk_check)
 

@@ -273,8 +273,8 @@ class StompAdapter:
             self.office.discard(message)
             raise StompError(str(exc)) from None
         self.receipt(frame, durable=message.durable)
-        if result.blocked:
-            self._block(message.address)
+        if result.blocked or result.throttled:
+            self._block(message.address, quiet=not result.blocked)
 
     def send_large(self, headers: dict[str, str], message_id: int, body: LargeBody) -> None:
         """A SEND whose body is already in its file, named for `message_id`."""
@@ -544,15 +544,17 @@ class StompAdapter:
         self.conn.write(data)
         self.conn.close()
 
-    def _block(self, address: str) -> None:
-        """BLOCK policy (or a full disk): stop reading this producer until there is space."""
+    def _block(self, address: str, *, quiet: bool = False) -> None:
+        """BLOCK policy, a full disk, or consumers far behind (`quiet`): stop reading this
+        producer until there is space."""
         transport = self.conn.transport
         if transport is None or self._blocked:
             return
         self._blocked = True
         transport.pause_reading()
-        log.info("producer %s blocked: address %s is full", self.conn.peer, address,
-                 extra={"event": "address.blocked"})
+        if not quiet:
+            log.info("producer %s blocked: address %s is full", self.conn.peer, address,
+                     extra={"event": "address.blocked"})
 
         def unblock() -> None:
             self._blocked = False
