@@ -25,6 +25,7 @@ from .report import comparison_table, procs_table, selftest_table, update_readme
 from .workloads import UNPACED, Counts, Workload, build, generator_checks, warmup
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
+DEFAULT_LABELS = {"petrel": "Petrel", "activemq": "ActiveMQ 5.17", "rabbitmq": "RabbitMQ 3.10"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: brokers stopped, writing what was measured", file=sys.stderr)
         payload["interrupted"] = True
-    header = _header(args, counts, workloads, payload, started)
+    header = _header(args, counts, workloads, payload, started, measurements)
     markdown = "\n\n".join([header, *sections]) + "\n"
     payload["measurements"] = [m.as_dict() for m in measurements]
     payload["markdown"] = markdown
@@ -146,11 +147,12 @@ def _self_test(args, counts: Counts, workloads: list[Workload], measurements: li
     # a paced row (L2) says nothing about a ceiling
     unpaced = [w for w in workloads if not any(p.rate for ph in w.phases for p in ph.producers)]
     plan_workloads = [*unpaced, gen]
-    procs_list = sorted({args.procs, max(2 * args.procs, args.check_procs or 0)})
-    own: list[Measurement] = []
-    for procs in procs_list:
-        print(f"self-test: sink server, {procs} generator process(es)", file=sys.stderr)
-        own += run_plan(Plan([sink], plan_workloads, args.runs, procs, args.size, None))
+    double = max(2 * args.procs, args.check_procs or 0)
+    procs_list = [args.procs, double]
+    print(f"self-test: sink server, {args.procs} and {double} generator processes", file=sys.stderr)
+    own = run_plan(
+        Plan([sink], plan_workloads, args.runs, args.procs, args.size, None, check_procs=double)
+    )
     measurements.extend(own)
     rows = ["G pub", "G sub", *(p.row for w in unpaced for p in w.phases)]
     return "\n\n".join(
@@ -175,7 +177,7 @@ def _compare(args, counts, workloads, rows, measurements, payload) -> str:
         except BrokerUnavailable as exc:
             skipped[name] = str(exc)
             print(f"SKIPPING {name}: {exc}", file=sys.stderr)
-            labels[name] = name.capitalize()
+            labels[name] = DEFAULT_LABELS[name]
             payload["brokers"][name] = {"status": f"skipped: {exc}"}
             continue
         brokers.append(broker)
@@ -188,9 +190,22 @@ def _compare(args, counts, workloads, rows, measurements, payload) -> str:
             info["erlang"] = _dpkg_version("erlang-base")
         payload["brokers"][name] = info
     for name in (SUBJECT, *PEERS):
-        labels.setdefault(name, name.capitalize())
-    main_runs = run_plan(Plan(brokers, workloads, args.runs, args.procs, args.size, warmup(counts)))
-    measurements.extend(main_runs)
+        labels.setdefault(name, DEFAULT_LABELS[name])
+        if name not in args.brokers:
+            skipped[name] = "not selected (--brokers)"
+    plan = Plan(
+        brokers,
+        workloads,
+        args.runs,
+        args.procs,
+        args.size,
+        warmup(counts),
+        check_procs=args.check_procs,
+        check_keys=UNPACED,
+    )
+    runs = run_plan(plan)
+    measurements.extend(runs)
+    main_runs = [m for m in runs if m.procs == args.procs]
     parts = [
         comparison_table(
             main_runs, rows, SUBJECT, list(PEERS), labels, skipped, args.procs
@@ -198,24 +213,26 @@ def _compare(args, counts, workloads, rows, measurements, payload) -> str:
     ]
     for name, reason in skipped.items():
         parts.append(f"{labels[name]} was skipped: {reason}")
-    unpaced = [w for w in workloads if w.key in UNPACED]
-    if args.check_procs and args.check_procs != args.procs and unpaced and brokers:
-        check = run_plan(
-            Plan(brokers, unpaced, args.runs, args.check_procs, args.size, warmup(counts))
-        )
-        measurements.extend(check)
+    if any(m.procs == args.check_procs for m in runs) and args.check_procs != args.procs:
         parts += [
             "#### Is the load generator the limit?",
-            f"The unpaced rows again with {args.check_procs} generator processes instead of "
-            f"{args.procs}: a best figure that does not rise means the brokers, not the "
-            "generator, set it.",
-            procs_table(main_runs + check, [r for r in rows if r in UNPACED], args.procs, args.check_procs),
+            f"The unpaced rows also ran with {args.check_procs} generator processes instead of "
+            f"{args.procs}, each right after its {args.procs}-process twin on a fresh broker: "
+            "a best figure that does not rise means the brokers, not the generator, set it.",
+            procs_table(runs, [r for r in rows if r in UNPACED], args.procs, args.check_procs),
         ]
     return "\n\n".join(parts)
 
 
-def _header(args, counts: Counts, workloads: list[Workload], payload: dict, started) -> str:
+def _header(args, counts: Counts, workloads: list[Workload], payload: dict, started, measurements) -> str:
     host = payload["host"]
+    loads = sorted(m.loadavg_1m for m in measurements if m.loadavg_1m is not None)
+    load = (
+        f" Host load average (1 min) at the end of the phases: median {loads[len(loads) // 2]:.1f}, "
+        f"max {loads[-1]:.1f}."
+        if loads
+        else ""
+    )
     lines = [
         f"### Petrel vs peers, {started:%Y-%m-%d %H:%M %Z}",
         "",
@@ -223,7 +240,7 @@ def _header(args, counts: Counts, workloads: list[Workload], payload: dict, star
         f"Python {host['python']}. Loopback only. Medians of {args.runs} run(s); "
         f"{args.procs} generator process(es); {args.size}-byte bodies; a fresh broker "
         "(empty data dir) per workload and run, warmed up with "
-        f"{counts.warmup:,} non-persistent messages.",
+        f"{counts.warmup:,} non-persistent messages.{load}",
         "",
     ]
     for name, info in payload["brokers"].items():

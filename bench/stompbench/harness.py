@@ -5,7 +5,9 @@ up with a short non-persistent pass, measured phase by phase, and stopped.  That
 way VmHWM (peak RSS since process start) is the peak of that one workload (its
 warm-up included) and no workload inherits another's stored messages.  Runs are
 interleaved (run 1 of every workload on every broker, then run 2 ...), so slow
-drift of the machine spreads over all brokers alike.
+drift of the machine (and of a Petrel tree being worked on) spreads over all brokers
+alike.  The process-count check is interleaved the same way: right after a workload
+runs with N generator processes on a broker, it runs again with the check's count.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Plan:
     procs: int
     body_size: int
     warmup: Phase | None
+    check_procs: int = 0  # also run with this many generator processes (0: no)
+    check_keys: tuple[str, ...] = ()  # ... these workloads only (empty: all)
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
 
@@ -51,9 +55,11 @@ def _safe(fn, pid: int) -> float | None:
         return None
 
 
-def measure_workload(broker: Broker, workload: Workload, run: int, plan: Plan) -> list[Measurement]:
+def measure_workload(
+    broker: Broker, workload: Workload, run: int, plan: Plan, procs: int
+) -> list[Measurement]:
     """Start ``broker``, warm it up, measure each phase of ``workload``, stop it."""
-    rows = [Measurement(broker.name, p.row, run, plan.procs) for p in workload.phases]
+    rows = [Measurement(broker.name, p.row, run, procs) for p in workload.phases]
     try:
         broker.start()
     except BrokerFailed as exc:
@@ -74,12 +80,13 @@ def measure_workload(broker: Broker, workload: Workload, run: int, plan: Plan) -
                 broker.dialect,
                 broker.host,
                 broker.port,
-                plan.procs,
+                procs,
                 plan.body_size,
                 on_start=probe.start,
             )
             cpu1 = _safe(procstat.cpu_seconds, broker.pid)
             rss = _safe(procstat.peak_rss_mib, broker.pid)
+            m.loadavg_1m = procstat.loadavg_1m()
             if outcome.errors:
                 m.error = "; ".join(outcome.errors)[:500]
             summarise(phase, outcome.results, m)
@@ -106,12 +113,21 @@ def describe(m: Measurement) -> str:
     return f"{m.row:8} {m.broker:9} {m.rate:>10,.0f} msgs/s{lat}{cpu}{rss}{gen}"
 
 
+def procs_for(plan: Plan, workload: Workload) -> list[int]:
+    counts = [plan.procs]
+    wanted = not plan.check_keys or workload.key in plan.check_keys
+    if plan.check_procs and plan.check_procs != plan.procs and wanted:
+        counts.append(plan.check_procs)
+    return counts
+
+
 def run_plan(plan: Plan) -> list[Measurement]:
     out: list[Measurement] = []
     for run in range(1, plan.runs + 1):
         for workload in plan.workloads:
             for broker in plan.brokers:
-                for m in measure_workload(broker, workload, run, plan):
-                    out.append(m)
-                    plan.progress(f"[run {run}/{plan.runs} procs {plan.procs}] {describe(m)}")
+                for procs in procs_for(plan, workload):
+                    for m in measure_workload(broker, workload, run, plan, procs):
+                        out.append(m)
+                        plan.progress(f"[run {run}/{plan.runs} procs {procs}] {describe(m)}")
     return out

@@ -37,6 +37,7 @@ class Measurement:
     cpu_us_per_msg: float | None = None
     peak_rss_mib: float | None = None
     generator_cpu_pct: float | None = None  # busiest generator process, CPU time / wall time
+    loadavg_1m: float | None = None  # the host's load when the phase ended (noise indicator)
     error: str | None = None
 
     @property

@@ -70,3 +70,11 @@ def find_descendant(root: int, name: str) -> int | None:
             return pid
         todo.extend(children(pid))
     return None
+
+
+def loadavg_1m() -> float | None:
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
