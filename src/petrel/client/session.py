@@ -60,6 +60,8 @@ class AsyncSession:
         #: Called in the loop thread with the bytes just confirmed (the sync API's window).
         self._on_room: list = []
         self._destinations: dict[str, tuple[str, int]] = {}
+        #: Messages sent again after failovers (they were not confirmed when the connection went).
+        self.resent = 0
 
     # -- creation and restore -----------------------------------------------------------------
 
@@ -83,6 +85,7 @@ class AsyncSession:
         kept: deque[list] = deque()
         self._numbered = 0
         for entry in self._unconfirmed:
+            self.resent += entry[_RESEND]
             if not entry[_RESEND]:
                 # a transactional send: gone with the transaction
                 self._unconfirmed_bytes -= entry[_SIZE]

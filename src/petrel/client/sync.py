@@ -164,6 +164,11 @@ class Session:
     def transacted(self) -> bool:
         return self._async.transacted
 
+    @property
+    def resent(self) -> int:
+        """Messages sent again after failovers."""
+        return self._async.resent
+
     def _run(self, coro, timeout: float | None = None):
         return self.connection._run(coro, timeout)
 

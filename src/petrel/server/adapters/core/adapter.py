@@ -8,9 +8,8 @@ reply never overtakes an earlier one still waiting for its sync.
 
 Consumers get Artemis-style credit: the client grants window bytes, each delivered
 message costs `credit_of(body size)`, and the client hands credit back as its
-application takes messages. Large messages arrive in SEND + SEND_CHUNK frames and are
-reassembled in memory here (large-message files come with their own issue); they leave
-in DELIVER + DELIVER_CHUNK frames.
+application takes messages. Large messages arrive in SEND + SEND_CHUNK frames and leave in
+DELIVER + DELIVER_CHUNK frames, their bodies streamed through files (`large.py`).
 """
 
 from __future__ import annotations
@@ -58,12 +57,13 @@ from petrel.codec.core import (
 )
 from petrel.codec.errors import RemoteProtocolError
 from petrel.core.limits import AddressFull
-from petrel.core.message import Message, now_ms
+from petrel.core.message import LargeBody, Message, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
 from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.server.adapters.core.admin import AdminFrames
-from petrel.server.adapters.core.consuming import CHUNK_SIZE, ROUTING, ConsumerFrames
+from petrel.server.adapters.core import large
+from petrel.server.adapters.core.consuming import ROUTING, ConsumerFrames
 from petrel.server.adapters.core.session import CoreConsumer, Fatal, RequestFailed, ServerSession
 
 if TYPE_CHECKING:
@@ -97,7 +97,12 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
         self._batches: deque[list] = deque()  # [items, ready] released in order
         self._last_read = time.monotonic()
         self._timer = None
-        self._large_ok = False
+        self.large_ok = False  # the client takes large bodies in chunks
+        # a body larger than this is a large message (kept in its own file)
+        self._large_over = broker.config.min_large_message_size
+        self.chunk_size = max(min(self._large_over, broker.config.max_frame_size - 4096), 1024)
+        self._held = False  # a large body is being made durable: handle nothing until it is
+        self._stash: list = []  # events decoded but not handled while held
         self._next_id = broker.store.next_id
         self._handlers: dict[type, Callable[[Any], None]] = {
             Send: self.on_send,
@@ -130,14 +135,21 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
         if self._closing:
             return
         self._last_read = time.monotonic()
+        self._run(self.codec.receive_data, data)
+
+    def _run(self, fn: Callable, *args) -> None:
+        """Call `fn`, then handle the events buffered in the codec, in order, unless held."""
         codec = self.codec
         handlers = self._handlers
         try:
-            codec.receive_data(data)
-            while not self._closing:
-                events = codec.next_events()
-                if not events:
-                    break
+            fn(*args)
+            while not self._closing and not self._held:
+                if self._stash:
+                    events, self._stash = self._stash, []
+                else:
+                    events = codec.next_events()
+                    if not events:
+                        break
                 for event in events:
                     try:
                         handlers[type(event)](event)
@@ -146,6 +158,10 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
                     except (RoutingError, SelectorError) as exc:
                         self.reply(Result(getattr(event, "corr", 0), ErrorCode.INVALID, str(exc)))
                     if self._closing:
+                        break
+                    if self._held:  # the rest waits for resume_held
+                        at = next(i for i, other in enumerate(events) if other is event)
+                        self._stash = events[at + 1 :]
                         break
         except RemoteProtocolError as exc:
             self.fatal(ErrorCode.PROTOCOL, exc.message)
@@ -250,7 +266,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
         if e.ttl != 0:
             self.ttl = e.ttl
         config = self.broker.config
-        self._large_ok = "large-messages" in self.codec.capabilities
+        self.large_ok = "large-messages" in self.codec.capabilities
         self._out.append(
             self.codec.send(
                 Connected(
@@ -261,7 +277,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
                     self.connection_id,
                     self.ttl,
                     config.max_frame_size,
-                    CHUNK_SIZE,
+                    self.chunk_size,
                 )
             )
         )
@@ -335,8 +351,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
             self._remove_consumer(consumer)
         if session.tx is not None:
             self.office.rollback(session.tx)
-        session.large = None
-        session.large_parts = []
+        large.abort(session)
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -346,50 +361,75 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
             raise Fatal(ErrorCode.PROTOCOL, f"no session {e.session} on this connection")
         if session.large is not None:
             raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
-        if e.more:
-            session.large = e
-            session.large_parts = [e.body]
+        if e.more or len(e.body) > self._large_over:
+            large.start(self, session, e)
             return
         self._route(session, e, e.body)
 
     def on_send_chunk(self, e: SendChunk) -> None:
         session = self._session(e.session)
-        first = session.large
-        if first is None:
+        if session.large is None:
             raise Fatal(ErrorCode.PROTOCOL, "SEND_CHUNK without a SEND that announced more")
-        session.large_parts.append(e.body)
-        if not e.more:
-            body = b"".join(session.large_parts)
-            session.large = None
-            session.large_parts = []
-            self._route(session, first, body)
+        large.chunk(self, session, e.body, e.more)
 
-    def _route(self, session: ServerSession, e: Send, body: bytes) -> None:
+    def route_large(self, session: ServerSession, e: Send, message_id: int, body: LargeBody) -> None:
+        """A SEND whose body is already in its file, named for `message_id`."""
+        self._route(session, e, b"", (message_id, body))
+
+    def refuse(self, session: ServerSession, code: ErrorCode, text: str) -> None:
+        """A message counted as sent, and refused."""
+        session.sent += 1
+        if session not in self._dirty:
+            self._dirty.append(session)
+        self._out.append(self.codec.send(SendFailed(session.id, session.sent, code, text)))
+
+    def _route(self, session: ServerSession, e: Send, body: bytes, large_body: tuple | None = None) -> None:
         session.sent += 1
         if session.sent - session.confirmed == 1:
             self._dirty.append(session)
         rt = e.routing_type
         if not -1 <= rt <= 1 or not 0 <= e.priority <= 9:
+            if large_body is not None:
+                self.broker.large.delete(large_body[1])
             self._out.append(self.codec.send(SendFailed(
                 session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
             return
         # positional: id, address, body, properties, durable, priority, expiration, timestamp, scheduled
-        message = Message(self._next_id(), e.address, body, e.properties, e.durable, e.priority, e.expiration,
-                          e.timestamp or now_ms(), e.scheduled)
+        message = Message(large_body[0] if large_body else self._next_id(), e.address, body, e.properties,
+                          e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
+        if large_body is not None:  # from here the office owns the file (and drops it if it refuses)
+            message.large = large_body[1]
         tx = session.tx
         try:
             result = self.office.send(message, ROUTING[rt + 1], tx)
         except AddressFull as exc:
+            self.office.discard(message)
             self._out.append(
                 self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL, str(exc))))
             return
         except (RoutingError, SelectorError, ValueError) as exc:
+            self.office.discard(message)
             self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ROUTING, str(exc))))
             return
         if e.durable and tx is None:
             self._sync = True
         if result.blocked:
             self._block(session, message.address)
+
+    def hold(self) -> None:
+        """Handle nothing more (and read nothing) until `resume_held`."""
+        self._held = True
+        if self.conn.transport is not None:
+            self.conn.transport.pause_reading()
+
+    def resume_held(self, fn: Callable[[], None]) -> None:
+        """Run `fn` first, then the frames that waited behind it."""
+        self._held = False
+        if self.conn.closed or self._closing:
+            return
+        if self.conn.transport is not None:
+            self.conn.transport.resume_reading()
+        self._run(fn)
 
     def _block(self, session: ServerSession, address: str) -> None:
         """BLOCK policy (or a full disk): hold the session's confirmations until there is room,

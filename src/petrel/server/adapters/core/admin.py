@@ -19,6 +19,8 @@ from petrel.codec.core import (
 from petrel.core import operations
 from petrel.core.message import RoutingType
 from petrel.core.queue import Queue
+from petrel.server.adapters.core import large
+from petrel.server.adapters.core.consuming import scalars
 from petrel.server.adapters.core.session import RequestFailed
 
 __all__ = ["AdminFrames", "queue_info"]
@@ -93,11 +95,12 @@ class AdminFrames:
         out = []
         for ref in refs[:limit]:
             m = ref.message
-            budget -= len(m.body) + 256
+            budget -= m.body_size + 256
             if out and budget < 0:
                 break
+            body = m.body if m.large is None else large.read_whole(self, m)
             out.append(Browsed(ref.seq, m.id, m.address, m.durable, m.priority, m.expiration, m.timestamp,
-                               m.scheduled, ref.delivery_count, m.properties, m.body))
+                               m.scheduled, ref.delivery_count, scalars(m.properties), body))
         more = len(refs) > len(out)
         self._out.append(self.codec.send(BrowseResult(e.corr, out, more)))
 

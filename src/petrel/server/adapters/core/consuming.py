@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from petrel.codec.core import (
     CREDIT_OVERHEAD,
-    DEFAULT_LARGE_MESSAGE_SIZE,
     Ack,
     CloseConsumer,
     CreateConsumer,
@@ -24,15 +23,15 @@ from petrel.codec.errors import LocalProtocolError
 from petrel.core.message import RoutingType
 from petrel.core.queue import MessageReference
 from petrel.core.selector import compile_selector
+from petrel.server.adapters.core import large
 from petrel.server.adapters.core.session import CoreConsumer, RequestFailed
 
 if TYPE_CHECKING:
     from petrel.server.adapters.core.adapter import CoreAdapter
 
-__all__ = ["ConsumerFrames", "CHUNK_SIZE", "ROUTING"]
+__all__ = ["ConsumerFrames", "ROUTING", "scalars"]
 
 ROUTING = (None, RoutingType.ANYCAST, RoutingType.MULTICAST)  # indexed by routing_type + 1
-CHUNK_SIZE = DEFAULT_LARGE_MESSAGE_SIZE
 _SCALARS = (type(None), bool, int, float, str, bytes)
 
 
@@ -108,14 +107,18 @@ class ConsumerFrames:
         if was_empty and consumer.credit > 0:
             consumer.queue.deliver()
 
-    def _deliver(self, consumer: CoreConsumer, ref: MessageReference) -> None:
+    def _deliver(self: CoreAdapter, consumer: CoreConsumer, ref: MessageReference) -> None:
         m = ref.message
+        if m.large is not None:
+            consumer.credit -= m.large.size + CREDIT_OVERHEAD
+            large.deliver(self, consumer, ref, scalars(m.properties), self.chunk_size)
+            return
         body = m.body
         size = len(body)
         consumer.credit -= size + CREDIT_OVERHEAD  # credit_of(size)
         send = self.codec.send
         sid, cid = consumer.session.id, consumer.cid
-        if size <= CHUNK_SIZE or not self._large_ok:
+        if size <= self.chunk_size or not self.large_ok:
             try:
                 data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
                                     m.expiration, m.timestamp, m.properties, body, size, False))
@@ -124,13 +127,15 @@ class ConsumerFrames:
                                     m.expiration, m.timestamp, scalars(m.properties), body, size, False))
             self.conn.write(data)
             return
+        # a big body held in memory (it came from where files are not used): in chunks all the same
+        chunk = self.chunk_size
         view = memoryview(body)
         write = self.conn.write
         write(send(Deliver(
             sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority, m.expiration,
-            m.timestamp, scalars(m.properties), view[:CHUNK_SIZE], size, True)))
-        for start in range(CHUNK_SIZE, size, CHUNK_SIZE):
-            end = start + CHUNK_SIZE
+            m.timestamp, scalars(m.properties), view[:chunk], size, True)))
+        for start in range(chunk, size, chunk):
+            end = start + chunk
             write(send(DeliverChunk(sid, cid, view[start:end], end < size)))
 
     def _refs(self, consumer: CoreConsumer, seqs: list[int], cumulative: bool) -> list[MessageReference]:

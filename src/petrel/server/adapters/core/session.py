@@ -5,6 +5,7 @@ from __future__ import annotations
 from petrel.codec.core import ErrorCode, Send
 from petrel.core.queue import Consumer, Queue
 from petrel.core.transaction import Transaction
+from petrel.storage.large import LargeWriter
 
 __all__ = ["RequestFailed", "Fatal", "CoreConsumer", "ServerSession"]
 
@@ -40,7 +41,7 @@ class CoreConsumer(Consumer):
 
 
 class ServerSession:
-    __slots__ = ("id", "tx", "consumers", "sent", "confirmed", "large", "large_parts", "blocked")
+    __slots__ = ("id", "tx", "consumers", "sent", "confirmed", "large", "large_writer", "blocked")
 
     def __init__(self, id: int, transacted: bool) -> None:
         self.id = id
@@ -49,5 +50,5 @@ class ServerSession:
         self.sent = 0  # messages received on this session (confirmations count these)
         self.confirmed = 0
         self.large: Send | None = None  # first frame of a large message being received
-        self.large_parts: list[bytes] = []
+        self.large_writer: LargeWriter | None = None  # ... and the file its body goes to
         self.blocked = False  # BLOCK policy: confirmations are held until the address has room
