@@ -317,7 +317,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
         if self.conn.closed or self._closing:
             return
         silent = time.monotonic() - self._last_read
-        if silent * 1000 > self.ttl:
+        if silent * 1000 > self.ttl and not self._held:  # held: we stopped reading, not the client
             log.info("closing %s: nothing received for %.1fs (connection TTL %d ms)",
                      self.conn.peer, silent, self.ttl)
             self._closing = True
@@ -427,6 +427,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
         self._held = False
         if self.conn.closed or self._closing:
             return
+        self._last_read = time.monotonic()
         if self.conn.transport is not None:
             self.conn.transport.resume_reading()
         self._run(fn)
