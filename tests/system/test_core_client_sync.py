@@ -204,3 +204,20 @@ def test_topic_subscribers_each_get_a_copy(conn):
     producer.send(Message(b"us", {"region": "us"}))
     assert [m.body for m in drain(a)] == [b"eu", b"us"]
     assert [m.body for m in drain(b)] == [b"eu"]
+
+
+def test_commit_covers_every_message_taken_from_a_prefetched_consumer(conn):
+    session = conn.session()
+    producer = session.producer("queue://sync.txprefetch")
+    for i in range(8):
+        producer.send(Message(f"m{i}".encode()))
+    session.flush()
+    tx = conn.session(transacted=True)
+    consumer = tx.consumer("queue://sync.txprefetch")
+    taken = [consumer.receive(5).body for _ in range(3)]
+    assert taken == [b"m0", b"m1", b"m2"]
+    tx.commit()
+    tx.close()
+    check = conn.session()
+    rest = drain(check.consumer("queue://sync.txprefetch"), idle=0.5)
+    assert [m.body for m in rest] == [f"m{i}".encode() for i in range(3, 8)]

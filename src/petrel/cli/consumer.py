@@ -47,14 +47,7 @@ def preview(message: Message, limit: int = PREVIEW) -> str:
 
 
 def commit(session: Any, receiver: Any) -> None:
-    """Commit what this thread took. The CORE sync client reports taken messages to its loop in
-    batches and its ``Session.commit`` does not report the pending batch first, so acks of the
-    last messages taken would miss the transaction; report them here until it does."""
-    cond = getattr(receiver, "_cond", None)
-    report = getattr(receiver, "_report", None)
-    if cond is not None and report is not None:
-        with cond:
-            report()
+    """Commit what this thread took."""
     session.commit()
 
 

@@ -238,6 +238,12 @@ class Session:
     # -- transactions, closing ------------------------------------------------------------------
 
     def commit(self) -> None:
+        # Acks of messages this thread took are reported to the loop in batches: report the
+        # pending batch first, so the commit covers every message taken so far.
+        for consumer in self._consumers:
+            if consumer._async is not None:
+                with consumer._cond:
+                    consumer._report()
         self._run(self._async.commit())
 
     def rollback(self) -> None:
