@@ -413,8 +413,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
             return
         if e.durable and tx is None:
             self._sync = True
-        if result.blocked:
-            self._block(session, message.address)
+        if result.blocked or result.throttled:
+            self._block(session, message.address, quiet=not result.blocked)
 
     def hold(self) -> None:
         """Handle nothing more (and read nothing) until `resume_held`."""
@@ -432,15 +432,17 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
             self.conn.transport.resume_reading()
         self._run(fn)
 
-    def _block(self, session: ServerSession, address: str) -> None:
-        """BLOCK policy (or a full disk): hold the session's confirmations until there is room,
-        so its producer stops once its confirmation window is full. Other traffic on the
-        connection (acks, credit, pings) keeps flowing, so consumers can make the room."""
+    def _block(self, session: ServerSession, address: str, *, quiet: bool = False) -> None:
+        """BLOCK policy, a full disk, or consumers far behind (`quiet`): hold the session's
+        confirmations until there is room, so its producer stops once its confirmation window is
+        full. Other traffic on the connection (acks, credit, pings) keeps flowing, so consumers
+        can make the room."""
         if session.blocked:
             return
         session.blocked = True
-        log.info("producer session %d of %s blocked: address %s is full", session.id, self.conn.peer, address,
-                 extra={"event": "address.blocked"})
+        if not quiet:
+            log.info("producer session %d of %s blocked: address %s is full", session.id, self.conn.peer,
+                     address, extra={"event": "address.blocked"})
 
         def unblock() -> None:
             session.blocked = False
