@@ -322,4 +322,10 @@ def test_flipped_bits_anywhere_give_damage_or_a_load_never_anything_else(tmp_pat
     journal.add(5000, 0, b"x" * (SIZE - 100))  # a segment of its own: all the others can be compacted
     journal.compact()
     journal.stop()
-    assert list(reload(target, compact_percentage=0, datasync=False).records) == list(loaded.records) + [5000]
+    # Compaction rewrites the oldest run of segments up to an unfinished transaction; damage in
+    # a segment it could not take stays there (and is skipped again), but never changes the data.
+    try:
+        after = reload(target, compact_percentage=0, datasync=False)
+    except DamagedJournal:
+        after = reload(target, skip_damaged=True, compact_percentage=0, datasync=False)
+    assert list(after.records) == list(loaded.records) + [5000]
