@@ -23,6 +23,7 @@ log = logging.getLogger("petrel.server.connection")
 STREAM_CHUNK = 256 * 1024
 STREAM_BUDGET = 4 * 1024 * 1024
 
+FLUSH_AT = 256 * 1024  # bytes gathered before they go to the transport without waiting
 STOMP_PREFIXES = (b"CONNECT", b"STOMP")
 CORE_MAGIC = b"PETREL"  # petrel.codec.core.MAGIC
 DETECT_BYTES = 8
@@ -66,6 +67,7 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self._head = b""
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
         self.closed = False
@@ -135,7 +137,12 @@ class Connection(asyncio.Protocol):
             self._backlog.append(data)
             return
         self._out.append(data)
-        if not self._flush_scheduled:
+        self._out_bytes += len(data)
+        if self._out_bytes >= FLUSH_AT:
+            # Hand a large batch to the transport now: past its high-water mark it pauses us
+            # (pause_writing), which stops dispatch instead of rendering a whole backlog here.
+            self.flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush)
 
@@ -144,6 +151,7 @@ class Connection(asyncio.Protocol):
         if self._out and not self.closed and self.transport is not None:
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
+            self._out_bytes = 0
             self.transport.write(data)
 
     def write_stream(self, head: bytes, body: BodySource, tail: bytes) -> None:
