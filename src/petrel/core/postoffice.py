@@ -14,8 +14,11 @@ from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.address import Address
-from petrel.core.divert import ROUTING_TYPES as DIVERT_ROUTING_TYPES
-from petrel.core.divert import Divert
+from petrel.core.divert import Divert, Diverting
+from petrel.core.errors import RoutingError
+from petrel.core.large_bodies import LargeBodies
+from petrel.core.paging import Paging
+from petrel.core.recovery import SEQ_RESERVATION, Recovery
 from petrel.core.duplicates import DuplicateIdCache
 from petrel.core.limits import AddressFull, MemoryLimits
 from petrel.core.message import (
@@ -32,20 +35,14 @@ from petrel.core.queue import DONE, Consumer, MessageReference, Queue
 from petrel.core.selector import compile_selector
 from petrel.core.settings import AddressSettings, AddressSettingsRepository
 from petrel.core.transaction import Transaction, TransactionRolledBack
-from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered, Store
+from petrel.storage.store import AddressRecord, QueueRecord, Store
 
 if TYPE_CHECKING:
     from petrel.storage.large import LargeFiles
 
 log = logging.getLogger("petrel.core.postoffice")
 
-SEQ_RESERVATION = 10_000
-MAX_DIVERT_DEPTH = 8
-_QUEUE_ATTRIBUTES = ("exclusive", "last_value_key", "non_destructive", "ring_size", "group_rebalance", "group_buckets")
-
-
-class RoutingError(Exception):
-    """A send or subscribe that cannot be done; the message says why and what to do."""
+__all__ = ["PostOffice", "RoutingError", "SendOutcome", "SendResult", "Scheduler"]
 
 
 class Handle(Protocol):
@@ -72,7 +69,7 @@ class SendResult:
     throttled: bool = False  # flow control: consumers are behind; pause the producer a moment
 
 
-class PostOffice:
+class PostOffice(Diverting, Paging, LargeBodies, Recovery):
     def __init__(
         self,
         store: Store,
@@ -254,59 +251,6 @@ class PostOffice:
             if self.settings_for(address.name).auto_delete_addresses:
                 del self.addresses[address.name]
                 self.store.delete_address(address.id)
-
-    def create_divert(
-        self,
-        name: str,
-        address: str,
-        forwarding_address: str,
-        *,
-        exclusive: bool = False,
-        filter: str | None = None,
-        routing_type: str = "STRIP",
-    ) -> Divert:
-        if name in self.diverts:
-            raise RoutingError(f"divert {name!r} already exists")
-        if routing_type not in DIVERT_ROUTING_TYPES:
-            raise RoutingError(f"divert routing type must be one of {', '.join(DIVERT_ROUTING_TYPES)}")
-        if address == forwarding_address:
-            raise RoutingError("a divert cannot forward an address to itself")
-        divert = Divert(
-            self.store.next_id(), name, address, forwarding_address, exclusive,
-            compile_selector(filter) if filter else None, routing_type,
-        )
-        self.diverts[name] = divert
-        self.store.add_divert(DivertRecord(divert.id, name, address, forwarding_address, exclusive, filter, routing_type))
-        return divert
-
-    def delete_divert(self, name: str) -> None:
-        divert = self.diverts.pop(name, None)
-        if divert is None:
-            raise RoutingError(f"divert {name!r} does not exist")
-        self.store.delete_divert(divert.id)
-
-    def _apply_diverts(self, message: Message, routing_type: RoutingType | None, tx_id: int, depth: int) -> bool:
-        """Send diverted copies; True when an exclusive divert took the message."""
-        taken = False
-        for divert in list(self.diverts.values()):
-            if divert.address != message.address or not divert.matches(message):
-                continue
-            if depth >= MAX_DIVERT_DEPTH:
-                log.warning("divert %s not applied: diverts nest deeper than %d", divert.name, MAX_DIVERT_DEPTH)
-                continue
-            copy = divert.copy(message, self.store.next_id())
-            target_rt = divert.target_routing(routing_type)
-            try:
-                self.link_large(copy, message)
-                address, rt = self.ensure_address_for(copy.address, target_rt)
-                if rt == RoutingType.ANYCAST:
-                    self.ensure_anycast_queue(address)
-                self._route(copy, target_rt, tx_id, depth=depth + 1)
-            except RoutingError as exc:
-                log.warning("divert %s could not forward to %s: %s", divert.name, divert.forwarding_address, exc)
-                self.discard(copy)
-            taken = taken or divert.exclusive
-        return taken
 
     def queue_idle_check(self, queue: Queue) -> None:
         """Auto-delete: temporary queues with no consumer; auto-created ones with nothing left."""
@@ -518,78 +462,6 @@ class PostOffice:
         self.messages_routed += 1
         return SendResult(SendOutcome.ROUTED, len(refs))
 
-    # -- paging -----------------------------------------------------------------------------
-
-    def _pages(self, queue: Queue, address: Address | None) -> bool:
-        if queue.paging:
-            return True
-        if address is None or queue.non_destructive:
-            return False
-        settings = self.settings_for(address.name)
-        return settings.address_full_policy == "PAGE" and self.limits.should_page(queue, address, settings)
-
-    def _page(self, queue: Queue, seq: int, message: Message) -> None:
-        if not queue.paging:
-            queue.paging = True
-            log.info("queue %s is paging (address %s is full)", queue.name, queue.address,
-                     extra={"event": "paging.start"})
-        if not queue.page_cursor_record:
-            from petrel.storage.paging import PagePosition
-
-            queue.page_cursor_record = self.store.create_page_cursor(queue.id)
-            queue.page_cursor = PagePosition(0, 0)
-        self.store.page(queue.id, seq, message)
-        queue.page_backlog += 1
-        queue.messages_added += 1
-
-    def depage(self, queue: Queue) -> None:
-        """Read back a batch of paged messages when the queue's memory has drained."""
-        if not queue.paging or queue.deleted:
-            return
-        settings = self.settings_for(queue.address)
-        limit = settings.max_size_bytes if settings.max_size_bytes > 0 else 8 * 1024 * 1024
-        batch = max(min(limit // 4, 1024 * 1024), 16 * 1024)
-        if queue.memory_bytes > batch:
-            return
-        store = self.store
-        paged = store.read_pages(queue.id, queue.page_cursor, batch)
-        if not paged:
-            if not store.pages_in_flight(queue.id):
-                self._end_paging(queue)  # everything written has been read back
-            elif not getattr(queue, "_depage_retry", None):
-                # records still on their way to disk: look again shortly
-                def retry() -> None:
-                    queue._depage_retry = None
-                    self.depage(queue)
-
-                queue._depage_retry = self.scheduler.call_at_ms(self.now() + 20, retry)
-            return
-        tx_id = store.begin()
-        refs = []
-        for item in paged:
-            message = item.message
-            message.id = store.next_id()  # a journal identity of its own, per queue
-            message.ref_count = 0
-            if message.durable and queue.durable:
-                message.ref_count = 1
-                store.add_message(tx_id, message, [(queue.id, item.seq)])
-            refs.append(MessageReference(message, queue, item.seq))
-        queue.page_cursor = paged[-1].position
-        store.update_page_cursor(tx_id, queue.page_cursor_record, queue.page_cursor)
-        store.commit(tx_id)
-        store.release_pages(queue.id, queue.page_cursor)
-        queue.page_backlog = max(queue.page_backlog - len(refs), 0)
-        now = self.now()
-        for ref in refs:
-            queue._admit(ref, now, head=False)
-        queue.deliver()
-
-    def _end_paging(self, queue: Queue) -> None:
-        queue.paging = False
-        queue.page_backlog = 0
-        self.store.release_pages(queue.id, None)
-        log.info("queue %s stopped paging", queue.name, extra={"event": "paging.stop"})
-
     def _take_seq(self, queue: Queue) -> int:
         seq = queue.take_seq()
         if queue.durable and seq > queue.seq_reserved:
@@ -672,67 +544,6 @@ class PostOffice:
         now = self.now()
         return sum(q.expire_scan(now) for q in list(self.queues.values()))
 
-    # -- large messages -----------------------------------------------------------------
-
-    def link_large(self, copy: Message, original: Message) -> None:
-        """Give a copy of a large message (its own id) its own name for the body's file."""
-        if original.large is None or self.large is None:
-            return
-        try:
-            copy.large = self.large.link(original.large, copy.id, durable=copy.durable)
-        except OSError as exc:
-            log.error("cannot copy the body of large message %s: %s", original.id, exc)
-            raise RoutingError(f"the body of large message {original.id} cannot be copied: {exc}") from None
-        except Exception as exc:  # LargeBodyMissing
-            log.error("cannot copy the body of large message %s: %s", original.id, exc)
-            raise RoutingError(str(exc)) from None
-
-    def hold_large(self, body: LargeBody, n: int = 1) -> None:
-        """`n` more references (routed, recovered or paged) hold the file."""
-        self.large_holders[body.name] = self.large_holders.get(body.name, 0) + n
-
-    def release_large(self, body: LargeBody, tx_id: int = 0) -> None:
-        """One reference let go of the file; the last one deletes it (see `_drop_large`)."""
-        n = self.large_holders.get(body.name)
-        if n is None:  # not counted here (e.g. read back from a page): keep it, start-up cleans up
-            log.debug("large-message file %s released but not held; kept", body.name)
-            return
-        if n > 1:
-            self.large_holders[body.name] = n - 1
-            return
-        del self.large_holders[body.name]
-        self._drop_large(body, tx_id)
-
-    def discard(self, message: Message) -> None:
-        """A message the office will not keep (unrouted, duplicate, dropped, rolled back or
-        refused): its large-message file goes."""
-        if message.large is not None and message.large.name not in self.large_holders:
-            self._drop_large(message.large, 0)
-
-    def _drop_large(self, body: LargeBody, tx_id: int) -> None:
-        """Delete the file once the store has made durable everything appended so far (the
-        journal's delete record among it), and for `tx_id` only after that commits."""
-        large = self.large
-        if large is None:
-            return
-        if tx_id:
-            self._large_in_tx.setdefault(tx_id, []).append(body)
-            return
-        self.store.sync(lambda: large.delete(body))
-
-    def commit_store(self, tx_id: int) -> None:
-        """Commit a store transaction, then release the large files it let go of."""
-        self.store.commit(tx_id)
-        bodies = self._large_in_tx.pop(tx_id, None)
-        if bodies:
-            large = self.large
-
-            def delete() -> None:
-                for body in bodies:
-                    large.delete(body)
-
-            self.store.sync(delete, transactional=True)
-
     # -- transactions -------------------------------------------------------------------
 
     def commit(self, tx: Transaction) -> None:
@@ -761,96 +572,6 @@ class PostOffice:
 
     def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
         queue.add_consumer(consumer)
-
-    # -- recovery -----------------------------------------------------------------------
-
-    def recover(self, recovered: Recovered) -> None:
-        for rec in recovered.addresses:
-            address = Address(rec.id, rec.name, {RoutingType(r) for r in rec.routing_types}, rec.auto_created)
-            self.addresses[rec.name] = address
-        for rec in recovered.queues:
-            address = self.addresses.get(rec.address)
-            if address is None:
-                address = Address(self.store.next_id(), rec.address, {RoutingType(rec.routing_type)})
-                self.addresses[rec.address] = address
-                self.store.add_address(self._address_record(address))
-            try:
-                selector = compile_selector(rec.filter) if rec.filter else None
-            except ValueError:
-                log.error("queue %s has an invalid stored filter %r; ignoring it", rec.name, rec.filter)
-                selector = None
-            queue = Queue(
-                self,
-                rec.id,
-                rec.name,
-                rec.address,
-                RoutingType(rec.routing_type),
-                durable=True,
-                selector=selector,
-                auto_created=rec.auto_created,
-                client_id=rec.client_id,
-                subscription=rec.subscription,
-                next_seq=rec.seq_reserved + 1,
-                **{k: v for k, v in rec.attributes.items() if k in _QUEUE_ATTRIBUTES},
-            )
-            queue.seq_reserved = rec.seq_reserved
-            self._register(queue, address)
-        for rec in recovered.diverts:
-            try:
-                selector = compile_selector(rec.filter) if rec.filter else None
-            except ValueError:
-                selector = None
-            self.diverts[rec.name] = Divert(
-                rec.id, rec.name, rec.address, rec.forwarding_address, rec.exclusive, selector, rec.routing_type
-            )
-        per_queue: dict[int, list[MessageReference]] = {}
-        dead_large = []
-        for message, refs in recovered.messages:
-            live = [r for r in refs if r.queue_id in self.queues_by_id]
-            message.ref_count = len(live)
-            if not live:
-                self.store.delete_message(0, message.id)
-                if message.large is not None:
-                    dead_large.append(message.large)
-                continue
-            if message.large is not None:
-                self.hold_large(message.large, len(live))
-            for r in live:
-                queue = self.queues_by_id[r.queue_id]
-                per_queue.setdefault(r.queue_id, []).append(MessageReference(message, queue, r.seq, r.delivery_count))
-        for body in dead_large:
-            if body.name not in self.large_holders:  # no live message names the file
-                self._drop_large(body, 0)
-        for queue_id, refs in per_queue.items():
-            queue = self.queues_by_id[queue_id]
-            refs.sort(key=lambda r: r.seq)
-            for ref in refs:
-                queue.add_recovered(ref)
-                queue.messages_added += 1
-            top = refs[-1].seq
-            if top >= queue.next_seq:
-                queue.next_seq = top + 1
-        for queue_id, (record_id, cursor) in recovered.page_cursors.items():
-            queue = self.queues_by_id.get(queue_id)
-            if queue is None:
-                self.store.delete_pages(queue_id, record_id)
-                continue
-            queue.page_cursor_record = record_id
-            queue.page_cursor = cursor
-            queue.page_backlog = self.store.count_pages(queue_id, cursor)
-            queue.paging = queue.page_backlog > 0
-        for record_id, address, dup_id in recovered.duplicate_ids:
-            cache = self._dup_cache(address, self.settings_for(address))
-            evicted = cache.add(dup_id, record_id)
-            if evicted is not None:
-                self.store.delete_duplicate_id(0, evicted)
-        for queue in list(self.queues.values()):
-            if queue.paging:
-                self.depage(queue)
-        for queue in self.queues.values():
-            if queue.next_seq > queue.seq_reserved:
-                queue.seq_reserved = queue.next_seq + SEQ_RESERVATION
-                self.store.reserve_queue_seq(queue.id, queue.seq_reserved)
 
     def ensure_defaults(self) -> None:
         """The dead-letter and expiry queues of the `#` settings, as Artemis's default config has."""

@@ -26,7 +26,7 @@ from petrel.core.message import (
 )
 from petrel.core.limits import AddressFull
 from petrel.core.postoffice import RoutingError
-from petrel.core.queue import Consumer, MessageReference, Queue
+from petrel.core.queue import Consumer, MessageReference
 from petrel.core.selector import SelectorError, compile_selector
 from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.server.adapters.stomp_large import LargeSends, deliver_large

@@ -88,7 +88,8 @@ class LargeSends:
         except Exception as exc:
             log.error("cannot store a large message body from %s: %s", adapter.conn.peer, exc)
             writer.abort()
-            adapter.resume_held(lambda: adapter.error(f"cannot store the message body: {exc}"))
+            reason = f"cannot store the message body: {exc}"
+            adapter.resume_held(lambda: adapter.error(reason))
             return
         if adapter.conn.closed:  # the client left meanwhile: nothing routed, nothing kept
             adapter.broker.large.delete(body)

@@ -89,7 +89,8 @@ def _finished(adapter: CoreAdapter, session: ServerSession, first: Send, writer:
     except Exception as exc:
         log.error("cannot store a large message body from %s: %s", adapter.conn.peer, exc)
         writer.abort()
-        adapter.resume_held(lambda: adapter.refuse(session, ErrorCode.INTERNAL, f"cannot store the body: {exc}"))
+        reason = f"cannot store the body: {exc}"
+        adapter.resume_held(lambda: adapter.refuse(session, ErrorCode.INTERNAL, reason))
         return
     if adapter.conn.closed:  # the client left meanwhile: nothing routed, nothing kept
         adapter.broker.large.delete(body)

@@ -1,0 +1,112 @@
+"""Rebuilding the post office from what the store recovered after a restart."""
+
+from __future__ import annotations
+
+import logging
+
+from petrel.core.address import Address
+from petrel.core.divert import Divert
+from petrel.core.message import RoutingType
+from petrel.core.queue import MessageReference, Queue
+from petrel.core.selector import compile_selector
+from petrel.storage.store import Recovered
+
+log = logging.getLogger("petrel.core.recovery")
+
+SEQ_RESERVATION = 10_000  # sequence numbers reserved in the bindings journal at a time
+QUEUE_ATTRIBUTES = ("exclusive", "last_value_key", "non_destructive", "ring_size", "group_rebalance", "group_buckets")
+
+
+class Recovery:
+    """A mixin of `PostOffice`."""
+
+    # -- recovery -----------------------------------------------------------------------
+
+    def recover(self, recovered: Recovered) -> None:
+        for rec in recovered.addresses:
+            address = Address(rec.id, rec.name, {RoutingType(r) for r in rec.routing_types}, rec.auto_created)
+            self.addresses[rec.name] = address
+        for rec in recovered.queues:
+            address = self.addresses.get(rec.address)
+            if address is None:
+                address = Address(self.store.next_id(), rec.address, {RoutingType(rec.routing_type)})
+                self.addresses[rec.address] = address
+                self.store.add_address(self._address_record(address))
+            try:
+                selector = compile_selector(rec.filter) if rec.filter else None
+            except ValueError:
+                log.error("queue %s has an invalid stored filter %r; ignoring it", rec.name, rec.filter)
+                selector = None
+            queue = Queue(
+                self,
+                rec.id,
+                rec.name,
+                rec.address,
+                RoutingType(rec.routing_type),
+                durable=True,
+                selector=selector,
+                auto_created=rec.auto_created,
+                client_id=rec.client_id,
+                subscription=rec.subscription,
+                next_seq=rec.seq_reserved + 1,
+                **{k: v for k, v in rec.attributes.items() if k in QUEUE_ATTRIBUTES},
+            )
+            queue.seq_reserved = rec.seq_reserved
+            self._register(queue, address)
+        for rec in recovered.diverts:
+            try:
+                selector = compile_selector(rec.filter) if rec.filter else None
+            except ValueError:
+                selector = None
+            self.diverts[rec.name] = Divert(
+                rec.id, rec.name, rec.address, rec.forwarding_address, rec.exclusive, selector, rec.routing_type
+            )
+        per_queue: dict[int, list[MessageReference]] = {}
+        dead_large = []
+        for message, refs in recovered.messages:
+            live = [r for r in refs if r.queue_id in self.queues_by_id]
+            message.ref_count = len(live)
+            if not live:
+                self.store.delete_message(0, message.id)
+                if message.large is not None:
+                    dead_large.append(message.large)
+                continue
+            if message.large is not None:
+                self.hold_large(message.large, len(live))
+            for r in live:
+                queue = self.queues_by_id[r.queue_id]
+                per_queue.setdefault(r.queue_id, []).append(MessageReference(message, queue, r.seq, r.delivery_count))
+        for body in dead_large:
+            if body.name not in self.large_holders:  # no live message names the file
+                self._drop_large(body, 0)
+        for queue_id, refs in per_queue.items():
+            queue = self.queues_by_id[queue_id]
+            refs.sort(key=lambda r: r.seq)
+            for ref in refs:
+                queue.add_recovered(ref)
+                queue.messages_added += 1
+            top = refs[-1].seq
+            if top >= queue.next_seq:
+                queue.next_seq = top + 1
+        for queue_id, (record_id, cursor) in recovered.page_cursors.items():
+            queue = self.queues_by_id.get(queue_id)
+            if queue is None:
+                self.store.delete_pages(queue_id, record_id)
+                continue
+            queue.page_cursor_record = record_id
+            queue.page_cursor = cursor
+            queue.page_backlog = self.store.count_pages(queue_id, cursor)
+            queue.paging = queue.page_backlog > 0
+        for record_id, address, dup_id in recovered.duplicate_ids:
+            cache = self._dup_cache(address, self.settings_for(address))
+            evicted = cache.add(dup_id, record_id)
+            if evicted is not None:
+                self.store.delete_duplicate_id(0, evicted)
+        for queue in list(self.queues.values()):
+            if queue.paging:
+                self.depage(queue)
+        for queue in self.queues.values():
+            if queue.next_seq > queue.seq_reserved:
+                queue.seq_reserved = queue.next_seq + SEQ_RESERVATION
+                self.store.reserve_queue_seq(queue.id, queue.seq_reserved)
+
