@@ -279,3 +279,28 @@ def test_transaction_that_consumed_before_failover_rolls_back(broker_factory):
             await session.commit()
 
     run(go())
+
+
+def test_graceful_stop_sends_disconnect_and_the_client_moves_on(broker_factory):
+    a = broker_factory(name="a").start()
+    b = broker_factory(name="b").start()
+
+    async def go():
+        async with await connect(failover_url(a, b)) as conn:
+            session = await conn.session()
+            producer = session.producer("queue://moving")
+            for i in range(200):
+                await producer.send(f"m{i}".encode())
+            await session.flush()  # all confirmed by a
+            resumed = asyncio.Event()
+            conn.on_resumed.append(resumed.set)
+            assert await asyncio.get_running_loop().run_in_executor(None, a.stop) == 0
+            await asyncio.wait_for(resumed.wait(), 20)
+            assert conn.endpoint.port == b.port
+            await producer.send(b"on b", wait=True)
+        # what a confirmed is still on a after its restart
+        a.start()
+        async with await connect(f"tcp://127.0.0.1:{a.port}") as again:
+            assert await drain_bodies(again, "queue://moving") == [f"m{i}".encode() for i in range(200)]
+
+    run(go())

@@ -231,10 +231,18 @@ class Broker:
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
-            conn.close()
+            disconnect = getattr(conn.adapter, "disconnect", None)
+            if disconnect is not None:
+                # CORE: confirmations still waiting for the disk go out first, then a
+                # DISCONNECT tells the client to fail over.
+                disconnect("the broker is shutting down")
+            else:
+                conn.close()
         deadline = time.monotonic() + timeout
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        for conn in list(self.connections):
+            conn.close(after_flush=False)
         for server in self.servers:
             await server.wait_closed()
         if self.store is not None:
