@@ -19,6 +19,7 @@ from .workloads import ConsumerSpec, ProducerSpec
 
 READ_SIZE = 1 << 18
 BATCH = 64  # frames per write for unpaced producers
+PACE_TICK = 0.001  # seconds: a paced producer sends what is due on this grid
 
 now_ns = time.monotonic_ns  # CLOCK_MONOTONIC: one clock for every process on the host
 
@@ -154,8 +155,10 @@ class Producer:
             if ns_per_msg:
                 due = int((now - t0) / ns_per_msg) + 1
                 if due <= sent:
+                    # at least a 1 ms tick: event-loop timers are millisecond-grained, and a
+                    # shorter sleep would spin and take CPU from the broker
                     wait_ns = t0 + sent * ns_per_msg - now
-                    await asyncio.sleep(min(max(wait_ns / 1e9, 0.0002), 0.01))
+                    await asyncio.sleep(min(max(wait_ns / 1e9, PACE_TICK), 0.01))
                     continue
                 n = min(n, due - sent)
             if windowed:
