@@ -16,6 +16,8 @@ from petrel.core.queue import MessageReference, Queue
 
 log = logging.getLogger("petrel.core.paging")
 
+DEPAGE_BACKLOG = 4 * 1024 * 1024  # journal bytes not yet written above which depaging waits
+
 
 class Paging:
     """A mixin of `PostOffice`."""
@@ -54,6 +56,18 @@ class Paging:
         if queue.memory_bytes > batch:
             return
         store = self.store
+        if store.pending_bytes() > DEPAGE_BACKLOG:
+            # The journal writer is behind (nothing waits for the disk while a queue drains):
+            # read more only once it has caught up, so memory stays bounded.
+            if not getattr(queue, "_depage_waiting", False):
+                queue._depage_waiting = True
+
+                def caught_up() -> None:
+                    queue._depage_waiting = False
+                    self.depage(queue)
+
+                store.after_written(caught_up)
+            return
         paged = store.read_pages(queue.id, queue.page_cursor, batch)
         if not paged:
             if not store.pages_in_flight(queue.id):
@@ -77,7 +91,8 @@ class Paging:
                 store.add_message(tx_id, message, [(queue.id, item.seq)])
             refs.append(MessageReference(message, queue, item.seq))
         queue.page_cursor = paged[-1].position
-        store.update_page_cursor(tx_id, queue.page_cursor_record, queue.page_cursor)
+        queue.page_cursor_record = store.update_page_cursor(
+            tx_id, queue.page_cursor_record, queue.id, queue.page_cursor)
         store.commit(tx_id)
         store.release_pages(queue.id, queue.page_cursor)
         queue.page_backlog = max(queue.page_backlog - len(refs), 0)

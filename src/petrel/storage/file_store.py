@@ -135,7 +135,10 @@ class FileStore:
                 queue_id, f, off = unpack(r.body)
                 for _kind, body in r.updates:
                     f, off = unpack(body)
-                rec.page_cursors[queue_id] = (r.id, PagePosition(f, off))
+                position = PagePosition(f, off)
+                known = rec.page_cursors.get(queue_id)
+                if known is None or known[1] <= position:
+                    rec.page_cursors[queue_id] = (r.id, position)
         self._next_id = top + 1
         self._reserved = 0
         self.rolled_back = rec.rolled_back
@@ -300,19 +303,35 @@ class FileStore:
         self.messages.add(record_id, RecordKind.PAGE_CURSOR, pack((queue_id, 0, 0)))
         return record_id
 
-    def update_page_cursor(self, tx_id: int, record_id: int, position: PagePosition) -> None:
-        body = pack((position.file, position.offset))
+    def update_page_cursor(self, tx_id: int, record_id: int, queue_id: int, position: PagePosition) -> int:
+        """Move a queue's page cursor; returns the id of the record that now holds it.
+
+        The cursor is written as a new record and the old one deleted (not updated in place), so
+        the journal segments holding older positions become dead and are reclaimed."""
+        new_id = self.next_id()
+        body = pack((queue_id, position.file, position.offset))
         if tx_id:
             self._tx_with_records.add(tx_id)
-            self.messages.update_tx(tx_id, record_id, RecordKind.PAGE_CURSOR, body)
+            self.messages.add_tx(tx_id, new_id, RecordKind.PAGE_CURSOR, body)
+            self.messages.delete_tx(tx_id, record_id)
         else:
-            self.messages.update(record_id, RecordKind.PAGE_CURSOR, body)
+            self.messages.add(new_id, RecordKind.PAGE_CURSOR, body)
+            self.messages.delete(record_id)
+        return new_id
 
     def read_pages(self, queue_id: int, cursor: PagePosition, max_bytes: int) -> list[PagedMessage]:
         return self.pages.read(queue_id, cursor, max_bytes, after_restart_from=self.pages.run_start.get(queue_id, 0))
 
     def page_end(self, queue_id: int) -> PagePosition:
         return self.pages.end_position(queue_id)
+
+    def pending_bytes(self) -> int:
+        """Bytes appended to the message journal that the writer has not written yet."""
+        return self.messages.pending_bytes()
+
+    def after_written(self, done: Callable[[], None]) -> None:
+        """`done` runs once the message journal has written what was appended so far."""
+        self.messages.sync(done)
 
     def pages_in_flight(self, queue_id: int) -> bool:
         """Paged records not yet written to their file (a read now would not see them)."""

@@ -146,15 +146,23 @@ class Compactor:
     def _replay(self, segments: list[int]) -> tuple[list[int], Replay, bool] | None:
         """Replay ``segments``; shrink them until no transaction is left open inside.
 
+        Each segment is read and decoded once; shrinking replays the cached records.
         Returns the segments, their replay, and whether skipped damage was seen."""
+        scanned: dict[int, object] = {}
+        first_seen: dict[int, int] = {}  # tx id -> first segment holding one of its records
         while len(segments) >= 1:
             replay = Replay()
             damaged = False
             for seg in segments:
-                buf = read_file(self.layout.data_path(seg))
-                if check_header(self.layout.data_path(seg), buf, seg) is not None:
-                    return None
-                result = scan(buf, seg)
+                result = scanned.get(seg)
+                if result is None:
+                    buf = read_file(self.layout.data_path(seg))
+                    if check_header(self.layout.data_path(seg), buf, seg) is not None:
+                        return None
+                    result = scanned[seg] = scan(buf, seg)
+                    for _off, code, _ut, _rid, tx_id, _count, _body, _size in result.records:
+                        if code in _TX_RECORDS and tx_id not in first_seen:
+                            first_seen[tx_id] = seg
                 if result.damage or result.torn:
                     if not self.skip_damaged:
                         log.warning("not compacting: damage in segment %d", seg)
@@ -164,18 +172,9 @@ class Compactor:
             if not replay.txs:
                 return segments, replay, damaged
             # some transaction is not resolved inside: stop before its first record
-            open_ids = set(replay.txs)
-            cut = self._first_segment_of(segments, open_ids)
+            cut = min((first_seen.get(tx_id, segments[-1]) for tx_id in replay.txs), default=segments[-1])
             segments = [s for s in segments if s < cut]
         return None
-
-    def _first_segment_of(self, segments: list[int], tx_ids: set[int]) -> int:
-        for seg in segments:
-            buf = read_file(self.layout.data_path(seg))
-            for _off, code, _ut, _rid, tx_id, _count, _body, _size in scan(buf, seg).records:
-                if code in _TX_RECORDS and tx_id in tx_ids:
-                    return seg
-        return segments[-1]  # pragma: no cover - an open tx always has a record
 
     def run(self, current: int) -> int:
         """Compact what can be; returns how many segments were replaced (0: nothing done)."""

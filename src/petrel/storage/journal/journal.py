@@ -341,6 +341,12 @@ class FileJournal:
             return [SegmentInfo(s.id, self.layout.data_path(s.id), s.live, s.used, s.records)
                     for s in states]
 
+    def pending_bytes(self) -> int:
+        """Bytes appended but not yet taken by the writer (for back-pressure)."""
+        p = self._pending
+        with p.lock:
+            return sum(len(chunk[2]) for chunk in p.chunks)
+
     def stats(self) -> dict:
         w = self._writer
         with w.meta_lock:
