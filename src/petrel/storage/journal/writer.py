@@ -238,6 +238,12 @@ class Writer:
         hook = self.before_durable
         if hook is not None and chunks:
             hook([(seg, off, bytes(data)) for seg, off, data in chunks])
+        stats = self.on_batch_stats
+        if stats is not None:  # before the callbacks: whoever they wake sees this batch counted
+            try:
+                stats(len(items), written, self.last_sync_ns / 1e9 if unsynced and sync else 0.0)
+            except Exception:
+                log.exception("on_batch_stats failed")
         if callbacks:
             notify = self.on_batch_durable
             if notify is None:
@@ -248,12 +254,6 @@ class Writer:
                     notify(callbacks)
                 except Exception:
                     log.exception("on_batch_durable failed")
-        stats = self.on_batch_stats
-        if stats is not None:
-            try:
-                stats(len(items), written, self.last_sync_ns / 1e9 if unsynced and sync else 0.0)
-            except Exception:
-                log.exception("on_batch_stats failed")
 
     # housekeeping ---------------------------------------------------------------------
 
