@@ -15,25 +15,15 @@ subsystems are picked up by new connections). A refused received frame raises
 
 from __future__ import annotations
 
-from enum import Enum
 
 from ..errors import LocalProtocolError, RemoteProtocolError
+from ..roles import Phase, Role
 from .events import CLIENT_EVENTS, EVENT_TYPES, SERVER_EVENTS
 from .frames import FrameType
 
 __all__ = ["Role", "Phase", "ConnectionState"]
 
 
-class Role(Enum):
-    CLIENT = "client"
-    SERVER = "server"
-
-
-class Phase(Enum):
-    IDLE = "idle"
-    CONNECTING = "connecting"
-    OPEN = "open"
-    CLOSED = "closed"
 
 
 _CLOSING = (FrameType.DISCONNECT, FrameType.ERROR)

@@ -15,26 +15,14 @@ CONNECTED before sending anything else (the escaping to use depends on it).
 
 from __future__ import annotations
 
-from enum import Enum
 
 from ..errors import LocalProtocolError, RemoteProtocolError
+from ..roles import Phase, Role
 from .frames import CLIENT_COMMANDS, SERVER_COMMANDS
 
 __all__ = ["Role", "Phase", "ConnectionState"]
 
 
-class Role(Enum):
-    """Which end of the connection this codec plays."""
-
-    CLIENT = "client"
-    SERVER = "server"
-
-
-class Phase(Enum):
-    IDLE = "idle"
-    CONNECTING = "connecting"
-    OPEN = "open"
-    CLOSED = "closed"
 
 
 _CONNECT = ("CONNECT", "STOMP")
