@@ -164,3 +164,33 @@ def test_paging_keeps_order_bounds_memory_and_survives_restart(tmp_path):
     store2.close()
     assert not list((tmp_path / "paging").glob("*/*.page")) or all(
         p.stat().st_size == 0 for p in (tmp_path / "paging").glob("*/*.page"))
+
+
+def test_a_slow_topic_subscriber_pages_while_a_fast_one_reads_from_memory(tmp_path):
+    office, store = open_office(tmp_path, {"feed": {"max_size_bytes": 64 * 1024}})
+    address, _ = office.ensure_address_for("feed", MULTI)
+    fast = office.subscribe_multicast(address, filter=None, client_id="c", subscription="fast")
+    slow = office.subscribe_multicast(address, filter=None, client_id="c", subscription="slow")
+    sink = Sink()
+    fast.add_consumer(Consumer(fast, lambda c, ref: None, auto_ack=True))
+    for i in range(1000):
+        send(office, "feed", f"{i:04d}".encode() + b"y" * 500, MULTI)
+    assert slow.paging and not fast.paging
+    assert fast.message_count == 0 and fast.messages_added == 1000
+    assert slow.message_count == 1000
+    flush(store)
+    # the slow one catches up later, in order, from memory and pages
+    slow.add_consumer(Consumer(slow, sink, window=100_000))
+    seen = []
+    for _ in range(200):
+        while sink.got:
+            ref = sink.got.pop(0)
+            seen.append(int(ref.message.body[:4]))
+            slow.acknowledge(ref)
+        if slow.message_count == 0:
+            break
+        flush(store)
+        office.depage(slow)
+    assert seen == list(range(1000))
+    assert slow.message_count == 0 and not slow.paging
+    store.close()
