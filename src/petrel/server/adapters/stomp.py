@@ -30,6 +30,7 @@ from petrel.core.queue import Consumer, MessageReference
 from petrel.core.selector import SelectorError, compile_selector
 from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.server.adapters.stomp_large import LargeSends, deliver_large
+from petrel.server.adapters.stomp_render import message_prefix, receipt_bytes, render_message
 
 if TYPE_CHECKING:
     from petrel.server.broker import Broker
@@ -57,13 +58,6 @@ def parse_destination(dest: str) -> tuple[str, RoutingType | None]:
     return dest, None
 
 
-# Headers the broker writes on MESSAGE; a property of the same name is not repeated.
-MESSAGE_HEADERS = frozenset(
-    {"subscription", "message-id", "destination", "persistent", "priority", "expires", "timestamp",
-     "redelivered", "ack", "content-length"}
-)
-
-
 class Subscription:
     __slots__ = ("id", "destination", "ack", "consumer", "durable_name", "prefix")
 
@@ -74,29 +68,6 @@ class Subscription:
         self.consumer = consumer
         self.durable_name = durable_name
         self.prefix: bytes | None = None  # rendered "MESSAGE\nsubscription:..\ndestination:..\n"
-
-
-def _render_properties(properties: dict, escaping) -> bytes:
-    """`k:v\n` lines for a MESSAGE, escaped for the version. STOMP 1.0 has no escaping: a
-    property it cannot carry (a line break or NUL in it, a colon in its name) is left out."""
-    lines = []
-    escapes = bool(escaping.decode_table)
-    for k, v in properties.items():
-        k = str(k)
-        if k in MESSAGE_HEADERS or not k:
-            continue
-        v = v if isinstance(v, str) else str(v)
-        if escapes:
-            if escaping.needs_escape(k):
-                k = escaping.escape(k)
-            if escaping.needs_escape(v):
-                v = escaping.escape(v)
-            if "\x00" in k or "\x00" in v:
-                continue
-        elif "\n" in k or "\n" in v or "\r" in k or "\r" in v or ":" in k or "\x00" in k or "\x00" in v:
-            continue
-        lines.append(f"{k}:{v}\n")
-    return "".join(lines).encode("utf-8", "replace")
 
 
 class StompAdapter:
@@ -443,23 +414,7 @@ class StompAdapter:
         m = ref.message
         prefix = sub.prefix
         if prefix is not None and m.large is None:
-            # The fast path: our headers, then the message's rendered properties (cached on it).
-            version = self.codec.version
-            cache = m.wire_cache
-            if cache is not None and cache[0] == version:
-                props = cache[1]
-            else:
-                props = _render_properties(m.properties, self.codec._escaping) if m.properties else b""
-                m.wire_cache = (version, props)
-            ack_id = f"{consumer.id}.{ref.seq}"
-            head = (
-                f"message-id:{ack_id}\npersistent:{'true' if m.durable else 'false'}\npriority:{m.priority}\n"
-                f"expires:{m.expiration}\ntimestamp:{m.timestamp}\n"
-                f"{'redelivered:true' + chr(10) if ref.delivery_count else ''}"
-                f"{'ack:' + ack_id + chr(10) if version == '1.2' and sub.ack != 'auto' else ''}"
-                f"content-length:{len(m.body)}\n"
-            ).encode()
-            self.conn.write(b"".join((prefix, head, props, b"\n", m.body, b"\x00")))
+            self.conn.write(render_message(prefix, consumer.id, ref, self.codec.version, sub.ack, self.codec._escaping))
             return
         headers = {str(k): str(v) for k, v in m.properties.items()}
         ack_id = f"{consumer.id}.{ref.seq}"
@@ -480,22 +435,10 @@ class StompAdapter:
         self.conn.write(self.codec.send(Frame("MESSAGE", headers, m.body)))
 
     def _message_prefix(self, sub_id: str, dest: str) -> bytes | None:
-        escaping = self.codec._escaping
-        text = sub_id + dest
-        if escaping.decode_table:
-            if escaping.needs_escape(text):
-                sub_id, dest = escaping.escape(sub_id), escaping.escape(dest)
-        elif "\n" in text or "\r" in text:
-            return None
-        return f"MESSAGE\nsubscription:{sub_id}\ndestination:{dest}\n".encode()
+        return message_prefix(self.codec._escaping, sub_id, dest)
 
     def _receipt_frame(self, receipt_id: str) -> bytes:
-        escaping = self.codec._escaping
-        if escaping.decode_table and escaping.needs_escape(receipt_id):
-            return self.codec.send(Frame("RECEIPT", {"receipt-id": receipt_id}))
-        if not escaping.decode_table and ("\n" in receipt_id or "\r" in receipt_id):
-            return self.codec.send(Frame("RECEIPT", {"receipt-id": receipt_id}))
-        return b"RECEIPT\nreceipt-id:" + receipt_id.encode() + b"\n\n\x00"
+        return receipt_bytes(self.codec, receipt_id)
 
     def receipt(self, frame: Frame, *, durable: bool = False, transactional: bool = False) -> None:
         receipt_id = frame.headers.get("receipt")
