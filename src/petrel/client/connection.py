@@ -33,7 +33,7 @@ from petrel.client.admin import AdminRequests
 from petrel.client.failover import ReconnectPlan
 from petrel.client.session import AsyncSession
 from petrel.client.transport import Transport
-from petrel.client.url import ClientURL, Endpoint, parse_url
+from petrel.client.url import ClientURL, Endpoint, option, parse_url
 from petrel.codec.errors import ProtocolError
 from petrel.codec.core import (
     CAPABILITIES,
@@ -61,6 +61,7 @@ __all__ = ["AsyncConnection", "connect"]
 
 log = logging.getLogger("petrel.client")
 
+
 class _Pending:
     __slots__ = ("future", "event", "retry", "kind", "callback")
 
@@ -71,13 +72,6 @@ class _Pending:
         self.kind = kind
         self.callback = callback
 
-
-def _option(options: dict[str, str], *names: str) -> str | None:
-    lowered = {k.lower(): v for k, v in options.items()}
-    for name in names:
-        if name.lower() in lowered:
-            return lowered[name.lower()]
-    return None
 
 
 class AsyncConnection(AdminRequests):
@@ -104,18 +98,18 @@ class AsyncConnection(AdminRequests):
     ) -> None:
         self.url = parse_url(url) if isinstance(url, str) else url
         o = self.url.options
-        self.user = user if user is not None else _option(o, "user", "username")
-        self.password = password if password is not None else _option(o, "password")
-        self.client_id = client_id if client_id is not None else _option(o, "clientID", "clientId")
+        self.user = user if user is not None else option(o, "user", "username")
+        self.password = password if password is not None else option(o, "password")
+        self.client_id = client_id if client_id is not None else option(o, "clientID", "clientId")
         self.connection_ttl = connection_ttl if connection_ttl is not None else int(
-            _option(o, "connectionTTL") or 60000)
-        check = failure_check_period if failure_check_period is not None else _option(o, "clientFailureCheckPeriod")
+            option(o, "connectionTTL") or 60000)
+        check = failure_check_period if failure_check_period is not None else option(o, "clientFailureCheckPeriod")
         self.failure_check_period = int(check) if check is not None else None
         self.confirmation_window = confirmation_window if confirmation_window is not None else int(
-            _option(o, "confirmationWindowSize") or 1024 * 1024)
+            option(o, "confirmationWindowSize") or 1024 * 1024)
         self.consumer_window = consumer_window if consumer_window is not None else int(
-            _option(o, "consumerWindowSize") or 1024 * 1024)
-        auto = auto_duplicate_id if auto_duplicate_id is not None else _option(o, "autoDuplicateId")
+            option(o, "consumerWindowSize") or 1024 * 1024)
+        auto = auto_duplicate_id if auto_duplicate_id is not None else option(o, "autoDuplicateId")
         if isinstance(auto, str):
             auto = auto.lower() in ("true", "1", "yes")
         #: Durable messages get an automatic duplicate id (default: on for failover URLs).

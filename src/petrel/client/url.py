@@ -175,3 +175,12 @@ def _failover_options(options: dict[str, str]) -> tuple[FailoverOptions, dict[st
         except ValueError as exc:
             raise ValueError(f"failover option {key}: {exc}") from None
     return dataclasses.replace(FailoverOptions(), **values), rest
+
+
+def option(options: dict[str, str], *names: str) -> str | None:
+    """The value of the first of `names` among a URL's options, matched without regard to case."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    for name in names:
+        if name.lower() in lowered:
+            return lowered[name.lower()]
+    return None
