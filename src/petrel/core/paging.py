@@ -59,11 +59,11 @@ class Paging:
         if store.pending_bytes() > DEPAGE_BACKLOG:
             # The journal writer is behind (nothing waits for the disk while a queue drains):
             # read more only once it has caught up, so memory stays bounded.
-            if not getattr(queue, "_depage_waiting", False):
-                queue._depage_waiting = True
+            if not queue.depage_waiting:
+                queue.depage_waiting = True
 
                 def caught_up() -> None:
-                    queue._depage_waiting = False
+                    queue.depage_waiting = False
                     self.depage(queue)
 
                 store.after_written(caught_up)
@@ -72,13 +72,13 @@ class Paging:
         if not paged:
             if not store.pages_in_flight(queue.id):
                 self._end_paging(queue)  # everything written has been read back
-            elif not getattr(queue, "_depage_retry", None):
+            elif queue.depage_retry is None:
                 # records still on their way to disk: look again shortly
                 def retry() -> None:
-                    queue._depage_retry = None
+                    queue.depage_retry = None
                     self.depage(queue)
 
-                queue._depage_retry = self.scheduler.call_at_ms(self.now() + 20, retry)
+                queue.depage_retry = self.scheduler.call_at_ms(self.now() + 20, retry)
             return
         tx_id = store.begin()
         refs = []

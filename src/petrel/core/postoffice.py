@@ -354,7 +354,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
                 self.limits.dropped[address.name] = self.limits.dropped.get(address.name, 0) + 1
                 self.discard(message)
                 return SendResult(SendOutcome.DROPPED)
-            if policy == "BLOCK" or (policy == "PAGE" and not getattr(self.store, "supports_paging", False)):
+            if policy == "BLOCK" or (policy == "PAGE" and not self.store.supports_paging):
                 blocked = policy == "BLOCK"
         if message.expiration == 0 and settings.expiry_delay >= 0:
             message.expiration = (message.timestamp or self.now()) + settings.expiry_delay
@@ -439,7 +439,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
         refs = []
         # A large message is never paged: in memory it is only its headers, and its file
         # must stay named by a journal record so a restart keeps it.
-        can_page = (tx_id == 0 or own_tx) and getattr(self.store, "supports_paging", False) and message.large is None
+        can_page = (tx_id == 0 or own_tx) and self.store.supports_paging and message.large is None
         paged = 0
         for queue in targets:
             seq = self._take_seq(queue)

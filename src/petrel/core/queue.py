@@ -161,6 +161,8 @@ class Queue:
         self.page_backlog = 0
         self.page_cursor = None  # PagePosition of the next paged record to read
         self.page_cursor_record = 0
+        self.depage_waiting = False  # depaging waits for the journal writer to catch up
+        self.depage_retry = None  # timer: paged records still on their way to disk
 
     # -- counters ----------------------------------------------------------------------
 
