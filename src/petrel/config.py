@@ -36,6 +36,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from petrel.cluster.config import (
+    DEFAULT_CLUSTER_PASSWORD,
+    DEFAULT_CLUSTER_USER,
+    BroadcastGroupModel,
+    ClusterConnectionModel,
+    DiscoveryGroupModel,
+    GroupingHandlerModel,
+    parse_connector,
+)
 from petrel.core.settings import AddressSettingsRepository
 from petrel.errors import ConfigError
 
@@ -131,6 +140,9 @@ class AddressSettingsModel(BaseModel):
         None, description="what happens when the address is full: PAGE, BLOCK, FAIL or DROP")
     page_size_bytes: int | None = Field(
         None, ge=4096, description="size of each page file")
+    redistribution_delay: int | None = Field(
+        None, ge=-1, description="ms a clustered queue without consumers waits before its messages move to "
+        "nodes with consumers (-1 = never, 0 = at once)")
 
     def partial(self) -> dict[str, Any]:
         """Only the keys that were set, for :class:`AddressSettingsRepository`."""
@@ -230,6 +242,19 @@ class BrokerConfig(BaseModel):
         default_factory=dict, description="per address pattern; see the tables below")
     queues: list[QueueModel] = Field(default_factory=list, description="queues created at start")
     diverts: list[DivertModel] = Field(default_factory=list, description="diverts created at start")
+    cluster_user: str = Field(DEFAULT_CLUSTER_USER, description="user cluster nodes present to each other")
+    cluster_password: str = Field(
+        DEFAULT_CLUSTER_PASSWORD, description="password cluster nodes present to each other (the same on every node)")
+    connectors: dict[str, str] = Field(
+        default_factory=dict, description="named connectors: tcp://host:port URLs other settings refer to")
+    broadcast_groups: list[BroadcastGroupModel] = Field(
+        default_factory=list, description="UDP announcements of this node's connectors")
+    discovery_groups: list[DiscoveryGroupModel] = Field(
+        default_factory=list, description="UDP listeners that learn other nodes from their announcements")
+    cluster_connections: list[ClusterConnectionModel] = Field(
+        default_factory=list, description="at most one: how this node joins a cluster")
+    grouping_handler: GroupingHandlerModel | None = Field(
+        None, description="clustered message grouping: LOCAL on one node, REMOTE on the others")
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:
@@ -240,7 +265,33 @@ class BrokerConfig(BaseModel):
             if port > 0 and port + self.port_offset > 65535:
                 raise ValueError(
                     f"{field}: {port} + port_offset {self.port_offset} is above 65535")
+        self._check_cluster()
         return self
+
+    def _check_cluster(self) -> None:
+        for name, url in self.connectors.items():
+            try:
+                parse_connector(url)
+            except ValueError as exc:
+                raise ValueError(f"connectors.{name}: {exc}") from None
+        if len(self.cluster_connections) > 1:
+            raise ValueError("cluster_connections: Petrel runs at most one cluster connection per broker")
+        groups = {g.name for g in self.discovery_groups}
+        for cc in self.cluster_connections:
+            for ref in [cc.connector, *cc.static_connectors]:
+                if ref is not None and ":" not in ref and ref not in self.connectors:
+                    raise ValueError(f"cluster_connections: connector {ref!r} is neither a URL nor a name in [connectors]")
+            if cc.discovery_group is not None and cc.discovery_group not in groups:
+                raise ValueError(f"cluster_connections: discovery_group {cc.discovery_group!r} is not in [[discovery_groups]]")
+        for bg in self.broadcast_groups:
+            for ref in bg.connectors:
+                if ":" not in ref and ref not in self.connectors:
+                    raise ValueError(f"broadcast_groups: connector {ref!r} is neither a URL nor a name in [connectors]")
+
+    def connector_url(self, ref: str) -> str:
+        """A connector reference (a [connectors] name or a URL) as ``host:port``."""
+        host, port = parse_connector(self.connectors.get(ref, ref))
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     # -- derived values ----------------------------------------------------
 
@@ -284,7 +335,8 @@ class BrokerConfig(BaseModel):
 
 
 # Fields that environment variables may not set.
-_NOT_FROM_ENV = frozenset({"address_settings"})
+_NOT_FROM_ENV = frozenset({"address_settings", "connectors", "broadcast_groups", "discovery_groups",
+                           "cluster_connections", "grouping_handler"})
 
 
 def load_config(

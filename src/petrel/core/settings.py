@@ -80,6 +80,7 @@ class AddressSettings:
     max_size_messages: int = -1
     address_full_policy: str = "PAGE"  # PAGE | BLOCK | FAIL | DROP
     page_size_bytes: int = 10 * 1024 * 1024
+    redistribution_delay: int = -1  # ms; -1 = no redistribution, 0 = at once
 
     def resolved(self, *, id_cache_size: int = _DEFAULT_ID_CACHE_SIZE) -> AddressSettings:
         """A copy with every derived field filled in."""
@@ -141,6 +142,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "max_size_messages": (int,),
     "address_full_policy": (str,),
     "page_size_bytes": (int,),
+    "redistribution_delay": (int,),
 }
 assert _TYPES.keys() == _FIELDS.keys(), "keep _TYPES in step with AddressSettings"
 
