@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from petrel.cli import main
-from petrel.cli.create import render_broker_toml, toml_value
+from petrel.cli.create import TABLES, render_broker_toml, toml_value
 from petrel.config import BrokerConfig, load_config
 from petrel.core.settings import AddressSettings
 
@@ -88,10 +88,11 @@ def test_directory_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
 def test_every_setting_is_listed_with_its_default() -> None:
     text = render_broker_toml(name="n")
     listed = set(re.findall(r"^#? ?([a-z_]+) = ", text, flags=re.M))
-    broker_fields = set(BrokerConfig.model_fields) - {"address_settings"}
+    broker_fields = set(BrokerConfig.model_fields) - set(TABLES)
     address_fields = {f for f in AddressSettings.__dataclass_fields__}
     assert broker_fields | address_fields <= listed
     assert '[address_settings."#"]' in text
+    assert "# [[cluster_connections]]" in text
     # only the instance's own settings are active
     active = set(re.findall(r"^([a-z_]+) = ", text, flags=re.M))
     assert active == {"name", "data_dir", "port_offset"}

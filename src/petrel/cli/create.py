@@ -29,6 +29,20 @@ CONFIG_NAME = "broker.toml"
 #: Settings written active (uncommented) in a new instance.
 ACTIVE = ("name", "data_dir", "port_offset")
 DATA_SUBDIRS = ("journal", "bindings")
+#: Settings that are TOML tables: written after the plain keys (address settings and the cluster).
+TABLES = ("address_settings", "connectors", "broadcast_groups", "discovery_groups", "cluster_connections",
+          "grouping_handler")
+CLUSTER_EXAMPLE = """\
+# A cluster (see the README): every node names how the others reach it and at least one
+# seed; set cluster_password above to the same secret on every node.
+#
+# [[cluster_connections]]
+#   name = "petrel-cluster"
+#   connector = "tcp://this-host:61616"
+#   static_connectors = ["tcp://other-host:61616"]
+#   message_load_balancing = "ON_DEMAND"      # OFF, STRICT, ON_DEMAND, OFF_WITH_REDISTRIBUTION
+#   max_hops = 1
+"""
 
 
 def toml_value(value: Any) -> str:
@@ -65,7 +79,7 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
         "",
     ]
     for field, info in BrokerConfig.model_fields.items():
-        if field == "address_settings":
+        if field in TABLES:
             continue
         lines.extend(_comment(info.description))
         if field in active:
@@ -90,6 +104,7 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
         shown = "<unset>" if value is None else toml_value(value)
         lines.append(f"# {field.name} = {shown}")
     lines.append("")
+    lines.append(CLUSTER_EXAMPLE)
     return "\n".join(lines)
 
 

@@ -14,6 +14,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.address import Address
+from petrel.core.clustered import Clustering
+from petrel.core.redistribution import Redistributing
 from petrel.core.divert import Divert, Diverting
 from petrel.core.errors import RoutingError
 from petrel.core.large_bodies import LargeBodies
@@ -32,6 +34,7 @@ from petrel.core.message import (
     now_ms,
 )
 from petrel.core.queue import DONE, Consumer, MessageReference, Queue
+from petrel.core.remote import RemoteBinding
 from petrel.core.selector import compile_selector
 from petrel.core.settings import AddressSettings, AddressSettingsRepository
 from petrel.core.transaction import Transaction, TransactionRolledBack
@@ -69,7 +72,7 @@ class SendResult:
     throttled: bool = False  # flow control: consumers are behind; pause the producer a moment
 
 
-class PostOffice(Diverting, Paging, LargeBodies, Recovery):
+class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing):
     def __init__(
         self,
         store: Store,
@@ -102,6 +105,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
         self.large = large
         self.large_holders: dict[str, int] = {}
         self._large_in_tx: dict[int, list[LargeBody]] = {}
+        self.init_cluster()
 
     def settings_for(self, address: str) -> AddressSettings:
         return self.settings.match(address)
@@ -205,6 +209,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
         self.queues[queue.name] = queue
         self.queues_by_id[queue.id] = queue
         address.bind(queue)
+        if self.observer is not None:
+            self.observer.binding_added(queue)
 
     @staticmethod
     def _queue_record(queue: Queue) -> QueueRecord:
@@ -244,6 +250,9 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
             address.unbind(queue)
         if queue.durable:
             self.store.delete_queue(queue.id)
+        self._forget_idle(queue)
+        if self.observer is not None:
+            self.observer.binding_removed(queue)
         if queue.page_cursor_record:
             self.store.delete_pages(queue.id, queue.page_cursor_record)
             queue.paging, queue.page_backlog = False, 0
@@ -402,7 +411,14 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
         tx_id: int,
         only: list[Queue] | None = None,
         depth: int = 0,
+        *,
+        remote: list[RemoteBinding] | None = None,
+        own_tx: bool = False,
+        track_dup: bool = True,
     ) -> SendResult:
+        """`only`: these queues instead of the address's bindings (and `remote` bindings with
+        them); `own_tx`: `tx_id` is a transaction the office commits itself (not a client's),
+        so paging is allowed; `track_dup`: remember the message's duplicate ID."""
         address = self.addresses.get(message.address)
         diverted = False
         if only is not None:
@@ -410,14 +426,20 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
         elif self.diverts and self._apply_diverts(message, routing_type, tx_id, depth):
             targets = []
             diverted = True
+        elif address is None:
+            targets = []
+        elif self.remote_by_address and message.address in self.remote_by_address:
+            targets, remote = self.cluster_targets(
+                address, message, routing_type, self.remote_by_address[message.address])
         else:
-            targets = address.targets(message, routing_type) if address is not None else []
-        dup_id = message.duplicate_id
+            targets = address.targets(message, routing_type)
+        dup_id = message.duplicate_id if track_dup else None
         persist_dup = dup_id is not None and self.persist_id_cache
-        own_tx = 0
         stored = [q for q in targets if q.durable] if message.durable else []
-        if tx_id == 0 and persist_dup and stored:
-            tx_id = own_tx = self.store.begin()
+        may_page = tx_id == 0 or own_tx
+        commit_here = 0  # a transaction begun here, committed at the end
+        if tx_id == 0 and ((persist_dup and stored) or (remote and message.durable)):
+            tx_id = commit_here = self.store.begin()
         if dup_id is not None and address is not None:
             cache = self._dup_cache(address.name, self.settings_for(address.name))
             record_id = self.store.next_id()
@@ -426,12 +448,15 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
                 if evicted is not None:
                     self.store.delete_duplicate_id(tx_id, evicted)
                 self.store.add_duplicate_id(tx_id, record_id, address.name, dup_id)
+        if remote:
+            self.forward(message, remote, tx_id)
         if not targets:
             self.discard(message)
-            if own_tx:
-                self.store.commit(own_tx)
-            if diverted:
-                return SendResult(SendOutcome.ROUTED)
+            if commit_here:
+                self.store.commit(commit_here)
+            if diverted or remote:
+                self.messages_routed += 1
+                return SendResult(SendOutcome.ROUTED, len(remote or ()))
             self.unrouted += 1
             return SendResult(SendOutcome.UNROUTED)
         if message.large is not None:  # every target's reference holds the file
@@ -439,11 +464,12 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
         refs = []
         # A large message is never paged: in memory it is only its headers, and its file
         # must stay named by a journal record so a restart keeps it.
-        can_page = (tx_id == 0 or own_tx) and self.store.supports_paging and message.large is None
+        can_page = may_page and self.store.supports_paging and message.large is None
         paged = 0
         for queue in targets:
             seq = self._take_seq(queue)
-            if can_page and self._pages(queue, address):
+            if can_page and self._pages(queue, address if queue.address == message.address
+                                        else self.addresses.get(queue.address)):
                 self._page(queue, seq, message)
                 paged += 1
                 continue
@@ -453,8 +479,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery):
         if stored:
             message.ref_count = len(stored)
             self.store.add_message(tx_id, message, [(r.queue.id, r.seq) for r in refs if r.queue.durable])
-        if own_tx:
-            self.store.commit(own_tx)
+        if commit_here:
+            self.store.commit(commit_here)
         now = self.now()
         for ref in refs:
             ref.queue.messages_added += 1

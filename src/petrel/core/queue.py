@@ -290,6 +290,7 @@ class Queue:
             self.groups.clear()
         if self.paging:
             self.office.depage(self)
+        self.office.consumers_changed(self)
         self.deliver()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -306,6 +307,7 @@ class Queue:
         if not self.non_destructive:
             for ref in reversed(refs):
                 self._cancel(ref, consumer, redelivered=True)
+        self.office.consumers_changed(self)
         self.deliver()
         self.office.queue_idle_check(self)
 
@@ -315,6 +317,8 @@ class Queue:
             self._again = True
             return
         if not self.consumers or self._available == 0 or self.paused:
+            if not self.consumers and self.office.remote_by_address:
+                self.office.queue_idle(self)
             return
         self._delivering = True
         try:

@@ -1,0 +1,224 @@
+"""The post office in a cluster: remote bindings, message load balancing, forwarding, and
+messages forwarded here by other nodes.
+
+Routing with remote bindings follows Artemis (`BindingsImpl.getNextBinding`):
+
+- multicast: every matching subscription in the cluster gets the message once; the copies
+  for one node travel together, one store-and-forward copy per next hop;
+- anycast: one queue among the address's local anycast queues and its remote anycast
+  bindings, round-robin. ON_DEMAND takes a remote binding only when a consumer there would
+  take the message, and falls back to a local queue; STRICT takes every queue in turn; OFF
+  and OFF_WITH_REDISTRIBUTION never forward at routing time.
+
+A forwarded copy is a new message (its own id, so its own store record and large-message
+file) in the next hop's store-and-forward queue, in the same store transaction as the local
+references of the original, so a crash keeps both or neither.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+from petrel.core.message import Message, RoutingType
+from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, Balancing, Link, RemoteBinding, local_demand
+from petrel.core.selector import Selector
+
+if TYPE_CHECKING:
+    from petrel.core.address import Address
+    from petrel.core.postoffice import PostOffice, SendResult
+    from petrel.core.queue import Queue
+
+__all__ = ["Clustering", "BindingObserver", "BRIDGE_CACHE_PREFIX"]
+
+log = logging.getLogger("petrel.core.cluster")
+
+#: Duplicate-ID caches of bridged messages are kept per address under this prefix (Artemis: BRIDGE.).
+BRIDGE_CACHE_PREFIX = "BRIDGE."
+
+
+class BindingObserver(Protocol):
+    """Told about bindings as they change (the cluster advertises them to its neighbours)."""
+
+    def binding_added(self, binding: Queue | RemoteBinding) -> None: ...
+
+    def binding_removed(self, binding: Queue | RemoteBinding) -> None: ...
+
+    def binding_changed(self, binding: Queue | RemoteBinding) -> None: ...
+
+
+class Clustering:
+    """PostOffice mixin; the state lives on the office (see `init_cluster`)."""
+
+    def init_cluster(self: PostOffice) -> None:
+        self.remote_bindings: dict[str, RemoteBinding] = {}
+        self.remote_by_address: dict[str, list[RemoteBinding]] = {}
+        self.balancing = Balancing.ON_DEMAND
+        self.observer: BindingObserver | None = None
+        self.messages_forwarded = 0
+        self.forwarded_duplicates = 0
+        self.init_redistribution()
+
+    # -- remote bindings ---------------------------------------------------------------------
+
+    def add_remote_binding(self: PostOffice, binding: RemoteBinding) -> None:
+        if binding.key in self.remote_bindings:
+            self.remove_remote_binding(binding.key)
+        self.remote_bindings[binding.key] = binding
+        self.remote_by_address.setdefault(binding.address, []).append(binding)
+        log.debug("remote binding added: %r", binding)
+        if self.observer is not None:
+            self.observer.binding_added(binding)
+        if binding.consumer_count > 0:
+            self.remote_demand(binding)
+
+    def remove_remote_binding(self: PostOffice, key: str) -> RemoteBinding | None:
+        binding = self.remote_bindings.pop(key, None)
+        if binding is None:
+            return None
+        group = self.remote_by_address.get(binding.address)
+        if group is not None:
+            if binding in group:
+                group.remove(binding)
+            if not group:
+                del self.remote_by_address[binding.address]
+        log.debug("remote binding removed: %r", binding)
+        if self.observer is not None:
+            self.observer.binding_removed(binding)
+        return binding
+
+    def update_remote_consumers(self: PostOffice, key: str, count: int, selectors: list[Selector | None]) -> None:
+        binding = self.remote_bindings.get(key)
+        if binding is None:
+            return
+        binding.consumer_count = max(count, 0)  # never negative (ARTEMIS-4527's ping-pong)
+        binding.consumer_selectors = selectors
+        if self.observer is not None:
+            self.observer.binding_changed(binding)
+        if binding.consumer_count > 0:
+            self.remote_demand(binding)
+
+    def bindings_via(self: PostOffice, link: Link) -> list[RemoteBinding]:
+        return [b for b in self.remote_bindings.values() if b.link is link]
+
+    def consumers_changed(self: PostOffice, queue: Queue) -> None:
+        """A local queue gained or lost a consumer."""
+        if self.observer is not None:
+            self.observer.binding_changed(queue)
+        if not queue.consumers:
+            self.queue_idle(queue, since=self.now())
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def cluster_targets(
+        self: PostOffice, address: Address, message: Message, routing_type: RoutingType | None,
+        remote: list[RemoteBinding],
+    ) -> tuple[list[Queue], list[RemoteBinding]]:
+        """The local queues and remote bindings a message sent to `address` goes to."""
+        local: list[Queue] = []
+        far: list[RemoteBinding] = []
+        if routing_type in (None, RoutingType.MULTICAST) and RoutingType.MULTICAST in address.routing_types:
+            for q in address.multicast:
+                if q.selector is None or q.selector.matches(message):
+                    local.append(q)
+            for b in remote:
+                if b.routing_type == RoutingType.MULTICAST and b.accepts(message):
+                    far.append(b)
+        if routing_type in (None, RoutingType.ANYCAST) and RoutingType.ANYCAST in address.routing_types:
+            balancing = self.balancing
+            candidates: list[Queue | RemoteBinding] = list(address.anycast)
+            if balancing.forwards_anycast:
+                candidates += [b for b in remote if b.routing_type == RoutingType.ANYCAST and b.link.connected]
+            choice = _next_binding(address, candidates, message, balancing)
+            if isinstance(choice, RemoteBinding):
+                far.append(choice)
+            elif choice is not None:
+                local.append(choice)
+        return local, far
+
+    def forward(self: PostOffice, message: Message, bindings: list[RemoteBinding], tx_id: int) -> None:
+        """Store one copy per next hop in its store-and-forward queue, tagged with the keys there."""
+        by_link: dict[int, list[RemoteBinding]] = {}
+        for b in bindings:
+            by_link.setdefault(id(b.link), []).append(b)
+        for group in by_link.values():
+            link = group[0].link
+            props = dict(message.properties)
+            props[ROUTE_TO] = KEY_SEPARATOR.join(b.remote_key for b in group)
+            copy = Message(self.store.next_id(), message.address, message.body, props, message.durable,
+                           message.priority, message.expiration, message.timestamp, message.scheduled,
+                           user_id=message.user_id)
+            self.link_large(copy, message)
+            for b in group:
+                b.messages_forwarded += 1
+            self.messages_forwarded += 1
+            self._route(copy, None, tx_id, [link.sf_queue], own_tx=True, track_dup=False)
+
+    # -- messages other nodes forwarded here ---------------------------------------------------
+
+    def receive_forwarded(self: PostOffice, message: Message, keys: list[str], dup_id: str | None) -> SendResult:
+        """Route a bridged message to the bindings its sender named, at most once per `dup_id`."""
+        from petrel.core.postoffice import SendOutcome, SendResult
+
+        cache = None
+        if dup_id is not None:
+            name = BRIDGE_CACHE_PREFIX + message.address
+            cache = self._dup_cache(name, self.settings_for(message.address))
+            if dup_id in cache:
+                self.forwarded_duplicates += 1
+                log.info("bridged message %s to %s already received: not routed again", dup_id, message.address)
+                self.discard(message)
+                return SendResult(SendOutcome.DUPLICATE)
+        local: list[Queue] = []
+        far: list[RemoteBinding] = []
+        for key in keys:
+            queue = self.queues.get(key)
+            if queue is not None:
+                local.append(queue)
+                continue
+            binding = self.remote_bindings.get(key)
+            if binding is not None:
+                far.append(binding)
+                continue
+            log.warning("bridged message for %s names binding %r, which is gone: not routed there",
+                        message.address, key)
+        tx_id = self.store.begin()
+        if cache is not None:
+            record_id = self.store.next_id()
+            evicted = cache.add(dup_id, record_id)
+            if self.persist_id_cache:
+                if evicted is not None:
+                    self.store.delete_duplicate_id(tx_id, evicted)
+                self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
+        result = self._route(message, None, tx_id, local, remote=far, own_tx=True, track_dup=False)
+        self.commit_store(tx_id)
+        return result
+
+
+def _next_binding(
+    address: Address, candidates: list, message: Message, balancing: Balancing
+) -> Queue | RemoteBinding | None:
+    """Round-robin over `candidates` from the address's position; see the module docstring."""
+    n = len(candidates)
+    fallback = None
+    fallback_local = False
+    for i in range(n):
+        idx = (address._rr + i) % n
+        c = candidates[idx]
+        is_remote = isinstance(c, RemoteBinding)
+        if is_remote:
+            if not c.accepts(message):
+                continue
+        elif c.selector is not None and not c.selector.matches(message):
+            continue
+        if n == 1 or balancing == Balancing.STRICT or (
+            c.has_demand(message) if is_remote else local_demand(c, message)
+        ):
+            address._rr = (idx + 1) % n
+            return c
+        if fallback is None or (not is_remote and not fallback_local):
+            fallback, fallback_local = c, not is_remote
+    if fallback is not None:
+        address._rr = (address._rr + 1) % n
+    return fallback
+

@@ -1,0 +1,114 @@
+"""Remote bindings: queues on other cluster nodes, as the post office sees them.
+
+A remote binding is a binding like a local queue: it has a name, an address, a routing type,
+a filter, and the consumer count and consumer filters its node advertises. Routing a message
+to one means storing a copy in the store-and-forward queue of the next hop (`link.sf_queue`),
+tagged with the binding's key on that hop; the bridge draining that queue does the rest.
+
+Keys: a local queue is known to its neighbours by its name; a remote binding is keyed
+``name@origin-node-id``, so a chain A-B-C routes A's copy to B's binding ``X@C``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol
+
+from petrel.core.message import Message, RoutingType
+
+if TYPE_CHECKING:
+    from petrel.core.queue import Queue
+    from petrel.core.selector import Selector
+
+__all__ = ["Balancing", "Link", "RemoteBinding", "ROUTE_TO", "KEY_SEPARATOR", "local_demand", "remote_key"]
+
+#: Property of a store-and-forward copy: the binding keys on the next hop, joined by KEY_SEPARATOR.
+ROUTE_TO = "_PETREL_ROUTE_TO"
+KEY_SEPARATOR = "\x1f"
+
+
+class Balancing(Enum):
+    """`message_load_balancing` (Artemis `MessageLoadBalancingType`)."""
+
+    OFF = "OFF"  # anycast messages stay on the node they were sent to
+    STRICT = "STRICT"  # round-robin over every same-named queue, consumers or not
+    ON_DEMAND = "ON_DEMAND"  # only to nodes with a matching consumer; else local
+    OFF_WITH_REDISTRIBUTION = "OFF_WITH_REDISTRIBUTION"  # local first, redistributed later
+
+    @property
+    def forwards_anycast(self) -> bool:
+        return self in (Balancing.STRICT, Balancing.ON_DEMAND)
+
+    @property
+    def redistributes(self) -> bool:
+        return self in (Balancing.ON_DEMAND, Balancing.OFF_WITH_REDISTRIBUTION)
+
+
+class Link(Protocol):
+    """The next hop a remote binding is reached through (the cluster's bridge to that node)."""
+
+    node_id: str
+    sf_queue: Queue
+
+
+def remote_key(name: str, origin: str) -> str:
+    return f"{name}@{origin}"
+
+
+class RemoteBinding:
+    __slots__ = ("key", "remote_key", "name", "address", "routing_type", "selector", "consumer_count",
+                 "consumer_selectors", "distance", "origin", "link", "messages_forwarded")
+
+    def __init__(
+        self,
+        key: str,
+        remote_key: str,
+        name: str,
+        address: str,
+        routing_type: RoutingType,
+        selector: Selector | None,
+        *,
+        origin: str,
+        distance: int,
+        link: Link,
+        consumer_count: int = 0,
+        consumer_selectors: list[Selector | None] | None = None,
+    ) -> None:
+        self.key = key  # this node's name for it: name@origin
+        self.remote_key = remote_key  # the next hop's name for it
+        self.name = name
+        self.address = address
+        self.routing_type = routing_type
+        self.selector = selector
+        self.consumer_count = consumer_count
+        self.consumer_selectors = consumer_selectors or []
+        self.distance = distance
+        self.origin = origin
+        self.link = link
+        self.messages_forwarded = 0
+
+    def accepts(self, message: Message) -> bool:
+        """The queue's own filter."""
+        return self.selector is None or self.selector.matches(message)
+
+    def has_demand(self, message: Message) -> bool:
+        """A consumer there would take it (Artemis `isHighAcceptPriority`)."""
+        if self.consumer_count <= 0:
+            return False
+        selectors = self.consumer_selectors
+        if not selectors or None in selectors:
+            return True
+        return any(s.matches(message) for s in selectors)
+
+    def __repr__(self) -> str:
+        return (f"<RemoteBinding {self.key} via {self.link.node_id[:8]} {self.routing_type.name} "
+                f"consumers={self.consumer_count} distance={self.distance}>")
+
+
+def local_demand(queue: Queue, message: Message) -> bool:
+    """A local queue has a consumer that would take the message."""
+    for consumer in queue.consumers:
+        selector = consumer.selector
+        if selector is None or selector.matches(message):
+            return True
+    return False
