@@ -8,6 +8,16 @@ from typing import ClassVar
 
 import pytest
 
+from petrel.codec.core.cluster import (
+    BindingInfo,
+    Bindings,
+    ClusterJoin,
+    ClusterMember,
+    ClusterMembers,
+    Forward,
+    GroupDecision,
+    GroupPropose,
+)
 from petrel.codec.core import (
     CLIENT_EVENTS,
     EVENT_TYPES,
@@ -62,6 +72,9 @@ from petrel.codec.errors import LocalProtocolError, RemoteProtocolError
 PROPS = {"s": "text", "i": -7, "f": 1.5, "b": True, "n": None, "raw": b"\x00\xff", "_AMQ_DUPL_ID": "d-1"}
 
 CLIENT_SAMPLES: list[Event] = [
+    ClusterJoin(9, "c1", "node-a", "u-1", "127.0.0.1:61616", "cluster", "secret", 3, "http://127.0.0.1:8161"),
+    Forward(1, "orders", -1, True, 4, 0, 1, 0, PROPS, b"body", False, ["orders", "q@node-c"], "node-a:17"),
+    GroupPropose(10, "g1", "orders", "orders@node-b"),
     Ping(7),
     Pong(8),
     CreateAddress(1, "orders", [0, 1]),
@@ -88,6 +101,9 @@ CLIENT_SAMPLES: list[Event] = [
     Rollback(14, 1),
 ]
 SERVER_SAMPLES: list[Event] = [
+    ClusterMembers([ClusterMember("n1", "127.0.0.1:1", "http://127.0.0.1:2"), ClusterMember("n2", "h:1")]),
+    Bindings(True, [BindingInfo("q", "q", "orders", 0, "a = 1", 2, [None, "b = 2"], 0, "n1")], ["old@n3"]),
+    GroupDecision(10, "g1", "orders", None),
     Ping(1),
     Pong(1),
     Topology(5, [Member("n1", "127.0.0.1:61616", None), Member("n2", "h:1", "h:2", True)], True),
@@ -485,21 +501,21 @@ def test_eof_mid_frame_is_an_error():
 # -- room for later subsystems ---------------------------------------------------------------
 
 
-class ClusterHello(Event, frozen=True, array_like=True):
-    TYPE: ClassVar[int] = 0x40
+class ExtensionHello(Event, frozen=True, array_like=True):
+    TYPE: ClassVar[int] = 0x80
     node_id: str
 
 
-def test_register_a_cluster_frame():
-    register(ClusterHello, client=True, server=False)
+def test_register_an_extension_frame():
+    register(ExtensionHello, client=True, server=False)
     try:
         client, server = pair()
-        assert feed(server, client.send(ClusterHello("n2"))) == [ClusterHello("n2")]
+        assert feed(server, client.send(ExtensionHello("n2"))) == [ExtensionHello("n2")]
         with pytest.raises(LocalProtocolError):
-            server.send(ClusterHello("n1"))
+            server.send(ExtensionHello("n1"))
     finally:
-        EVENT_TYPES.pop(0x40)
-        CLIENT_EVENTS.discard(0x40)
+        EVENT_TYPES.pop(0x80)
+        CLIENT_EVENTS.discard(0x80)
 
 
 def test_register_checks_ranges_and_collisions():

@@ -57,7 +57,7 @@ DEFAULT_LARGE_MESSAGE_SIZE = 100 * 1024
 CREDIT_OVERHEAD = 64
 
 #: What this implementation offers in the capabilities exchange.
-CAPABILITIES = ("large-messages", "topology", "redirect", "browse", "transactions")
+CAPABILITIES = ("large-messages", "topology", "redirect", "browse", "transactions", "cluster")
 
 #: ``routing_type`` field value meaning "the address decides".
 NO_ROUTING_TYPE = -1

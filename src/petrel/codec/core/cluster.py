@@ -1,0 +1,130 @@
+"""CORE frames of cluster links (types 0x40-0x5F), registered with the codec on import.
+
+A node opens a cluster link as a CORE client: CONNECT (with the "cluster" capability), then
+CLUSTER_JOIN with the cluster credentials. The accepting node answers with a RESULT, then
+CLUSTER_MEMBERS (the topology it knows) and BINDINGS (a snapshot of the bindings within the
+joiner's `max_hops`, then changes as they happen). The joiner forwards messages with FORWARD
+on a session; the acceptor confirms them with SEND_CONFIRM like ordinary sends. Grouping
+proposals travel as GROUP_PROPOSE / GROUP_DECISION.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from .events import Event, register
+
+__all__ = [
+    "ClusterJoin",
+    "ClusterMember",
+    "ClusterMembers",
+    "BindingInfo",
+    "Bindings",
+    "Forward",
+    "GroupPropose",
+    "GroupDecision",
+    "CLUSTER_CAPABILITY",
+]
+
+CLUSTER_CAPABILITY = "cluster"
+
+
+class ClusterJoin(Event, frozen=True, array_like=True):
+    """Joiner -> acceptor: who I am, my credentials, how far bindings should reach me."""
+
+    TYPE: ClassVar[int] = 0x40
+    corr: int
+    cluster: str
+    node_id: str
+    unique_id: str
+    connector: str
+    user: str
+    password: str
+    max_hops: int = 1
+    http: str | None = None
+
+
+class ClusterMember(msgspec.Struct, frozen=True, array_like=True):
+    node_id: str
+    connector: str
+    http: str | None = None
+    backup: str | None = None
+
+
+class ClusterMembers(Event, frozen=True, array_like=True):
+    """Acceptor -> joiner: every member the acceptor knows (itself included)."""
+
+    TYPE: ClassVar[int] = 0x41
+    members: list[ClusterMember] = []
+
+
+class BindingInfo(msgspec.Struct, frozen=True, array_like=True):
+    """One binding as its advertiser routes to it: `key` is what a FORWARD names."""
+
+    key: str
+    name: str
+    address: str
+    routing_type: int
+    filter: str | None
+    consumer_count: int
+    consumer_filters: list[str | None]
+    distance: int  # 0: a queue of the advertiser; n: n hops beyond it
+    origin: str  # node id of the node holding the queue
+
+
+class Bindings(Event, frozen=True, array_like=True):
+    """Acceptor -> joiner: `reset` replaces everything known from this acceptor."""
+
+    TYPE: ClassVar[int] = 0x42
+    reset: bool
+    upserts: list[BindingInfo] = []
+    removed: list[str] = []
+
+
+class Forward(Event, frozen=True, array_like=True, gc=False):
+    """Joiner -> acceptor: a message for the bindings `keys` (SEND's fields, then the keys)."""
+
+    TYPE: ClassVar[int] = 0x43
+    session: int
+    address: str
+    routing_type: int
+    durable: bool
+    priority: int
+    expiration: int
+    timestamp: int
+    scheduled: int
+    properties: dict[str, Any]
+    body: bytes
+    more: bool = False
+    keys: list[str] = []
+    dup: str | None = None
+
+
+class GroupPropose(Event, frozen=True, array_like=True):
+    """A REMOTE grouping handler asks the LOCAL one who owns `group` (proposing `key`)."""
+
+    TYPE: ClassVar[int] = 0x44
+    corr: int
+    group: str
+    address: str
+    key: str
+
+
+class GroupDecision(Event, frozen=True, array_like=True):
+    """The LOCAL handler's answer (`corr` 0: an unsolicited change, e.g. a removed group)."""
+
+    TYPE: ClassVar[int] = 0x45
+    corr: int
+    group: str
+    address: str
+    key: str | None
+
+
+register(ClusterJoin, client=True, server=False)
+register(Forward, client=True, server=False)
+register(ClusterMembers, client=False, server=True)
+register(Bindings, client=False, server=True)
+register(GroupPropose, client=True, server=False)
+register(GroupDecision, client=False, server=True)
