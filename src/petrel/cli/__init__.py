@@ -39,6 +39,7 @@ COMMANDS = {
     "consumer": "petrel.cli.consumer:consumer",
     "browser": "petrel.cli.browser:browser",
     "perf": "petrel.cli.perf:perf",
+    "cluster": "petrel.cli.cluster:cluster",
 }
 
 
