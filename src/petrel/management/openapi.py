@@ -126,6 +126,12 @@ def _paths() -> dict[str, Any]:
         "/api/v1/broker/scale-down": {"post": _op(
             "Scale this broker down, handing its messages to another (not available yet)",
             _error("never answered yet"), status="501")},
+        "/api/v1/cluster": {"get": _op(
+            "The cluster as this node sees it: members, bridges (state, backlog) and remote bindings",
+            _json(_obj({"name": _STR, "node_id": _STR, "members": {"type": "array", "items": {"type": "object"}},
+                        "bridges": {"type": "array", "items": {"type": "object"}},
+                        "remote_bindings": {"type": "array", "items": {"type": "object"}}}), "the cluster"),
+            errors={"404": "this broker is not in a cluster"})},
         "/api/v1/connections": {"get": _op("Client connections", _json(_obj({
             "connections": {"type": "array", "items": _ref("Connection")}, "count": _INT}), "connections"))},
         "/api/v1/consumers": {"get": _op(

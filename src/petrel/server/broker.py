@@ -57,6 +57,7 @@ class Broker:
         self.large: LargeMessageStore | None = None  # large-message files
         self.office: PostOffice | None = None
         self.management = None  # the management HTTP server, when http_port >= 0
+        self.cluster = None  # the ClusterConnection, when cluster_connections is configured
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -108,6 +109,11 @@ class Broker:
 
             self.management = ManagementServer(self)
             self.ports["http"] = await self.management.start(config.host, http_port)
+        if config.cluster_connections:
+            from petrel.cluster.connection import ClusterConnection
+
+            self.cluster = ClusterConnection(self, config.cluster_connections[0])
+            await self.cluster.start()
         self._schedule_expiry_scan()
         self._schedule_disk_check()
         self.started_at = time.time()
@@ -228,6 +234,8 @@ class Broker:
             self._expiry_timer.cancel()
         if self._disk_timer is not None:
             self._disk_timer.cancel()
+        if self.cluster is not None:
+            await self.cluster.stop()
         for server in self.servers:
             server.close()
         for conn in list(self.connections):

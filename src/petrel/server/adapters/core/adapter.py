@@ -61,7 +61,9 @@ from petrel.core.message import LargeBody, Message, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
 from petrel.core.transaction import Transaction, TransactionRolledBack
+from petrel.codec.core.cluster import ClusterJoin, Forward, GroupPropose
 from petrel.server.adapters.core.admin import AdminFrames
+from petrel.server.adapters.core.cluster import ClusterFrames
 from petrel.server.adapters.core import large
 from petrel.server.adapters.core.consuming import ROUTING, ConsumerFrames
 from petrel.server.adapters.core.session import CoreConsumer, Fatal, RequestFailed, ServerSession
@@ -75,7 +77,7 @@ __all__ = ["CoreAdapter"]
 log = logging.getLogger("petrel.server.core")
 
 
-class CoreAdapter(ConsumerFrames, AdminFrames):
+class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
     protocol = "core"
 
     def __init__(self, broker: Broker, conn: Connection) -> None:
@@ -127,6 +129,9 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
             DeleteQueue: self.on_delete_queue,
             Query: self.on_query,
             Browse: self.on_browse,
+            ClusterJoin: self.on_cluster_join,
+            Forward: self.on_forward,
+            GroupPropose: self.on_group_propose,
         }
 
     # -- input ------------------------------------------------------------------------------
@@ -282,8 +287,10 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
             )
         )
         if "topology" in self.codec.capabilities:
-            member = Member(self.broker.node_id, self.live_connector(), None)
-            self._out.append(self.codec.send(Topology(time.time_ns() // 1000, [member], True)))
+            cluster = self.broker.cluster
+            members = cluster.client_members() if cluster is not None else [
+                Member(self.broker.node_id, self.live_connector(), None)]
+            self._out.append(self.codec.send(Topology(time.time_ns() // 1000, members, True)))
         if self.ttl > 0:
             self._schedule_ping()
 
@@ -372,9 +379,12 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
             raise Fatal(ErrorCode.PROTOCOL, "SEND_CHUNK without a SEND that announced more")
         large.chunk(self, session, e.body, e.more)
 
-    def route_large(self, session: ServerSession, e: Send, message_id: int, body: LargeBody) -> None:
-        """A SEND whose body is already in its file, named for `message_id`."""
-        self._route(session, e, b"", (message_id, body))
+    def route_large(self, session: ServerSession, e: Send | Forward, message_id: int, body: LargeBody) -> None:
+        """A SEND (or FORWARD) whose body is already in its file, named for `message_id`."""
+        if isinstance(e, Forward):
+            self.route_forward(session, e, b"", (message_id, body))
+        else:
+            self._route(session, e, b"", (message_id, body))
 
     def refuse(self, session: ServerSession, code: ErrorCode, text: str) -> None:
         """A message counted as sent, and refused."""
@@ -512,6 +522,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames):
                 except RoutingError:
                     pass
         self.temporary_queues.clear()
+        if self.cluster_peer is not None and self.broker.cluster is not None:
+            self.broker.cluster.peer_left(self)
 
 
 def _ignore(event: object) -> None:

@@ -1,0 +1,361 @@
+"""A store-and-forward bridge: this node's messages for one peer, delivered exactly once.
+
+Each peer has a durable internal queue here, `$.petrel.sf.<cluster>.<peer node id>`, that
+routing fills with copies tagged with the peer's binding keys (see `core/clustered.py`). The
+bridge consumes that queue like any consumer, within a window of `confirmation_window_size`
+bytes, and sends each copy as a FORWARD frame carrying a duplicate ID made of this node's id
+and the copy's message id. A copy is acknowledged here only when the peer confirms it (after
+its own disk), so a crash or a cut link on either side leaves it in the queue; it is then
+sent again on the next connection and the peer's duplicate-ID check drops it if it had
+already arrived. Reconnects follow `retry_interval` x `retry_interval_multiplier`, capped by
+`max_retry_interval`, for `reconnect_attempts` (-1: forever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING
+
+from petrel.cluster.config import parse_connector
+from petrel.cluster.link import PeerLink
+from petrel.codec.core import (
+    CAPABILITIES,
+    PROTOCOL_VERSIONS,
+    Connect,
+    Connected,
+    CreateSession,
+    Disconnect,
+    Error,
+    ErrorCode,
+    Ping,
+    Pong,
+    Result,
+    SendChunk,
+    SendConfirm,
+    SendFailed,
+    Topology,
+)
+from petrel.codec.core.cluster import Bindings, ClusterJoin, ClusterMembers, Forward, GroupDecision
+from petrel.core.message import RoutingType
+from petrel.core.queue import Consumer, MessageReference
+from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO
+
+if TYPE_CHECKING:
+    from petrel.cluster.connection import ClusterConnection
+    from petrel.core.queue import Queue
+
+__all__ = ["Bridge", "sf_queue_name"]
+
+log = logging.getLogger("petrel.cluster.bridge")
+
+JOIN, SESSION = 1, 2  # correlation ids of the handshake requests
+LARGE_CHUNK = 512 * 1024
+MAX_IN_FLIGHT = 65536  # messages, whatever their size (empty bodies cost no window bytes)
+
+
+def sf_queue_name(cluster: str, node_id: str) -> str:
+    return f"$.petrel.sf.{cluster}.{node_id}"
+
+
+class Bridge:
+    """The link to one peer (by connector until it answers, then by node id) and its SF queue."""
+
+    def __init__(self, cluster: ClusterConnection, connector: str) -> None:
+        self.cluster = cluster
+        self.model = cluster.model
+        self.connector = connector
+        self.node_id: str | None = None
+        self.http: str | None = None
+        self.state = "idle"  # idle, connecting, joining, up, retrying, refused, failed, stopped
+        self.connected = False  # the post office skips remote bindings of a bridge that is not
+        self.sf_queue: Queue | None = None
+        self.link: PeerLink | None = None
+        self.consumer: Consumer | None = None
+        self.in_flight: deque[MessageReference] = deque()
+        self.sent = 0
+        self.confirmed = 0
+        self.failed: dict[int, str] = {}  # send number -> why the peer refused it
+        self.bindings: dict[str, str] = {}  # the peer's binding key -> ours
+        self.attempts = 0
+        self.ever_connected = False
+        self.reconnects = 0
+        self.messages_forwarded = 0
+        self.last_error = ""
+        self.up_since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.state in ("idle", "retrying", "refused"):
+            self._connect_soon(0)
+
+    def stop(self) -> None:
+        self.state = "stopped"
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None:
+            self._task.cancel()
+        if self.link is not None:
+            self.link.close("the bridge is stopping")
+        self._detach()
+
+    @property
+    def backlog(self) -> int:
+        return self.sf_queue.message_count if self.sf_queue is not None else 0
+
+    def _connect_soon(self, delay_ms: float) -> None:
+        if self.state == "stopped":
+            return
+        self._timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._begin)
+
+    def _begin(self) -> None:
+        self._timer = None
+        if self.state != "stopped":
+            self._task = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        self.state = "connecting"
+        self.attempts += 1
+        model = self.model
+        try:
+            host, port = parse_connector(self.connector)
+            loop = asyncio.get_running_loop()
+            max_frame = self.cluster.broker.config.max_frame_size + 65536
+            _, link = await asyncio.wait_for(
+                loop.create_connection(lambda: PeerLink(self, max_frame), host, port),
+                model.call_timeout / 1000)
+        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+            self._failed_attempt(f"cannot connect to {self.connector}: {exc or 'timed out'}")
+            return
+        finally:
+            self._task = None
+        if self.state == "stopped":
+            link.close("the bridge is stopping")
+            return
+        self.link = link
+        self.state = "joining"
+        self._watch(link)
+        cfg = self.cluster.broker.config
+        link.send(Connect(list(PROTOCOL_VERSIONS), list(CAPABILITIES), cfg.cluster_user, cfg.cluster_password,
+                          None, model.connection_ttl, uuid.uuid4().hex, f"petrel-cluster/{self.cluster.node_id}"))
+
+    def _watch(self, link: PeerLink) -> None:
+        """Drop a link the peer has been silent on for `connection_ttl` (it pings every third of it)."""
+        if link is not self.link or link.closed:
+            return
+        loop = asyncio.get_running_loop()
+        ttl = self.model.connection_ttl / 1000
+        if loop.time() - link.last_read > ttl:
+            log.warning("bridge to %s: nothing heard for %.1fs (connection_ttl); reconnecting",
+                        self.node_id or self.connector, ttl)
+            link.close(f"no traffic from the peer for {ttl:.1f}s", abort=True)
+            return
+        loop.call_later(max(ttl / 4, 0.05), self._watch, link)
+
+    def _failed_attempt(self, why: str) -> None:
+        if self.state == "stopped":
+            return
+        self.last_error = why
+        limit = self.model.reconnect_attempts if self.ever_connected else self.model.initial_connect_attempts
+        if limit >= 0 and self.attempts > limit:
+            self.state = "failed"
+            log.error("bridge to %s gave up after %d attempts: %s", self.node_id or self.connector, self.attempts,
+                      why, extra={"event": "cluster.bridge_failed"})
+            return
+        if self.state != "refused":
+            self.state = "retrying"
+        delay = self.model.retry_interval * self.model.retry_interval_multiplier ** max(self.attempts - 1, 0)
+        delay = min(delay, self.model.max_retry_interval)
+        log.debug("bridge to %s: %s; retrying in %d ms", self.connector, why, delay)
+        self._connect_soon(delay)
+
+    # -- events from the link ------------------------------------------------------------------
+
+    def link_event(self, link: PeerLink, event: object) -> None:
+        if link is not self.link:
+            return
+        kind = type(event)
+        if kind is SendConfirm:
+            self._confirmed(event.count)
+        elif kind is Bindings:
+            self.cluster.bindings_from(self, event)
+        elif kind is ClusterMembers:
+            self.cluster.members_from(self, event.members)
+        elif kind is Ping:
+            link.send(Pong(event.nonce))
+        elif kind is SendFailed:
+            self.failed[event.number] = event.message
+            log.warning("peer %s refused a forwarded message: %s (it stays queued here and is retried)",
+                        self.node_id, event.message, extra={"event": "cluster.forward_refused"})
+        elif kind is Connected:
+            cluster = self.cluster
+            link.send(ClusterJoin(JOIN, cluster.name, cluster.node_id, cluster.unique_id, cluster.connector,
+                                  cluster.broker.config.cluster_user, cluster.broker.config.cluster_password,
+                                  self.model.max_hops, cluster.http))
+        elif kind is Result:
+            self._result(event)
+        elif kind is GroupDecision:
+            if self.cluster.grouping is not None:
+                self.cluster.grouping.decision(event)
+        elif kind is Error:
+            self._refused(event.code, event.message)
+        elif kind is Disconnect:
+            link.close(f"the peer disconnected: {event.reason}")
+        elif kind in (Pong, Topology):
+            pass
+
+    def _refused(self, code: int, message: str) -> None:
+        if code == ErrorCode.UNAUTHORIZED:
+            self.state = "refused"
+            log.error("node at %s refused this node's cluster join: %s (check cluster_user, cluster_password "
+                      "and the cluster connection name on both nodes)", self.connector, message,
+                      extra={"event": "cluster.join_refused"})
+        else:
+            log.warning("bridge to %s: the peer reported an error: %s", self.node_id or self.connector, message)
+        self.last_error = message
+        if self.link is not None:
+            self.link.close(message)
+
+    def _result(self, event: Result) -> None:
+        if event.corr == JOIN:
+            if event.code:
+                self._refused(event.code, event.message)
+                return
+            node_id = (event.value or {}).get("node_id", "")
+            if not self.cluster.bridge_identified(self, node_id):
+                self.stop()
+                return
+            self.link.send(CreateSession(SESSION, 1, False))
+        elif event.corr == SESSION:
+            if event.code:
+                self._refused(event.code, event.message)
+                return
+            self._up()
+
+    def _up(self) -> None:
+        self.state = "up"
+        self.connected = True
+        if self.ever_connected:
+            self.reconnects += 1
+        self.ever_connected = True
+        self.attempts = 0
+        self.up_since = time.time()
+        self.sent = self.confirmed = 0
+        self.failed.clear()
+        log.info("bridge to node %s at %s is up", self.node_id, self.connector, extra={"event": "cluster.bridge_up"})
+        queue = self.sf_queue
+        self.consumer = Consumer(queue, self._send, window=MAX_IN_FLIGHT, window_bytes=self.model.confirmation_window_size)
+        self.cluster.bridge_changed(self)
+        queue.add_consumer(self.consumer)
+
+    def link_lost(self, link: PeerLink, reason: str) -> None:
+        if link is not self.link:
+            return
+        self.link = None
+        was_up = self.connected
+        self._detach()
+        if was_up:
+            log.warning("bridge to node %s lost: %s; %d messages wait in its store-and-forward queue",
+                        self.node_id, reason, self.backlog, extra={"event": "cluster.bridge_down"})
+            self.cluster.bridge_changed(self)
+        if self.state != "stopped":
+            self._failed_attempt(reason)
+
+    def link_writable(self, link: PeerLink, writable: bool) -> None:
+        consumer = self.consumer
+        if consumer is None:
+            return
+        if writable:
+            consumer.resume()
+        else:
+            consumer.paused = True
+
+    def _detach(self) -> None:
+        """Everything sent and not confirmed goes back to the head of the queue, in order."""
+        self.connected = False
+        consumer, self.consumer = self.consumer, None
+        self.in_flight.clear()
+        if consumer is None or self.sf_queue is None:
+            return
+        queue = self.sf_queue
+        for ref in reversed(list(consumer.delivering.values())):
+            queue.cancel(ref, redelivered=False)
+        queue.remove_consumer(consumer)
+
+    # -- forwarding ------------------------------------------------------------------------------
+
+    def _send(self, consumer: Consumer, ref: MessageReference) -> None:
+        link = self.link
+        if link is None or link.closed:
+            return  # _detach returns it
+        message = ref.message
+        props = dict(message.properties)
+        keys = str(props.pop(ROUTE_TO, "")).split(KEY_SEPARATOR)
+        dup = f"{self.cluster.node_id}:{message.id}" if self.model.use_duplicate_detection else None
+        rt = int(message.routing_type) if isinstance(message.routing_type, RoutingType) else -1
+        head = (1, message.address, rt, message.durable, message.priority, message.expiration,
+                message.timestamp, message.scheduled, props)
+        self.in_flight.append(ref)
+        self.sent += 1
+        self.messages_forwarded += 1
+        if message.large is None:
+            link.send(Forward(*head, message.body, False, keys, dup))
+            return
+        try:
+            with self.cluster.broker.large.open(message.large) as reader:
+                chunk = reader.read(LARGE_CHUNK)
+                link.send(Forward(*head, chunk, True, keys, dup))
+                while True:
+                    chunk = reader.read(LARGE_CHUNK)
+                    if not chunk:
+                        break
+                    link.send(SendChunk(1, chunk, True))
+                link.send(SendChunk(1, b"", False))
+        except OSError as exc:
+            log.error("bridge to %s cannot read large message %s: %s", self.node_id, message.id, exc)
+            link.close(f"cannot read large message {message.id}")
+
+    def _confirmed(self, count: int) -> None:
+        queue = self.sf_queue
+        consumer = self.consumer
+        refused = False
+        while self.confirmed < count and self.in_flight:
+            self.confirmed += 1
+            ref = self.in_flight.popleft()
+            why = self.failed.pop(self.confirmed, None)
+            if why is not None:
+                refused = True
+                queue.cancel(ref, redelivered=False)
+                continue
+            queue.acknowledge(ref, 0, consumer)
+        if refused and consumer is not None:
+            # the peer refused something (full, say): stop sending for a retry interval
+            consumer.paused = True
+            asyncio.get_running_loop().call_later(self.model.retry_interval / 1000, self._resume, consumer)
+
+    def _resume(self, consumer: Consumer) -> None:
+        if consumer is self.consumer:
+            consumer.resume()
+
+    # -- the view ------------------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        return {
+            "node_id": self.node_id,
+            "connector": self.connector,
+            "state": self.state,
+            "connected": self.connected,
+            "backlog": self.backlog,
+            "in_flight": len(self.in_flight),
+            "messages_forwarded": self.messages_forwarded,
+            "reconnects": self.reconnects,
+            "remote_bindings": len(self.bindings),
+            "last_error": self.last_error or None,
+        }

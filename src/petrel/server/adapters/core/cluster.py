@@ -1,0 +1,97 @@
+"""Cluster link frames on the accepting side (a mixin of `CoreAdapter`).
+
+A peer that sends CLUSTER_JOIN with the right cluster name and credentials becomes a cluster
+peer of this connection: the cluster sends it the members and bindings it should know, and
+its FORWARD frames are routed to the bindings they name, at most once per bridge duplicate ID,
+and confirmed after the disk like ordinary sends.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from petrel.codec.core import ErrorCode, Result, SendFailed
+from petrel.codec.core.cluster import ClusterJoin, Forward, GroupPropose
+from petrel.core.limits import AddressFull
+from petrel.core.message import Message, now_ms
+from petrel.core.postoffice import RoutingError
+from petrel.core.selector import SelectorError
+from petrel.server.adapters.core import large
+from petrel.server.adapters.core.session import Fatal
+
+if TYPE_CHECKING:
+    from petrel.server.adapters.core.adapter import CoreAdapter
+    from petrel.server.adapters.core.session import ServerSession
+
+__all__ = ["ClusterFrames"]
+
+log = logging.getLogger("petrel.cluster")
+
+_SCALARS = (type(None), bool, int, float, str, bytes)
+
+
+class ClusterFrames:
+    cluster_peer: str | None = None  # node id of the joined peer
+
+    def on_cluster_join(self: CoreAdapter, e: ClusterJoin) -> None:
+        cluster = self.broker.cluster
+        if cluster is None:
+            raise Fatal(ErrorCode.UNSUPPORTED, "this broker is not in a cluster (no cluster_connections)")
+        problem = cluster.check_join(e)
+        if problem is not None:
+            log.warning("refused cluster peer %s at %s: %s", e.node_id, self.conn.peer, problem,
+                        extra={"event": "cluster.peer_refused"})
+            raise Fatal(ErrorCode.UNAUTHORIZED, problem)
+        self.cluster_peer = e.node_id
+        self.reply(Result(e.corr, 0, "", {"node_id": self.broker.node_id}))
+        cluster.peer_joined(self, e)
+
+    def cluster_send(self: CoreAdapter, event) -> None:
+        """Send a frame to the joined peer, after any replies still waiting for the disk."""
+        if self.conn.closed or self._closing:
+            return
+        self._batches.append([[self.codec.send(event)], True])
+        self._release()
+
+    def on_forward(self: CoreAdapter, e: Forward) -> None:
+        if self.cluster_peer is None:
+            raise Fatal(ErrorCode.UNAUTHORIZED, "FORWARD before a successful CLUSTER_JOIN")
+        session = self._session(e.session)
+        if session.large is not None:
+            raise Fatal(ErrorCode.PROTOCOL, "FORWARD while a large message is still arriving on the session")
+        for value in e.properties.values():
+            if not isinstance(value, _SCALARS):
+                raise Fatal(ErrorCode.PROTOCOL, "message property values must be scalars")
+        if e.more or len(e.body) > self._large_over:
+            large.start(self, session, e)
+            return
+        self.route_forward(session, e, e.body)
+
+    def route_forward(self: CoreAdapter, session: ServerSession, e: Forward, body: bytes,
+                      large_body: tuple | None = None) -> None:
+        session.sent += 1
+        if session.sent - session.confirmed == 1:
+            self._dirty.append(session)
+        message = Message(large_body[0] if large_body else self._next_id(), e.address, body, e.properties,
+                          e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
+        if large_body is not None:
+            message.large = large_body[1]
+        try:
+            self.office.receive_forwarded(message, list(e.keys), e.dup)
+        except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
+            self.office.discard(message)
+            code = ErrorCode.ADDRESS_FULL if isinstance(exc, AddressFull) else ErrorCode.ROUTING
+            self._out.append(self.codec.send(SendFailed(session.id, session.sent, code, str(exc))))
+            return
+        if e.durable:
+            self._sync = True
+
+    def on_group_propose(self: CoreAdapter, e: GroupPropose) -> None:
+        if self.cluster_peer is None:
+            raise Fatal(ErrorCode.UNAUTHORIZED, "GROUP_PROPOSE before a successful CLUSTER_JOIN")
+        grouping = self.broker.cluster.grouping if self.broker.cluster is not None else None
+        if grouping is None or not grouping.is_local:
+            self.reply(Result(e.corr, ErrorCode.UNSUPPORTED, "this node has no LOCAL grouping handler"))
+            return
+        self.cluster_send(grouping.propose_from_peer(e))
