@@ -198,7 +198,7 @@ class Bridge:
             cluster = self.cluster
             link.send(ClusterJoin(JOIN, cluster.name, cluster.node_id, cluster.unique_id, cluster.connector,
                                   cluster.broker.config.cluster_user, cluster.broker.config.cluster_password,
-                                  self.model.max_hops, cluster.http))
+                                  self.model.max_hops, cluster.http, cluster.grouping_type))
         elif kind is Result:
             self._result(event)
         elif kind is GroupDecision:

@@ -81,6 +81,11 @@ class ClusterConnection:
         office = self.office
         office.balancing = Balancing(self.model.message_load_balancing)
         office.observer = self
+        if config.grouping_handler is not None:
+            from petrel.cluster.grouping import GroupingHandler
+
+            self.grouping = GroupingHandler(self, config.grouping_handler)
+            office.grouping = self.grouping
         for ref in self.model.static_connectors:
             self._bridge_to(config.connector_url(ref))
         if self.model.discovery_group is not None:
@@ -118,6 +123,7 @@ class ClusterConnection:
         if self.grouping is not None:
             self.grouping.stop()
         self.office.observer = None
+        self.office.grouping = None
 
     # -- bridges -------------------------------------------------------------------------------
 
@@ -182,7 +188,7 @@ class ClusterConnection:
     def peer_joined(self, adapter: CoreAdapter, join: ClusterJoin) -> None:
         peer = _Peer(join)
         self.peers[adapter] = peer
-        self.known[join.node_id] = ClusterMember(join.node_id, join.connector, join.http)
+        self.known[join.node_id] = ClusterMember(join.node_id, join.connector, join.http, None, join.grouping)
         log.info("node %s at %s joined", join.node_id, join.connector, extra={"event": "cluster.peer_joined"})
         adapter.cluster_send(ClusterMembers(self._members()))
         snapshot = [binding_info(b, self.node_id) for b in self._bindings() if self._for(b, peer)]
@@ -207,7 +213,9 @@ class ClusterConnection:
                 continue
             if m.node_id == bridge.node_id:
                 bridge.http = m.http
-            self.known.setdefault(m.node_id, m)
+                self.known[m.node_id] = m  # what a node says of itself wins
+            else:
+                self.known.setdefault(m.node_id, m)
             if not self.model.allow_direct_connections_only and m.node_id not in self.by_node:
                 self._bridge_to(m.connector)
 
@@ -310,11 +318,15 @@ class ClusterConnection:
     # -- topology ------------------------------------------------------------------------------
 
     def _members(self) -> list[ClusterMember]:
-        out = [ClusterMember(self.node_id, self.connector, self.http)]
+        out = [ClusterMember(self.node_id, self.connector, self.http, None, self.grouping_type)]
         for node_id, m in self.known.items():
             if node_id != self.node_id:
                 out.append(m)
         return out
+
+    @property
+    def grouping_type(self) -> str | None:
+        return self.grouping.model.type if self.grouping is not None else None
 
     def client_members(self) -> list[Member]:
         """Live members for CORE clients: this node and every node its bridges reach now."""
@@ -369,6 +381,7 @@ class ClusterConnection:
             "bridges": [b.describe() for b in self.bridges],
             "peers": [{"node_id": p.node_id, "connector": p.connector, "max_hops": p.max_hops}
                       for p in self.peers.values()],
+            "discovered": sorted(self.discovery.entries) if self.discovery is not None else [],
             "remote_bindings": [
                 {"key": b.key, "name": b.name, "address": b.address, "routing_type": b.routing_type.name,
                  "filter": b.selector.text if b.selector else None, "node_id": b.origin,
@@ -379,6 +392,7 @@ class ClusterConnection:
             "messages_forwarded": office.messages_forwarded,
             "messages_redistributed": office.messages_redistributed,
             "duplicates_dropped": office.forwarded_duplicates,
+            "grouping": self.grouping.describe() if self.grouping is not None else None,
         }
 
 

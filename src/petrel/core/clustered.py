@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from petrel.core.message import Message, RoutingType
+from petrel.core.errors import RoutingError
+from petrel.core.message import GROUP_ID, Message, RoutingType
 from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, Balancing, Link, RemoteBinding, local_demand
 from petrel.core.selector import Selector
 
@@ -55,6 +56,7 @@ class Clustering:
         self.remote_by_address: dict[str, list[RemoteBinding]] = {}
         self.balancing = Balancing.ON_DEMAND
         self.observer: BindingObserver | None = None
+        self.grouping = None  # the cluster's grouping handler (cluster/grouping.py), if any
         self.messages_forwarded = 0
         self.forwarded_duplicates = 0
         self.init_redistribution()
@@ -130,11 +132,28 @@ class Clustering:
             if balancing.forwards_anycast:
                 candidates += [b for b in remote if b.routing_type == RoutingType.ANYCAST and b.link.connected]
             choice = _next_binding(address, candidates, message, balancing)
+            grouping = self.grouping
+            if grouping is not None and grouping.covers(message):
+                choice = grouping.route(message, choice)
+                if choice is None:
+                    raise RoutingError(f"no grouping decision for group {message.properties.get(GROUP_ID)!r} "
+                                       f"on {message.address}: is the LOCAL grouping handler's node up?")
             if isinstance(choice, RemoteBinding):
                 far.append(choice)
             elif choice is not None:
                 local.append(choice)
         return local, far
+
+    def propose_binding(self: PostOffice, message: Message) -> Queue | RemoteBinding | None:
+        """The anycast binding load balancing would pick for `message` (a grouping proposal)."""
+        address, routing_type = self.ensure_address_for(message.address, None)
+        if routing_type != RoutingType.ANYCAST and RoutingType.ANYCAST not in address.routing_types:
+            return None
+        self.ensure_anycast_queue(address)
+        candidates: list[Queue | RemoteBinding] = list(address.anycast)
+        candidates += [b for b in self.remote_by_address.get(address.name, ())
+                       if b.routing_type == RoutingType.ANYCAST and b.link.connected]
+        return _next_binding(address, candidates, message, self.balancing)
 
     def forward(self: PostOffice, message: Message, bindings: list[RemoteBinding], tx_id: int) -> None:
         """Store one copy per next hop in its store-and-forward queue, tagged with the keys there."""

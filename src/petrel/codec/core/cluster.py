@@ -44,6 +44,7 @@ class ClusterJoin(Event, frozen=True, array_like=True):
     password: str
     max_hops: int = 1
     http: str | None = None
+    grouping: str | None = None  # LOCAL or REMOTE when the node has a grouping handler
 
 
 class ClusterMember(msgspec.Struct, frozen=True, array_like=True):
@@ -51,6 +52,7 @@ class ClusterMember(msgspec.Struct, frozen=True, array_like=True):
     connector: str
     http: str | None = None
     backup: str | None = None
+    grouping: str | None = None
 
 
 class ClusterMembers(Event, frozen=True, array_like=True):

@@ -30,6 +30,7 @@ from petrel.core.queue import Consumer, MessageReference
 from petrel.core.selector import SelectorError, compile_selector
 from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.server.adapters.stomp_large import LargeSends, deliver_large
+from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.stomp_render import message_prefix, receipt_bytes, render_message
 
 if TYPE_CHECKING:
@@ -238,6 +239,9 @@ class StompAdapter:
         if large is not None:  # from here the office owns the file (and drops it if it refuses)
             message.large = large[1]
             self._large_taken = True
+        if self.office.grouping is not None and wait_for_group(
+                self, name, message.properties, lambda: self.on_send(frame, large), self._group_refused):
+            return
         try:
             result = self.office.send(message, routing_type, tx)
         except (RoutingError, SelectorError, AddressFull) as exc:
@@ -246,6 +250,9 @@ class StompAdapter:
         self.receipt(frame, durable=message.durable)
         if result.blocked or result.throttled:
             self._block(message.address, quiet=not result.blocked)
+
+    def _group_refused(self, reason: str) -> None:
+        raise StompError(reason)
 
     def send_large(self, headers: dict[str, str], message_id: int, body: LargeBody) -> None:
         """A SEND whose body is already in its file, named for `message_id`."""

@@ -62,6 +62,7 @@ from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
 from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.codec.core.cluster import ClusterJoin, Forward, GroupPropose
+from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.core.admin import AdminFrames
 from petrel.server.adapters.core.cluster import ClusterFrames
 from petrel.server.adapters.core import large
@@ -368,6 +369,10 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
             raise Fatal(ErrorCode.PROTOCOL, f"no session {e.session} on this connection")
         if session.large is not None:
             raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
+        if self.office.grouping is not None and wait_for_group(
+                self, e.address, e.properties, lambda: self.on_send(e),
+                lambda reason: self.refuse(session, ErrorCode.ROUTING, reason)):
+            return
         if e.more or len(e.body) > self._large_over:
             large.start(self, session, e)
             return
