@@ -8,29 +8,80 @@ reads a node's `/api/v1/cluster`; `wait_bindings` waits until a node routes to a
 from __future__ import annotations
 
 import json
+import socket
+import urllib.error
 import urllib.request
+from dataclasses import dataclass
 
-from petrel.testing.process import BrokerProcess, wait_for
+from petrel.testing.process import BrokerProcess, free_port, wait_for
 
 PASSWORD = "test-cluster-secret"
+GROUP = "231.7.7.7"
+
+
+def udp_port() -> int:
+    """A port free for TCP (free_port) and for UDP on every interface (the multicast group)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free UDP port")
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """UDP broadcast + discovery groups "bg"/"dg" on loopback, short timers; the cluster
+    connection uses `discovery_group = "dg"`."""
+
+    port: int
+    group: str = GROUP
+    broadcast_period: int = 200
+    refresh_timeout: int = 1500
+    initial_wait_timeout: int = 0
+
+    def toml(self) -> str:
+        where = (f'group_address = "{self.group}"\ngroup_port = {self.port}\n'
+                 'local_bind_address = "127.0.0.1"\n')
+        return (f'[[broadcast_groups]]\nname = "bg"\n{where}broadcast_period = {self.broadcast_period}\n'
+                f'[[discovery_groups]]\nname = "dg"\n{where}refresh_timeout = {self.refresh_timeout}\n'
+                f"initial_wait_timeout = {self.initial_wait_timeout}\n")
 
 
 def make_cluster(tmp_path, n: int, *, balancing: str = "ON_DEMAND", max_hops: int = 1, chain: bool = False,
                  redistribution_delay: int | None = None, password: str | None = None, seeds: str = "all",
                  extra_top: str = "", extra_cc: str = "", connection_ttl: int = 3000,
-                 retry_interval: int = 100) -> list[BrokerProcess]:
-    """`seeds`: "all" (every other node), "first" (node 0 only; node 0 gets node 1), or "chain"."""
+                 retry_interval: int = 100, discovery: Discovery | None = None,
+                 passwords: dict[int, str] | None = None,
+                 via: dict[tuple[int, int], int] | None = None) -> list[BrokerProcess]:
+    """`seeds`: "all" (every other node), "first" (node 0 only; node 0 gets node 1) or "none"
+    (with `discovery`); `chain=True`: each node seeds the next one only.
+    `passwords`: node index -> a cluster_password other than the cluster's.
+    `via`: {(i, j): port} makes node i's static connector to node j use `port` (a TcpProxy's
+    listen port, see petrel.testing.proxy) instead of j's own; node i then connects only
+    through its static connectors (allow_direct_connections_only), so that it never bypasses
+    the proxy with the connector j reports for itself."""
+    via = via or {}
     nodes = [BrokerProcess(tmp_path / f"node{i}", name=f"node{i}", http=True) for i in range(n)]
     for i, node in enumerate(nodes):
         if chain:
             others = [nodes[i + 1]] if i + 1 < n else []
         elif seeds == "first":
             others = [nodes[1 if i == 0 else 0]]
+        elif seeds == "none":
+            others = []
         else:
             others = [o for o in nodes if o is not node]
-        statics = ", ".join(f'"tcp://127.0.0.1:{o.port}"' for o in others)
-        text = (f'cluster_user = "petrel-test"\ncluster_password = "{password or PASSWORD}"\n'
+        statics = ", ".join(f'"tcp://127.0.0.1:{via.get((i, nodes.index(o)), o.port)}"' for o in others)
+        direct_only = chain or any(src == i for src, _ in via)
+        secret = (passwords or {}).get(i, password or PASSWORD)
+        text = (f'cluster_user = "petrel-test"\ncluster_password = "{secret}"\n'
                 f"message_expiry_scan_period = 1000\n{extra_top}")
+        if discovery is not None:
+            text += discovery.toml()
         if redistribution_delay is not None:
             text += f'[address_settings."#"]\nredistribution_delay = {redistribution_delay}\n'
         text += (
@@ -41,8 +92,10 @@ def make_cluster(tmp_path, n: int, *, balancing: str = "ON_DEMAND", max_hops: in
             f"max_hops = {max_hops}\n"
             f"retry_interval = {retry_interval}\nmax_retry_interval = {max(retry_interval, 500)}\n"
             f"connection_ttl = {connection_ttl}\n"
-            f"allow_direct_connections_only = {'true' if chain else 'false'}\n{extra_cc}"
+            f"allow_direct_connections_only = {'true' if direct_only else 'false'}\n{extra_cc}"
         )
+        if discovery is not None:
+            text += 'discovery_group = "dg"\n'
         with open(node.config_path, "a") as f:
             f.write(text)
     return nodes
@@ -89,3 +142,19 @@ def wait_bindings(node: BrokerProcess, name: str, *, count: int = 1, consumers: 
         return found if len(found) >= count else None
 
     return wait_for(ready, timeout, 0.05, f"{count} remote binding(s) {name!r} not on the node within {timeout}s")
+
+
+def queue_count(node: BrokerProcess, name: str) -> int | None:
+    """`message_count` of queue `name` on `node` (management API); None when there is no such queue."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/queues/{name}", timeout=5) as r:
+            return json.loads(r.read())["message_count"]
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def backlog(node: BrokerProcess) -> int:
+    """Messages waiting in (or sent and not yet confirmed from) the node's store-and-forward queues."""
+    return sum(b["backlog"] for b in cluster_view(node)["bridges"])

@@ -1,0 +1,165 @@
+"""Cluster membership on real processes: joining through one seed, UDP discovery (and a
+node dropped when it falls silent), a peer with the wrong cluster password refused, and the
+CORE topology pushed to clients."""
+
+from __future__ import annotations
+
+import pytest
+from cluster_harness import (
+    Discovery,
+    cluster_view,
+    make_cluster,
+    queue_count,
+    start_all,
+    udp_port,
+    wait_bindings,
+    wait_connected,
+)
+
+from petrel.client import Connection
+from petrel.testing.process import wait_for
+
+pytestmark = pytest.mark.system
+
+DEADLINE = 30
+
+
+@pytest.fixture
+def stop_nodes():
+    started = []
+    yield started.extend
+    for node in started:
+        node.stop()
+
+
+def members(node) -> dict[str, bool]:
+    """node id -> connected, as the node's /api/v1/cluster lists its members."""
+    return {m["node_id"]: m["connected"] for m in cluster_view(node)["members"]}
+
+
+def bridged(node) -> set[str]:
+    return {b["node_id"] for b in cluster_view(node)["bridges"] if b["connected"]}
+
+
+def test_a_node_joining_through_one_seed_learns_every_member(tmp_path, stop_nodes) -> None:
+    # node0 seeds node1; node1 and node2 seed node0 only: node1 and node2 must find each other.
+    nodes = make_cluster(tmp_path, 3, seeds="first")
+    stop_nodes(nodes)
+    start_all(nodes)
+    wait_connected(nodes, timeout=DEADLINE)
+    ids = [cluster_view(n)["node_id"] for n in nodes]
+    assert len(set(ids)) == 3
+    for i, node in enumerate(nodes):
+        assert bridged(node) == set(ids) - {ids[i]}
+        assert members(node) == dict.fromkeys(ids, True)
+        view = cluster_view(node)
+        assert [m["node_id"] for m in view["members"] if m["self"]] == [ids[i]]
+        assert {m["connector"] for m in view["members"]} == {f"127.0.0.1:{n.port}" for n in nodes}
+        assert {p["node_id"] for p in view["peers"]} == set(ids) - {ids[i]}
+
+
+def test_udp_discovery_finds_every_node_and_drops_a_silent_one(tmp_path, stop_nodes) -> None:
+    nodes = make_cluster(tmp_path, 3, seeds="none", discovery=Discovery(udp_port()), connection_ttl=1000)
+    stop_nodes(nodes)
+    start_all(nodes)
+    wait_connected(nodes, timeout=DEADLINE)
+    ids = [cluster_view(n)["node_id"] for n in nodes]
+    for i, node in enumerate(nodes):
+        others = set(ids) - {ids[i]}
+        assert bridged(node) == others
+        wait_for(lambda node=node, others=others: set(cluster_view(node)["discovered"]) == others, DEADLINE, 0.05,
+                 f"node{i} did not discover {others} (it has {cluster_view(node)['discovered']})")
+    for node in nodes:
+        assert "static_connectors = []" in node.config_path.read_text()
+
+    nodes[2].kill9()
+    survivors = nodes[:2]
+
+    def forgotten():
+        views = [cluster_view(n) for n in survivors]
+        return all(ids[2] not in v["discovered"]
+                   and not any(b["node_id"] == ids[2] for b in v["bridges"])
+                   and {m["node_id"]: m["connected"] for m in v["members"]}.get(ids[2]) is False
+                   for v in views)
+
+    wait_for(forgotten, DEADLINE, 0.05, "the killed node is still discovered, bridged or shown connected")
+    for i, node in enumerate(survivors):
+        assert bridged(node) == {ids[1 - i]}
+        assert members(node)[ids[1 - i]] is True
+
+    # Back on the air (same data directory, same node id): found again and bridged both ways.
+    nodes[2].start()
+    wait_connected(nodes, timeout=DEADLINE)
+    assert cluster_view(nodes[2])["node_id"] == ids[2]
+    for i, node in enumerate(nodes):
+        assert members(node) == dict.fromkeys(ids, True)
+        assert len(cluster_view(node)["bridges"]) == 2
+
+
+def test_a_peer_with_the_wrong_cluster_password_is_refused(tmp_path, stop_nodes) -> None:
+    nodes = make_cluster(tmp_path, 3, passwords={2: "not-the-cluster-secret"})
+    stop_nodes(nodes)
+    start_all(nodes)
+    good, intruder = nodes[:2], nodes[2]
+    wait_connected(good, peers=1, timeout=DEADLINE)
+    refusal = "wrong cluster_user or cluster_password"
+    wait_for(lambda: all(refusal in n.log_path.read_text() for n in nodes), DEADLINE, 0.05,
+             "the refusal is not in every node's log")
+    for node in good:
+        assert "refused cluster peer" in node.log_path.read_text()  # as the acceptor
+    assert "refused this node's cluster join" in intruder.log_path.read_text()
+
+    intruder_id = cluster_view(intruder)["node_id"]
+    for node in good:
+        view = cluster_view(node)
+        assert intruder_id not in {p["node_id"] for p in view["peers"]}
+        assert intruder_id not in {m["node_id"] for m in view["members"]}
+        assert sum(b["connected"] for b in view["bridges"]) == 1
+    view = cluster_view(intruder)
+    assert not any(b["connected"] for b in view["bridges"]) and view["peers"] == []
+    assert {b["state"] for b in view["bridges"]} <= {"refused", "connecting", "joining"}
+
+    # A consumer on the intruder does not draw messages from the cluster.
+    with Connection(f"tcp://127.0.0.1:{intruder.port}") as ci, Connection(f"tcp://127.0.0.1:{good[0].port}") as c0, \
+            Connection(f"tcp://127.0.0.1:{good[1].port}") as c1:
+        c0.create_queue("secret.orders", exists_ok=True)
+        consumer = ci.session().consumer("queue://secret.orders")
+        c1.session().consumer("queue://other")  # a consumer the good nodes must see advertised...
+        wait_bindings(good[0], "other", consumers=1, timeout=DEADLINE)  # ...so advertising works
+        session = c0.session()
+        producer = session.producer("queue://secret.orders")
+        for i in range(20):
+            producer.send(b"secret-%d" % i, durable=True)
+        session.flush()
+        assert queue_count(good[0], "secret.orders") == 20
+        assert cluster_view(good[0])["messages_forwarded"] == 0
+        assert consumer.receive(0.3) is None
+    assert not [b for b in cluster_view(good[0])["remote_bindings"] if b["node_id"] == intruder_id]
+
+
+def test_core_clients_receive_the_topology_and_its_updates(tmp_path, stop_nodes) -> None:
+    nodes = make_cluster(tmp_path, 3)
+    stop_nodes(nodes)
+    start_all(nodes[:2])
+    wait_connected(nodes[:2], peers=1, timeout=DEADLINE)
+    with Connection(f"tcp://127.0.0.1:{nodes[0].port}") as conn:
+        def topology():
+            return {m.node_id: m.live for m in conn.topology if not m.leaving}
+
+        first = {cluster_view(n)["node_id"]: f"127.0.0.1:{n.port}" for n in nodes[:2]}
+        wait_for(lambda: topology() == first, DEADLINE, 0.05, f"topology {topology()} is not {first}")
+        assert conn.node_id == cluster_view(nodes[0])["node_id"]
+
+        nodes[2].start()
+        wait_connected(nodes, timeout=DEADLINE)
+        every = {cluster_view(n)["node_id"]: f"127.0.0.1:{n.port}" for n in nodes}
+        wait_for(lambda: topology() == every, DEADLINE, 0.05, f"topology {topology()} is not {every}")
+
+        nodes[1].stop()
+        del every[next(i for i, c in every.items() if c == f"127.0.0.1:{nodes[1].port}")]
+        wait_for(lambda: topology() == every, DEADLINE, 0.05, f"topology {topology()} is not {every}")
+
+    # A client connecting now gets the current topology straight away.
+    with Connection(f"tcp://127.0.0.1:{nodes[2].port}") as conn:
+        wait_for(lambda: {m.node_id: m.live for m in conn.topology} == every, DEADLINE, 0.05,
+                 "a new client did not get the topology")
