@@ -1,6 +1,6 @@
 """Prometheus metrics with Artemis-like names, one registry per broker.
 
-Broker, address and queue figures are read from the live objects at scrape time by a
+Broker, address, queue and (on a clustered node) cluster figures are read from the live objects at scrape time by a
 custom collector (the scrape runs on the broker's loop, like every other reader). The
 journal's per-batch figures arrive from its writer thread through ``on_batch_stats`` and
 go into histograms, whose ``observe`` is thread-safe.
@@ -48,6 +48,17 @@ _JOURNAL_GAUGES = (
     ("petrel_journal_live_bytes", "Bytes of live records in the journal", "live_bytes"),
     ("petrel_journal_used_bytes", "Bytes used in the journal's segment files", "used_bytes"),
     ("petrel_journal_segments", "Journal segment files in use", "segments"),
+)
+
+# (metric, help, key of a bridge in ClusterConnection.describe(), family) with the label `node`.
+_BRIDGE_FIGURES = (
+    ("petrel_cluster_bridge_up", "1 while the bridge to the node is connected", "connected", GaugeMetricFamily),
+    ("petrel_cluster_bridge_backlog", "Messages in the store-and-forward queue for the node", "backlog",
+     GaugeMetricFamily),
+    ("petrel_cluster_bridge_forwarded", "Messages the bridge sent to the node (a resend counts again)",
+     "messages_forwarded", CounterMetricFamily),
+    ("petrel_cluster_bridge_reconnects", "Times the bridge to the node reconnected", "reconnects",
+     CounterMetricFamily),
 )
 
 
@@ -100,6 +111,8 @@ class _BrokerCollector:
         yield info
         yield GaugeMetricFamily("petrel_active", "1 while the broker serves clients", value=1)
         yield from self._journal()
+        if broker.cluster is not None:
+            yield from _cluster(broker.cluster.describe())
 
     def _journal(self) -> Iterator[Metric]:
         stats = self.journal_stats
@@ -110,6 +123,30 @@ class _BrokerCollector:
             for journal, values in stats.items():
                 family.add_metric([journal], values.get(key, 0))
             yield family
+
+
+def _cluster(view: dict) -> Iterator[Metric]:
+    """The cluster figures, from the same view as ``GET /api/v1/cluster``."""
+    yield GaugeMetricFamily("petrel_cluster_members", "Cluster members connected to this node, itself included",
+                            value=sum(m["connected"] for m in view["members"]))
+    bridges: dict[str, dict] = {}
+    for bridge in view["bridges"]:  # one series per peer: a stopped bridge gives way to its successor
+        node = bridge["node_id"] or bridge["connector"]
+        if node not in bridges or bridges[node]["state"] == "stopped":
+            bridges[node] = bridge
+    for name, doc, key, kind in _BRIDGE_FIGURES:
+        family = kind(name, doc, labels=["node"])
+        for node, bridge in bridges.items():
+            family.add_metric([node], int(bridge[key]))
+        yield family
+    yield GaugeMetricFamily("petrel_cluster_remote_bindings", "Queues on other nodes this node routes to",
+                            value=len(view["remote_bindings"]))
+    yield CounterMetricFamily("petrel_cluster_messages_redistributed",
+                              "Messages moved to another node because nobody consumed them here",
+                              value=view["messages_redistributed"])
+    yield CounterMetricFamily("petrel_cluster_duplicates_dropped",
+                              "Bridged messages dropped because they had already arrived",
+                              value=view["duplicates_dropped"])
 
 
 class BrokerMetrics:

@@ -107,8 +107,70 @@ def _schemas() -> dict[str, Any]:
                           "connection_id": _NSTR, "remote_address": _NSTR, "delivering_count": _INT,
                           "bytes_in_flight": _INT, "window": _INT, "window_bytes": _INT, "auto_ack": _BOOL,
                           "paused": _BOOL}, ["id", "queue"]),
+        **_cluster_schemas(),
         "FilterBody": _obj({"filter": _NSTR}),
         "MoveBody": _obj({"to": _STR, "filter": _NSTR}, ["to"]),
+    }
+
+
+def _cluster_schemas() -> dict[str, Any]:
+    member = _obj({"node_id": _STR, "connector": _STR, "http": _NSTR, "self": _BOOL, "connected": _BOOL},
+                  ["node_id", "connector", "connected"])
+    bridge = _obj({
+        "node_id": _NSTR, "connector": _STR,
+        "state": {"type": "string",
+                  "enum": ["idle", "connecting", "joining", "up", "retrying", "refused", "failed", "stopped"]},
+        "connected": _BOOL, "backlog": _INT, "in_flight": _INT, "messages_forwarded": _INT, "reconnects": _INT,
+        "remote_bindings": _INT, "last_error": _NSTR,
+    }, ["connector", "state", "connected", "backlog"])
+    binding = _obj({
+        "key": _STR, "name": _STR, "address": _STR, "routing_type": _RT, "filter": _NSTR, "node_id": _STR,
+        "via": _NSTR, "distance": _INT, "consumer_count": _INT, "messages_forwarded": _INT,
+    }, ["key", "name", "address", "node_id"])
+    ident = {"name": _STR, "node_id": _STR, "count": _INT}
+    return {
+        "ClusterMember": member,
+        "ClusterBridge": bridge,
+        "RemoteBinding": binding,
+        "Cluster": _obj({
+            "name": _STR, "node_id": _STR, "connector": _STR,
+            "message_load_balancing": {"type": "string",
+                                       "enum": ["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"]},
+            "max_hops": _INT,
+            "members": {"type": "array", "items": _ref("ClusterMember")},
+            "bridges": {"type": "array", "items": _ref("ClusterBridge")},
+            "peers": {"type": "array", "items": _obj({"node_id": _STR, "connector": _STR, "max_hops": _INT})},
+            "remote_bindings": {"type": "array", "items": _ref("RemoteBinding")},
+            "messages_forwarded": _INT, "messages_redistributed": _INT, "duplicates_dropped": _INT,
+        }, ["name", "node_id", "members", "bridges", "remote_bindings"]),
+        "ClusterMembers": _obj({**ident, "connected": _INT,
+                                "members": {"type": "array", "items": _ref("ClusterMember")}}, ["members"]),
+        "ClusterBridges": _obj({**ident, "up": _INT, "backlog": _INT,
+                                "bridges": {"type": "array", "items": _ref("ClusterBridge")}}, ["bridges"]),
+        "RemoteBindings": _obj({**ident, "remote_bindings": {"type": "array", "items": _ref("RemoteBinding")}},
+                               ["remote_bindings"]),
+    }
+
+
+def _cluster_paths() -> dict[str, Any]:
+    not_clustered = {"404": "this broker is not in a cluster"}
+
+    def get(summary: str, schema: str, what: str, params: list | None = None) -> dict[str, Any]:
+        return {"get": _op(summary, _json(_ref(schema), what), params=params, errors=not_clustered, tag="cluster")}
+
+    return {
+        "/api/v1/cluster": get(
+            "The cluster as this node sees it: members, bridges (state, backlog) and remote bindings", "Cluster",
+            "the cluster"),
+        "/api/v1/cluster/members": get(
+            "Members: this node and the nodes it knows of, with their management URLs and whether they are "
+            "connected", "ClusterMembers", "the members"),
+        "/api/v1/cluster/bridges": get(
+            "Bridges: this node's link to each peer, its state and its store-and-forward backlog",
+            "ClusterBridges", "the bridges"),
+        "/api/v1/cluster/bindings": get(
+            "Remote bindings: the queues on other nodes this node routes to", "RemoteBindings",
+            "the remote bindings", params=[_query("address", _STR, "only bindings of this address")]),
     }
 
 
@@ -126,12 +188,7 @@ def _paths() -> dict[str, Any]:
         "/api/v1/broker/scale-down": {"post": _op(
             "Scale this broker down, handing its messages to another (not available yet)",
             _error("never answered yet"), status="501")},
-        "/api/v1/cluster": {"get": _op(
-            "The cluster as this node sees it: members, bridges (state, backlog) and remote bindings",
-            _json(_obj({"name": _STR, "node_id": _STR, "members": {"type": "array", "items": {"type": "object"}},
-                        "bridges": {"type": "array", "items": {"type": "object"}},
-                        "remote_bindings": {"type": "array", "items": {"type": "object"}}}), "the cluster"),
-            errors={"404": "this broker is not in a cluster"})},
+        **_cluster_paths(),
         "/api/v1/connections": {"get": _op("Client connections", _json(_obj({
             "connections": {"type": "array", "items": _ref("Connection")}, "count": _INT}), "connections"))},
         "/api/v1/consumers": {"get": _op(
@@ -211,10 +268,10 @@ def document(version: str) -> dict[str, Any]:
         "info": {
             "title": "Petrel management API",
             "version": version,
-            "description": "Broker status, addresses, queues and their messages, connections and consumers. "
+            "description": "Broker status, the cluster, addresses, queues and their messages, connections and consumers. "
                            "Every error is a JSON object {\"error\": message} with a 4xx or 5xx status.",
         },
         "paths": _paths(),
         "components": {"schemas": _schemas()},
-        "tags": [{"name": t} for t in ("health", "broker", "addresses", "queues", "messages")],
+        "tags": [{"name": t} for t in ("health", "broker", "cluster", "addresses", "queues", "messages")],
     }
