@@ -1,7 +1,7 @@
 """`petrel cluster up|status|down` run as real commands: real broker processes on free ports.
 
-The brokers run standalone with their cluster settings until clustering lands, so these
-tests check the orchestration (configs, processes, health, state file), not cluster behaviour.
+They check the orchestration (configs, processes, health, state file) and what the commands
+show of the cluster: `cluster status` (members, bridges, backlog) and `queue stat --clustered`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from conftest import Listener
 from petrel.client import Connection
 from petrel.config import load_config
 from petrel.orchestrator.local import node_ports
-from petrel.testing.process import wait_for
+from petrel.testing.process import BrokerProcess, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -206,11 +206,51 @@ def test_up_status_kill_down(cluster):
         ("node-1", str(pids[0]), "running"), ("node-2", str(pids[1]), "running")]
     assert rows[0]["URL"] == f"tcp://127.0.0.1:{base}"
 
+    # the nodes see each other: both members connected, the bridge up, nothing waiting to be forwarded
+    def seen(members: str, bridges: str, nodes: int = 2):
+        out = cluster.run("status")
+        rows = table(out.stdout)
+        want = [(members, bridges, "0")] * nodes
+        return rows if [(r["MEMBERS"], r["BRIDGES"], r["BACKLOG"]) for r in rows[:nodes]] == want else None
+
+    wait_for(lambda: seen("2", "1/1"), 30, 0.1, "the two nodes did not see each other")
+
+    # `queue stat --clustered` on node-1 shows the queues of both nodes, among them one created on node-2
+    url1, url2 = (f"http://127.0.0.1:{n['http_port']}" for n in state["nodes"])
+    out = petrel("queue", "create", "--name", "orch.on.node2", "--url", url2)
+    assert out.returncode == 0, explain(out)
+    out = petrel("queue", "stat", "--clustered", "--url", url1)
+    assert out.returncode == 0, explain(out)
+    rows = table(out.stdout)
+    assert list(rows[0]) == ["NODE", "NAME", "ADDRESS", "CONSUMER_COUNT", "MESSAGE_COUNT", "MESSAGES_ADDED",
+                             "DELIVERING_COUNT", "MESSAGES_ACKED", "SCHEDULED_COUNT", "ROUTING_TYPE"]
+    # sorted by queue, then node; the round-trip queues above were auto-deleted; no internal queue
+    assert [(r["NAME"], r["NODE"]) for r in rows] == [
+        ("DLQ", "node-1"), ("DLQ", "node-2"), ("ExpiryQueue", "node-1"), ("ExpiryQueue", "node-2"),
+        ("orch.on.node2", "node-2")]
+    (on2,) = [r for r in rows if r["NAME"] == "orch.on.node2"]
+    assert (on2["ADDRESS"], on2["MESSAGE_COUNT"], on2["ROUTING_TYPE"]) == ("orch.on.node2", "0", "ANYCAST")
+    out = petrel("queue", "stat", "--clustered", "--internal", "--url", url1)
+    assert out.returncode == 0, explain(out)
+    internal = {r["NODE"] for r in table(out.stdout) if r["NAME"].startswith("$.petrel.sf.")}
+    assert internal == {"node-1", "node-2"}  # each node's store-and-forward queue for the other
+    out = petrel("queue", "stat", "--url", url1)  # without --clustered: this node's queues, as ever
+    assert out.returncode == 0, explain(out)
+    assert "NODE" not in out.stdout and "orch.on.node2" not in out.stdout and "$.petrel.sf." in out.stdout
+
     os.kill(pids[1], signal.SIGKILL)
     wait_for(lambda: not running(pids[1]), 10, message="node-2 survived kill -9")
     out = cluster.run("status")
     assert out.returncode == 1, explain(out)
     assert [(r["NODE"], r["STATE"]) for r in table(out.stdout)] == [("node-1", "running"), ("node-2", "stopped")]
+    assert table(out.stdout)[1]["MEMBERS"] == "-"
+    wait_for(lambda: seen("1", "0/1", nodes=1), 30, 0.1, "node-1 did not notice node-2's end")
+
+    # a member that does not answer: one line on stderr, the rest of the table, exit 1
+    out = petrel("queue", "stat", "--clustered", "--url", url1)
+    assert out.returncode == 1, explain(out)
+    assert len(out.stderr.strip().splitlines()) == 1 and f":{state['nodes'][1]['http_port']}" in out.stderr
+    assert [(r["NAME"], r["NODE"]) for r in table(out.stdout)] == [("DLQ", "node-1"), ("ExpiryQueue", "node-1")]
 
     out = cluster.run("down")
     assert out.returncode == 0, explain(out)
@@ -272,3 +312,15 @@ def test_status_and_down_without_a_cluster(cluster):
     out = cluster.run("down")
     assert out.returncode == 0, explain(out)
     assert "nothing to stop" in out.stdout
+
+
+def test_queue_stat_clustered_needs_a_clustered_broker(tmp_path):
+    with BrokerProcess(tmp_path / "solo", http=True) as solo:
+        url = f"http://127.0.0.1:{solo.http_port}"
+        out = petrel("queue", "stat", "--clustered", "--url", url)
+        assert out.returncode == 1, explain(out)
+        assert out.stderr.startswith("petrel: error: --clustered: this broker is not in a cluster")
+        assert out.stderr.count("\n") == 1 and not out.stdout
+        out = petrel("queue", "stat", "--internal", "--url", url)
+        assert out.returncode == 2, explain(out)
+        assert "--internal goes with --clustered" in out.stderr

@@ -13,6 +13,13 @@ __all__ = ["cluster"]
 LOAD_BALANCING = ("OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION")
 
 
+_NUMERIC = ("PID", "MEMBERS", "BRIDGES", "BACKLOG")
+
+
+def _figure(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def _progress(message: str) -> None:
     click.echo(message, err=True)
 
@@ -25,7 +32,7 @@ def _print_table(headers: list[str], rows: list[list[str]]) -> None:
 
     table = Table(box=box.ASCII, show_edge=True, pad_edge=True, highlight=False)
     for header in headers:
-        table.add_column(header, justify="right" if header in ("PID", "MEMBERS") else "left", no_wrap=True)
+        table.add_column(header, justify="right" if header in _NUMERIC else "left", no_wrap=True)
     for row in rows:
         table.add_row(*row)
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
@@ -71,14 +78,17 @@ def up(size: int, base_port: int | None, data_root: Path, name: str, load_balanc
                f"stop with `petrel cluster down --data-root {local.data_root}`")
 
 
-@cluster.command("status", help="The nodes of the cluster and whether they run (exit 1 unless all do).")
+@cluster.command("status", help="The nodes of the cluster, whether they run, and how each sees the cluster: "
+                                 "MEMBERS connected (itself included), BRIDGES up of all, BACKLOG messages "
+                                 "waiting to be forwarded (exit 1 unless all nodes run).")
 @data_root_option
 @click.pass_context
 def status(ctx: click.Context, data_root: Path) -> None:
     state, nodes = LocalCluster(data_root).status()
-    _print_table(["NODE", "PID", "STATE", "URL", "CONSOLE", "MEMBERS"],
-                 [[s.node.name, str(s.node.pid), s.state, s.node.url, s.node.console,
-                   "-" if s.members is None else str(s.members)] for s in nodes])
+    _print_table(["NODE", "PID", "STATE", "URL", "CONSOLE", "MEMBERS", "BRIDGES", "BACKLOG"],
+                 [[s.node.name, str(s.node.pid), s.state, s.node.url, s.node.console, _figure(s.members),
+                   "-" if s.bridges is None else f"{s.bridges_up}/{s.bridges}", _figure(s.backlog)]
+                  for s in nodes])
     running = sum(s.state == "running" for s in nodes)
     click.echo(f"cluster {state.name}: {running} of {len(nodes)} nodes running")
     ctx.exit(0 if running == len(nodes) else 1)

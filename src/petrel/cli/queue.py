@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from petrel.management.client import ManagementClient, default_url
+from petrel.management.client import ManagementClient, ManagementError, default_url
 
 __all__ = ["queue", "client_options", "make_client", "quote"]
 
@@ -27,6 +27,11 @@ STAT_COLUMNS = (
     ("ROUTING_TYPE", "routing_type"),
 )
 _KEYS = dict(STAT_COLUMNS)
+_TEXT_KEYS = ("node", "name", "address", "routing_type")
+#: `queue stat --clustered`: which node each row comes from, then the usual columns.
+CLUSTER_COLUMNS = (("NODE", "node"), *STAT_COLUMNS)
+#: Queues of the broker's own machinery (store-and-forward queues), left out of --clustered.
+INTERNAL_PREFIX = "$.petrel."
 OPERATIONS = ("CONTAINS", "NOT_CONTAINS", "EQUALS", "GREATER_THAN", "LESS_THAN")
 
 
@@ -71,26 +76,37 @@ def _matches(q: dict[str, Any], field: str, operation: str, value: str) -> bool:
     return value not in text
 
 
-def _table(rows: list[dict[str, Any]], total: int):
+def _table(rows: list[dict[str, Any]], total: int, columns: tuple[tuple[str, str], ...] = STAT_COLUMNS):
     from rich import box
     from rich.table import Table
 
     table = Table(box=box.ASCII, show_edge=True, pad_edge=True, highlight=False,
                   caption=f"{len(rows)} of {total} queues" if len(rows) < total else None)
-    for header, key in STAT_COLUMNS:
-        numeric = key not in ("name", "address", "routing_type")
+    for header, key in columns:
+        numeric = key not in _TEXT_KEYS
         table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
     for q in rows:
-        table.add_row(*(str(q.get(key, "")) for _, key in STAT_COLUMNS))
+        table.add_row(*(str(q.get(key, "")) for _, key in columns))
     return table
 
 
-def _width(rows: list[dict[str, Any]]) -> int:
-    widths = [len(h) for h, _ in STAT_COLUMNS]
+def _width(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...] = STAT_COLUMNS) -> int:
+    widths = [len(h) for h, _ in columns]
     for q in rows:
-        for i, (_, key) in enumerate(STAT_COLUMNS):
+        for i, (_, key) in enumerate(columns):
             widths[i] = max(widths[i], len(str(q.get(key, ""))))
     return sum(widths) + 3 * len(widths) + 1
+
+
+def _print_table(rows: list[dict[str, Any]], total: int, columns: tuple[tuple[str, str], ...]) -> None:
+    """The table at its full width, never wrapped, whatever the terminal's."""
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=False)
+    needed = _width(rows, columns)
+    if console.width < needed:
+        console = Console(highlight=False, soft_wrap=False, width=needed)
+    console.print(_table(rows, total, columns))
 
 
 @queue.command("stat", help="The queue table of `artemis queue stat`: counts per queue.")
@@ -107,42 +123,129 @@ def _width(rows: list[dict[str, Any]]) -> int:
 @click.option("--sleep", type=click.IntRange(1), default=60000, show_default=True, help="Milliseconds between rounds.")
 @click.option("--iterations", type=click.IntRange(0), default=0, show_default=True,
               help="With --loop, stop after this many rounds (0 = until interrupted).")
-def stat(url: str | None, port_offset: int, queue_name: str, field: str | None, operation: str | None,
-         value: str | None, max_rows: int, as_json: bool, loop: bool, sleep: int, iterations: int) -> None:
+@click.option("--clustered", is_flag=True,
+              help="The queues of every member of the broker's cluster, in one table with a NODE column "
+                   "(exit 1 when a member does not answer).")
+@click.option("--internal", is_flag=True,
+              help=f"With --clustered, also show the broker's own queues ({INTERNAL_PREFIX}*).")
+@click.pass_context
+def stat(ctx: click.Context, url: str | None, port_offset: int, queue_name: str, field: str | None,
+         operation: str | None, value: str | None, max_rows: int, as_json: bool, loop: bool, sleep: int,
+         iterations: int, clustered: bool, internal: bool) -> None:
     if (field, operation, value).count(None) not in (0, 3):
         raise click.UsageError("--field, --operation and --value go together")
+    if internal and not clustered:
+        raise click.UsageError("--internal goes with --clustered")
     client = make_client(url, port_offset)
+    field, operation = field and field.upper(), operation and operation.upper()
     rounds = 0
+    complete = True
     try:
         while True:
-            _stat_once(client, queue_name, field and field.upper(), operation and operation.upper(), value,
-                       max_rows, as_json)
+            if clustered:
+                complete = _clustered_once(client, queue_name, field, operation, value, max_rows, as_json,
+                                           internal) and complete
+            else:
+                _stat_once(client, queue_name, field, operation, value, max_rows, as_json)
             rounds += 1
             if not loop or (iterations and rounds >= iterations):
-                return
+                break
             time.sleep(sleep / 1000)
     except KeyboardInterrupt:
         if not loop:
             raise
+    if not complete:
+        ctx.exit(1)
+
+
+def _select(queues: list[dict[str, Any]], field: str | None, operation: str | None,
+            value: str | None) -> list[dict[str, Any]]:
+    if field is None:
+        return queues
+    return [q for q in queues if _matches(q, field, operation, value)]
+
+
+def _show(queues: list[dict[str, Any]], max_rows: int, as_json: bool,
+          columns: tuple[tuple[str, str], ...]) -> None:
+    shown = queues[:max_rows]
+    if as_json:
+        click.echo(json.dumps(shown, indent=2))
+    else:
+        _print_table(shown, len(queues), columns)
 
 
 def _stat_once(client: ManagementClient, contains: str, field: str | None, operation: str | None,
                value: str | None, max_rows: int, as_json: bool) -> None:
-    queues = client.get("/api/v1/queues", name=contains or None)["queues"]
-    if field is not None:
-        queues = [q for q in queues if _matches(q, field, operation, value)]
+    queues = _select(client.get("/api/v1/queues", name=contains or None)["queues"], field, operation, value)
     queues.sort(key=lambda q: q["name"])
-    shown = queues[:max_rows]
-    if as_json:
-        click.echo(json.dumps(shown, indent=2))
-        return
-    from rich.console import Console
+    _show(queues, max_rows, as_json, STAT_COLUMNS)
 
-    console = Console(highlight=False, soft_wrap=False)
-    needed = _width(shown)
-    if console.width < needed:
-        console = Console(highlight=False, soft_wrap=False, width=needed)
-    console.print(_table(shown, len(queues)))
+
+# -- stat --clustered ---------------------------------------------------------------------------
+
+#: Seconds to wait for each member's API (they are asked at once, so this is the whole wait).
+MEMBER_TIMEOUT = 10.0
+
+
+def _clustered_once(client: ManagementClient, contains: str, field: str | None, operation: str | None,
+                    value: str | None, max_rows: int, as_json: bool, internal: bool) -> bool:
+    """One table of every member's queues; False when a member's queues are missing from it."""
+    try:
+        members = client.get("/api/v1/cluster")["members"]
+    except ManagementError as exc:
+        if exc.status == 404:
+            raise ManagementError(f"--clustered: {exc}", exc.status) from None
+        raise
+    results = _fetch_members(client, members, contains)
+    labels = _node_labels(members, results)
+    rows: list[dict[str, Any]] = []
+    complete = True
+    for member in members:
+        got = results[member["node_id"]]
+        if isinstance(got, str):
+            click.echo(f"petrel: warning: node {labels[member['node_id']]}: {got} (its queues are missing below)",
+                       err=True)
+            complete = False
+            continue
+        for q in got["queues"]:
+            if internal or not q["name"].startswith(INTERNAL_PREFIX):
+                rows.append({"node": labels[member["node_id"]], **q})
+    rows = _select(rows, field, operation, value)
+    rows.sort(key=lambda q: (q["name"], q["node"]))
+    _show(rows, max_rows, as_json, CLUSTER_COLUMNS)
+    return complete
+
+
+def _fetch_members(client: ManagementClient, members: list[dict[str, Any]],
+                   contains: str) -> dict[str, dict[str, Any] | str]:
+    """Each member's ``/health`` and queue list, asked of all members at once; a string says why not."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fetch(member: dict[str, Any]) -> dict[str, Any] | str:
+        if member.get("self"):
+            api = client  # the URL the operator gave reaches it; the advertised one may not from here
+        elif not member.get("http"):
+            return f"no management URL known (is its http_port off?) for node {member['node_id']}"
+        else:
+            api = ManagementClient(member["http"], timeout=MEMBER_TIMEOUT)
+        try:
+            health = api.get("/health")
+            return {"name": health.get("name"), "queues": api.get("/api/v1/queues", name=contains or None)["queues"]}
+        except ManagementError as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(members)))) as pool:
+        answers = list(pool.map(fetch, members))
+    return {m["node_id"]: a for m, a in zip(members, answers)}
+
+
+def _node_labels(members: list[dict[str, Any]], results: dict[str, dict[str, Any] | str]) -> dict[str, str]:
+    """Each member's broker name, or the first 8 characters of its node id when the name is unknown
+    or shared with another member."""
+    names = {m["node_id"]: r.get("name") for m in members if isinstance(r := results[m["node_id"]], dict)}
+    taken = [n for n in names.values() if n]
+    return {m["node_id"]: n if (n := names.get(m["node_id"])) and taken.count(n) == 1 else m["node_id"][:8]
+            for m in members}
 
 
 # -- create / delete / purge ------------------------------------------------------------------

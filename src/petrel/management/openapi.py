@@ -268,8 +268,8 @@ def document(version: str) -> dict[str, Any]:
         "info": {
             "title": "Petrel management API",
             "version": version,
-            "description": "Broker status, the cluster, addresses, queues and their messages, connections and consumers. "
-                           "Every error is a JSON object {\"error\": message} with a 4xx or 5xx status.",
+            "description": "Broker status, the cluster, addresses, queues and their messages, connections and "
+                           "consumers. Every error is a JSON object {\"error\": message} with a 4xx or 5xx status.",
         },
         "paths": _paths(),
         "components": {"schemas": _schemas()},

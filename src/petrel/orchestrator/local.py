@@ -151,7 +151,10 @@ class NodeStatus:
     node: Node
     alive: bool  #: the recorded process exists (and is a broker run with this node's config)
     healthy: bool  #: /health answered 200
-    members: int | None  #: length of /api/v1/cluster "members", when the API offers it
+    members: int | None = None  #: members connected to the node, itself included (from /api/v1/cluster)
+    bridges_up: int | None = None  #: its bridges that are connected ...
+    bridges: int | None = None  #: ... of all its bridges
+    backlog: int | None = None  #: messages waiting in its bridges' store-and-forward queues
 
     @property
     def state(self) -> str:
@@ -212,14 +215,30 @@ def _health(node: Node, timeout: float = 1.0) -> bool:
         return False
 
 
-def _members(node: Node, timeout: float = 2.0) -> int | None:
-    """Members the node's ``GET /api/v1/cluster`` lists, or None when it has no such API (yet)."""
+def _cluster_view(node: Node, timeout: float = 2.0) -> dict | None:
+    """The node's ``GET /api/v1/cluster``, or None when it does not answer it."""
     try:
         with urllib.request.urlopen(f"{node.http_url}/api/v1/cluster", timeout=timeout) as resp:
-            members = json.loads(resp.read()).get("members")
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+            view = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
         return None
-    return len(members) if isinstance(members, list) else None
+    return view if isinstance(view, dict) else None
+
+
+def _cluster_figures(view: dict | None) -> dict[str, int]:
+    """The NodeStatus fields a cluster view gives: members, bridges up of all, backlog."""
+    if view is None:
+        return {}
+    members, bridges = view.get("members"), view.get("bridges")
+    figures = {}
+    if isinstance(members, list):
+        figures["members"] = sum(1 for m in members if isinstance(m, dict) and m.get("connected"))
+    if isinstance(bridges, list):
+        bridges = [b for b in bridges if isinstance(b, dict)]
+        figures["bridges_up"] = sum(1 for b in bridges if b.get("connected"))
+        figures["bridges"] = len(bridges)
+        figures["backlog"] = sum(int(b.get("backlog") or 0) for b in bridges)
+    return figures
 
 
 def _log_tail(path: str, lines: int = 3) -> str:
@@ -423,7 +442,8 @@ class LocalCluster:
         for node in state.nodes:
             alive = process_alive(node.pid, node.config)
             healthy = alive and _health(node, timeout=3.0)
-            statuses.append(NodeStatus(node, alive, healthy, _members(node) if healthy else None))
+            figures = _cluster_figures(_cluster_view(node)) if healthy else {}
+            statuses.append(NodeStatus(node, alive, healthy, **figures))
         return state, statuses
 
     # -- down -------------------------------------------------------------------------------
