@@ -254,6 +254,12 @@ class Bridge:
         self.consumer = Consumer(queue, self._send, window=MAX_IN_FLIGHT, window_bytes=self.model.confirmation_window_size)
         self.cluster.bridge_changed(self)
         queue.add_consumer(self.consumer)
+        # The peer's bindings arrived while the link was still joining (not connected), so
+        # idle queues did not count them as somewhere to redistribute to: they may now.
+        office = self.cluster.office
+        for binding in office.bindings_via(self):
+            if binding.consumer_count > 0:
+                office.remote_demand(binding)
 
     def link_lost(self, link: PeerLink, reason: str) -> None:
         if link is not self.link:
