@@ -148,6 +148,16 @@ def test_node_ports_follow_the_broker_defaults_or_the_base_port():
     assert node_ports(2, 30000) == (30100, 30101, 30102)
 
 
+def test_node_labels_are_names_unless_unknown_or_shared():
+    from petrel.cli.queue import _node_labels
+
+    members = [{"node_id": f"{c * 8}-rest"} for c in "abcd"]
+    results = {"aaaaaaaa-rest": {"name": "node-1"}, "bbbbbbbb-rest": {"name": "petrel"},
+               "cccccccc-rest": {"name": "petrel"}, "dddddddd-rest": "connection refused"}
+    assert _node_labels(members, results) == {"aaaaaaaa-rest": "node-1", "bbbbbbbb-rest": "bbbbbbbb",
+                                              "cccccccc-rest": "cccccccc", "dddddddd-rest": "dddddddd"}
+
+
 def test_up_status_kill_down(cluster):
     base = free_base_port(2)
     out = cluster.run("up", "--size", "2", "--base-port", str(base))

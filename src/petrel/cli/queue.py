@@ -242,10 +242,15 @@ def _fetch_members(client: ManagementClient, members: list[dict[str, Any]],
 def _node_labels(members: list[dict[str, Any]], results: dict[str, dict[str, Any] | str]) -> dict[str, str]:
     """Each member's broker name, or the first 8 characters of its node id when the name is unknown
     or shared with another member."""
-    names = {m["node_id"]: r.get("name") for m in members if isinstance(r := results[m["node_id"]], dict)}
-    taken = [n for n in names.values() if n]
-    return {m["node_id"]: n if (n := names.get(m["node_id"])) and taken.count(n) == 1 else m["node_id"][:8]
-            for m in members}
+    names = {}
+    for m in members:
+        answer = results[m["node_id"]]
+        names[m["node_id"]] = answer.get("name") if isinstance(answer, dict) else None
+    known = [n for n in names.values() if n]
+    labels = {}
+    for node_id, name in names.items():
+        labels[node_id] = name if name and known.count(name) == 1 else node_id[:8]
+    return labels
 
 
 # -- create / delete / purge ------------------------------------------------------------------
