@@ -139,6 +139,9 @@ class Bridge:
         if self.state == "stopped":
             link.close("the bridge is stopping")
             return
+        if link.closed:  # reset before we got here: link_lost ignored it, so retry from here
+            self._failed_attempt(f"{self.connector} closed the connection at once")
+            return
         self.link = link
         self.state = "joining"
         self._watch(link)
@@ -247,6 +250,7 @@ class Bridge:
         self.ever_connected = True
         self.attempts = 0
         self.up_since = time.time()
+        self.last_error = ""
         self.sent = self.confirmed = 0
         self.failed.clear()
         log.info("bridge to node %s at %s is up", self.node_id, self.connector, extra={"event": "cluster.bridge_up"})

@@ -57,9 +57,9 @@ class ClusterConnection:
         self.name = model.name
         self.node_id = broker.node_id
         self.unique_id = uuid.uuid4().hex
-        self.connector = config.connector_url(model.connector) if model.connector else _own_connector(broker)
-        http = broker.ports.get("http")
-        self.http = f"http://{_client_host(config.host)}:{http}" if http else None
+        # how others reach this node; without a configured connector, known once the broker listens
+        self.connector = config.connector_url(model.connector) if model.connector else ""
+        self.http: str | None = None
         self.filter = AddressFilter(model.address)
         self.bridges: list[Bridge] = []
         self.by_node: dict[str, Bridge] = {}
@@ -70,22 +70,29 @@ class ClusterConnection:
         self.broadcasts: list = []
         self._flush_scheduled = False
         self._topology_event = 0
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        config = self.broker.config
-        if config.cluster_user == DEFAULT_CLUSTER_USER or config.cluster_password == DEFAULT_CLUSTER_PASSWORD:
-            log.warning("cluster_user/cluster_password are left at their defaults: any node knowing them can "
-                        "join this cluster; set the same secret on every node", extra={"event": "cluster.insecure"})
+        # Peers may join as soon as the broker listens, before `start`: the post office is
+        # cluster-aware from here on.
         office = self.office
-        office.balancing = Balancing(self.model.message_load_balancing)
+        office.balancing = Balancing(model.message_load_balancing)
         office.observer = self
         if config.grouping_handler is not None:
             from petrel.cluster.grouping import GroupingHandler
 
             self.grouping = GroupingHandler(self, config.grouping_handler)
             office.grouping = self.grouping
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Once the broker listens: connect to the seeds and start discovery."""
+        config = self.broker.config
+        if not self.connector:
+            self.connector = _own_connector(self.broker)
+        http = self.broker.ports.get("http")
+        self.http = f"http://{_client_host(config.host)}:{http}" if http else None
+        if config.cluster_user == DEFAULT_CLUSTER_USER or config.cluster_password == DEFAULT_CLUSTER_PASSWORD:
+            log.warning("cluster_user/cluster_password are left at their defaults: any node knowing them can "
+                        "join this cluster; set the same secret on every node", extra={"event": "cluster.insecure"})
         for ref in self.model.static_connectors:
             self._bridge_to(config.connector_url(ref))
         if self.model.discovery_group is not None:
@@ -151,6 +158,7 @@ class ClusterConnection:
                           bridge.connector)
                 self.bridges.remove(bridge)
                 return False
+            self._take_over(other, bridge)
         bridge.node_id = node_id
         self.by_node[node_id] = bridge
         name = sf_queue_name(self.name, node_id)
@@ -162,6 +170,25 @@ class ClusterConnection:
         if member is not None:
             bridge.http = member.http
         return True
+
+    def _take_over(self, old: Bridge, new: Bridge) -> None:
+        """`new` replaces a bridge to the same node that stopped (its node fell silent) or gave
+        up: the bindings learnt through `old` are reached through `new` now (its first snapshot
+        then drops those that are gone), through the same store-and-forward queue."""
+        office = self.office
+        for their_key, ours in old.bindings.items():
+            binding = office.remote_bindings.get(ours)
+            if binding is not None and binding.link is old:
+                binding.link = new
+                new.bindings[their_key] = ours
+        old.bindings.clear()
+        if old.state == "stopped" and old in self.bridges:
+            self.bridges.remove(old)
+
+    def _bridged(self, node_id: str) -> bool:
+        """A bridge to `node_id` exists and has not been stopped."""
+        bridge = self.by_node.get(node_id)
+        return bridge is not None and bridge.state != "stopped"
 
     def bridge_changed(self, bridge: Bridge) -> None:
         """A bridge came up or went down: the topology changed."""
@@ -194,7 +221,7 @@ class ClusterConnection:
         snapshot = [binding_info(b, self.node_id) for b in self._bindings() if self._for(b, peer)]
         adapter.cluster_send(Bindings(True, snapshot, []))
         bridge = self.by_node.get(join.node_id)
-        if bridge is None and not self.model.allow_direct_connections_only:
+        if not self._bridged(join.node_id) and not self.model.allow_direct_connections_only:
             self._bridge_to(join.connector)
         elif bridge is not None and bridge.state == "retrying":
             bridge.http = join.http
@@ -216,7 +243,7 @@ class ClusterConnection:
                 self.known[m.node_id] = m  # what a node says of itself wins
             else:
                 self.known.setdefault(m.node_id, m)
-            if not self.model.allow_direct_connections_only and m.node_id not in self.by_node:
+            if not self.model.allow_direct_connections_only and not self._bridged(m.node_id):
                 self._bridge_to(m.connector)
 
     def bindings_from(self, bridge: Bridge, event: Bindings) -> None:
@@ -351,16 +378,16 @@ class ClusterConnection:
         for node_id, a in entries.items():
             if a.cluster != self.name or node_id == self.node_id or not a.connectors:
                 continue
-            if node_id not in self.by_node:
+            if not self._bridged(node_id):
                 self._bridge_to(a.connectors[0])
         for bridge in list(self.bridges):
             if bridge.node_id and bridge.node_id not in entries and not bridge.connected and \
                     bridge.connector not in [self.broker.config.connector_url(c) for c in self.model.static_connectors]:
+                # Its bindings stay (a bridge to it, when it is back, takes them over): multicast
+                # copies for its subscriptions wait in its store-and-forward queue meanwhile.
                 log.info("node %s is no longer announced and its bridge is down: stopping it", bridge.node_id)
                 bridge.stop()
                 self.bridges.remove(bridge)
-                if self.by_node.get(bridge.node_id) is bridge:
-                    del self.by_node[bridge.node_id]
 
     # -- the management view ---------------------------------------------------------------------
 

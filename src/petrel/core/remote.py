@@ -101,7 +101,8 @@ class RemoteBinding:
         return any(s.matches(message) for s in selectors)
 
     def __repr__(self) -> str:
-        return (f"<RemoteBinding {self.key} via {self.link.node_id[:8]} {self.routing_type.name} "
+        via = (self.link.node_id or "?")[:8]
+        return (f"<RemoteBinding {self.key} via {via} {self.routing_type.name} "
                 f"consumers={self.consumer_count} distance={self.distance}>")
 
 

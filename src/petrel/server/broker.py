@@ -99,6 +99,10 @@ class Broker:
             len(self.office.queues), count, time.monotonic() - t0, self.node_id,
             extra={"event": "broker.recovered"},
         )
+        if config.cluster_connections:
+            from petrel.cluster.connection import ClusterConnection
+
+            self.cluster = ClusterConnection(self, config.cluster_connections[0])
         await self._listen("all", config.listen_port(), ("core", "stomp"))
         stomp_port = config.listen_stomp_port()
         if stomp_port >= 0:
@@ -109,10 +113,7 @@ class Broker:
 
             self.management = ManagementServer(self)
             self.ports["http"] = await self.management.start(config.host, http_port)
-        if config.cluster_connections:
-            from petrel.cluster.connection import ClusterConnection
-
-            self.cluster = ClusterConnection(self, config.cluster_connections[0])
+        if self.cluster is not None:
             await self.cluster.start()
         self._schedule_expiry_scan()
         self._schedule_disk_check()

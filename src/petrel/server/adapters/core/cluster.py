@@ -44,7 +44,8 @@ class ClusterFrames:
                         extra={"event": "cluster.peer_refused"})
             raise Fatal(ErrorCode.UNAUTHORIZED, problem)
         self.cluster_peer = e.node_id
-        self.reply(Result(e.corr, 0, "", {"node_id": self.broker.node_id}))
+        # in order: the answer, then the members and bindings peer_joined sends
+        self.cluster_send(Result(e.corr, 0, "", {"node_id": self.broker.node_id}))
         cluster.peer_joined(self, e)
 
     def cluster_send(self: CoreAdapter, event) -> None:
