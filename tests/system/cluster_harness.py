@@ -109,6 +109,15 @@ def start_all(nodes: list[BrokerProcess]) -> list[BrokerProcess]:
     return nodes
 
 
+def stop_all(nodes: list[BrokerProcess]) -> None:
+    """SIGTERM every running node at once, then wait for each (faster than one by one)."""
+    for node in nodes:
+        if node.proc is not None and node.proc.poll() is None:
+            node.proc.terminate()
+    for node in nodes:
+        node.stop()
+
+
 def cluster_view(node: BrokerProcess) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/cluster", timeout=5) as r:
         return json.loads(r.read())

@@ -8,7 +8,16 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from cluster_harness import backlog, cluster_view, make_cluster, queue_count, start_all, wait_bindings, wait_connected
+from cluster_harness import (
+    backlog,
+    cluster_view,
+    make_cluster,
+    queue_count,
+    start_all,
+    stop_all,
+    wait_bindings,
+    wait_connected,
+)
 
 from petrel.client import Connection
 from petrel.testing.process import wait_for
@@ -38,8 +47,7 @@ def cluster(tmp_path):
     yield make
     for conn in conns:
         conn.close()
-    for node in nodes:
-        node.stop()
+    stop_all(nodes)
 
 
 def send(conn, queue: str, tag: str, n: int = N) -> list[bytes]:

@@ -11,6 +11,7 @@ from cluster_harness import (
     make_cluster,
     queue_count,
     start_all,
+    stop_all,
     udp_port,
     wait_bindings,
     wait_connected,
@@ -28,8 +29,7 @@ DEADLINE = 30
 def stop_nodes():
     started = []
     yield started.extend
-    for node in started:
-        node.stop()
+    stop_all(started)
 
 
 def members(node) -> dict[str, bool]:
@@ -39,6 +39,20 @@ def members(node) -> dict[str, bool]:
 
 def bridged(node) -> set[str]:
     return {b["node_id"] for b in cluster_view(node)["bridges"] if b["connected"]}
+
+
+def receive(consumer, n: int) -> list[bytes]:
+    """`n` message bodies (failing after DEADLINE), then nothing more."""
+    got = []
+
+    def arrived():
+        while (m := consumer.receive_no_wait()) is not None:
+            got.append(m.body)
+        return len(got) >= n
+
+    wait_for(arrived, DEADLINE, 0.02, f"the consumer got {len(got)} of {n} messages")
+    assert consumer.receive(0.2) is None
+    return got
 
 
 def test_a_node_joining_through_one_seed_learns_every_member(tmp_path, stop_nodes) -> None:
@@ -64,6 +78,9 @@ def test_udp_discovery_finds_every_node_and_drops_a_silent_one(tmp_path, stop_no
     start_all(nodes)
     wait_connected(nodes, timeout=DEADLINE)
     ids = [cluster_view(n)["node_id"] for n in nodes]
+    with Connection(f"tcp://127.0.0.1:{nodes[2].port}") as c2:
+        c2.create_queue("udp.orders")  # durable: node2 has it again after its restart
+    wait_bindings(nodes[0], "udp.orders", timeout=DEADLINE)
     for i, node in enumerate(nodes):
         others = set(ids) - {ids[i]}
         assert bridged(node) == others
@@ -95,6 +112,19 @@ def test_udp_discovery_finds_every_node_and_drops_a_silent_one(tmp_path, stop_no
         assert members(node) == dict.fromkeys(ids, True)
         assert len(cluster_view(node)["bridges"]) == 2
 
+    # ...and a consumer there draws messages from node0 again (ON_DEMAND).
+    with Connection(f"tcp://127.0.0.1:{nodes[2].port}") as c2, Connection(f"tcp://127.0.0.1:{nodes[0].port}") as c0:
+        consumer = c2.session().consumer("queue://udp.orders")
+        (binding,) = wait_bindings(nodes[0], "udp.orders", consumers=1, timeout=DEADLINE)
+        assert binding["node_id"] == binding["via"] == ids[2]
+        session = c0.session()
+        producer = session.producer("queue://udp.orders")
+        bodies = [b"udp-%d" % i for i in range(20)]
+        for body in bodies:
+            producer.send(body, durable=True)
+        session.flush()
+        assert sorted(receive(consumer, 20)) == sorted(bodies)
+
 
 def test_a_peer_with_the_wrong_cluster_password_is_refused(tmp_path, stop_nodes) -> None:
     nodes = make_cluster(tmp_path, 3, passwords={2: "not-the-cluster-secret"})
@@ -116,8 +146,13 @@ def test_a_peer_with_the_wrong_cluster_password_is_refused(tmp_path, stop_nodes)
         assert intruder_id not in {m["node_id"] for m in view["members"]}
         assert sum(b["connected"] for b in view["bridges"]) == 1
     view = cluster_view(intruder)
-    assert not any(b["connected"] for b in view["bridges"]) and view["peers"] == []
-    assert {b["state"] for b in view["bridges"]} <= {"refused", "connecting", "joining"}
+    assert view["peers"] == [] and len(view["bridges"]) == 2
+    for b in view["bridges"]:  # refused every time it tries again
+        assert not b["connected"] and b["state"] in ("refused", "connecting", "joining")
+        assert refusal in b["last_error"]
+    for node in good:  # and it refuses the good nodes' bridges in turn
+        (to_intruder,) = [b for b in cluster_view(node)["bridges"] if b["connector"] == f"127.0.0.1:{intruder.port}"]
+        assert not to_intruder["connected"] and refusal in to_intruder["last_error"]
 
     # A consumer on the intruder does not draw messages from the cluster.
     with Connection(f"tcp://127.0.0.1:{intruder.port}") as ci, Connection(f"tcp://127.0.0.1:{good[0].port}") as c0, \
