@@ -140,6 +140,21 @@ def test_on_demand_forwards_only_to_nodes_with_consumers(cluster) -> None:
     assert all(c.receive_no_wait() is None for c in others)
     settled(nodes, "od.one")
 
+    # When the consumers leave, node0 hears of it and keeps what is sent next.
+    for c in (consumer1, *others):
+        c.close()
+
+    def no_remote_consumers():
+        return [b["consumer_count"] for b in cluster_view(node0)["remote_bindings"] if b["name"] == "od.one"] == [0, 0]
+
+    wait_for(no_remote_consumers, DEADLINE, 0.05, "node0 still sees consumers of od.one on other nodes")
+    forwarded = cluster_view(node0)["messages_forwarded"]
+    bodies = send(conns[0], "od.one", "one-after")
+    assert counts(nodes, "od.one") == [N, 0, 0]
+    assert cluster_view(node0)["messages_forwarded"] == forwarded
+    collect([conns[0].session().consumer("queue://od.one")], bodies)
+    settled(nodes, "od.one")
+
     # Consumers on nodes 1 and 2: an even split between them, none left on node0.
     create_everywhere(conns, "od.two")
     two = [conns[i].session().consumer("queue://od.two") for i in (1, 2)]

@@ -194,7 +194,14 @@ def test_core_clients_receive_the_topology_and_its_updates(tmp_path, stop_nodes)
         del every[next(i for i, c in every.items() if c == f"127.0.0.1:{nodes[1].port}")]
         wait_for(lambda: topology() == every, DEADLINE, 0.05, f"topology {topology()} is not {every}")
 
-    # A client connecting now gets the current topology straight away.
-    with Connection(f"tcp://127.0.0.1:{nodes[2].port}") as conn:
+    # A client connecting now gets the current topology straight away, and fails over to a
+    # node it only knows from the topology when the one in its URL dies.
+    with Connection(f"failover:(tcp://127.0.0.1:{nodes[0].port})?initialReconnectDelay=10&maxReconnectDelay=100"
+                    "&maxReconnectAttempts=50") as conn:
         wait_for(lambda: {m.node_id: m.live for m in conn.topology} == every, DEADLINE, 0.05,
                  "a new client did not get the topology")
+        (survivor,) = set(every) - {conn.node_id}
+        nodes[0].kill9()
+        conn.session().producer("queue://topology.failover").send(b"after failover", wait=True)
+        assert conn.failovers == 1 and conn.node_id == survivor
+        assert queue_count(nodes[2], "topology.failover") == 1
