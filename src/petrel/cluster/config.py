@@ -127,7 +127,8 @@ class ClusterConnectionModel(BaseModel):
     check_period: int = Field(30000, ge=1, description="ms between pings on a cluster link")
     connection_ttl: int = Field(60000, ge=1, description="ms of silence after which a link is dropped")
     confirmation_window_size: int = Field(
-        1024 * 1024, ge=1, description="bytes a bridge sends ahead of the peer's confirmations")
+        10 * 1024 * 1024, ge=1, description="bytes a bridge sends ahead of the peer's confirmations "
+        "(Artemis's effective default; its docs say 1 MiB, which halves forwarding throughput here)")
     use_duplicate_detection: bool = Field(
         True, description="bridged messages carry a duplicate ID the peer checks")
     address: str = Field(

@@ -72,6 +72,11 @@ class SendResult:
     throttled: bool = False  # flow control: consumers are behind; pause the producer a moment
 
 
+def _records(stored: list[Queue], remote: list[RemoteBinding]) -> int:
+    """Message records one routing writes: one for the local queues, one per next hop."""
+    return (1 if stored else 0) + len({id(b.link) for b in remote})
+
+
 class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing):
     def __init__(
         self,
@@ -438,7 +443,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         stored = [q for q in targets if q.durable] if message.durable else []
         may_page = tx_id == 0 or own_tx
         commit_here = 0  # a transaction begun here, committed at the end
-        if tx_id == 0 and ((persist_dup and stored) or (remote and message.durable)):
+        if tx_id == 0 and ((persist_dup and stored) or (remote and message.durable and _records(stored, remote) > 1)):
             tx_id = commit_here = self.store.begin()
         if dup_id is not None and address is not None:
             cache = self._dup_cache(address.name, self.settings_for(address.name))
