@@ -181,6 +181,7 @@ def test_metrics_follow_forwarding_redistribution_and_duplicates(tmp_path):
         work: list = []
         consume(b, "work", work)
         await wait_until(lambda: len(work) == 2, what="a's work redistributed to b")
+        await wait_until(lambda: bridge_a.backlog == 0, what="the redistributed work confirmed by b")
 
         # a bridged message that arrives twice is dropped the second time
         for _ in range(2):
