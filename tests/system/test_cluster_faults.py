@@ -260,6 +260,16 @@ address_full_policy = "PAGE"
 """
 
 
+def receive_n(consumer, n: int, timeout: float = 15) -> list:
+    """Up to `n` messages, within `timeout` seconds in all."""
+    deadline = time.monotonic() + timeout
+    out = []
+    while len(out) < n and (left := deadline - time.monotonic()) > 0:
+        if (m := consumer.receive(left)) is not None:
+            out.append(m)
+    return out
+
+
 def drain(consumer, idle: float = 1.0) -> list:
     out = []
     while (m := consumer.receive(idle)) is not None:
@@ -301,8 +311,8 @@ def test_redistribution_moves_available_scheduled_and_paged_messages_once(tmp_pa
     sb = cb.session()
     orders_b = sb.consumer("queue://orders")
     paged_b = sb.consumer("queue://paged")
-    got = [orders_b.receive(10) for _ in range(290)]
-    assert all(m is not None for m in got)
+    got = receive_n(orders_b, 290)
+    assert len(got) == 290
     wait_for(lambda: queue_messages(a, "orders") == 0, 10, 0.05, "the scheduled messages stayed on A's queue")
     assert int(time.time() * 1000) < due, "too slow to tell whether scheduled messages moved while scheduled"
     assert cluster_view(a)["messages_redistributed"] >= 310
@@ -311,7 +321,7 @@ def test_redistribution_moves_available_scheduled_and_paged_messages_once(tmp_pa
     later = []
     for _ in range(20):
         m = orders_b.receive(10)
-        assert m is not None
+        assert m is not None, "a scheduled message did not arrive"
         assert int(time.time() * 1000) >= due - 5, "a scheduled message was delivered before its time"
         later.append(m)
     assert orders_b.receive(0.3) is None
@@ -323,6 +333,29 @@ def test_redistribution_moves_available_scheduled_and_paged_messages_once(tmp_pa
     assert sorted(got_paged) == sorted(blobs)
     assert cluster_view(a)["messages_redistributed"] == 310 + 256
     assert queue_messages(a, "orders") == 0 and queue_messages(a, "paged") == 0
+
+
+def test_redistribution_looks_past_messages_no_remote_consumer_wants(tmp_path, teardown) -> None:
+    a, b = make_cluster(tmp_path, 2, redistribution_delay=0)
+    teardown(a)
+    teardown(b)
+    start_all([a, b])
+    wait_connected([a, b])
+    ca = Connection(f"tcp://127.0.0.1:{a.port}")
+    cb = Connection(f"tcp://127.0.0.1:{b.port}")
+    teardown(ca)
+    teardown(cb)
+    sa = ca.session()
+    producer = sa.producer("queue://colours")
+    for i in range(600):  # more blue ones than one redistribution batch, then the red ones
+        producer.send(Message(body(i), {"colour": "blue" if i < 550 else "red"}))
+    sa.flush()
+    reds = cb.session().consumer("queue://colours", filter="colour = 'red'")
+    got = receive_n(reds, 50)
+    assert sorted(m.body for m in got) == [body(i) for i in range(550, 600)]
+    assert reds.receive(0.3) is None
+    assert queue_messages(a, "colours") == 550
+    assert cluster_view(a)["messages_redistributed"] == 50
 
 
 def test_redistribution_does_not_ping_pong(tmp_path, teardown) -> None:

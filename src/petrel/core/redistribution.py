@@ -7,7 +7,10 @@ scheduled, and those read back from its page files as room frees) move in batche
 batch is one store transaction that stores the forwarded copies and removes the originals,
 so a crash moves a message entirely or not at all. A message moves only to a node whose
 consumers would take it, and only while this queue still has no consumer of its own, so
-messages never bounce between nodes while consumers stay put.
+messages never bounce between nodes while consumers stay put. A message no remote consumer
+wants (their filters) stays, and those behind it still move (Artemis: NO_MATCH, go on);
+which ones were unwanted is remembered until the remote demand changes, so an idle queue
+full of them is not matched against the filters again at every pass.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from petrel.core.remote import RemoteBinding
 
 if TYPE_CHECKING:
     from petrel.core.postoffice import PostOffice
-    from petrel.core.queue import Queue
+    from petrel.core.queue import MessageReference, Queue
 
 __all__ = ["Redistributing", "INTERNAL_PREFIX"]
 
@@ -35,6 +38,8 @@ class Redistributing:
     def init_redistribution(self: PostOffice) -> None:
         self._redistribute_timers: dict[int, object] = {}
         self._idle_since: dict[int, int] = {}
+        # queue id -> (the remote demand, ids of its messages no consumer there wants)
+        self._unwanted: dict[int, tuple[tuple, set[int]]] = {}
         self.messages_redistributed = 0
 
     def redistribution_delay(self: PostOffice, queue: Queue) -> int:
@@ -65,6 +70,7 @@ class Redistributing:
         if timer is not None:
             timer.cancel()
         self._idle_since.pop(queue.id, None)
+        self._unwanted.pop(queue.id, None)
 
     def remote_demand(self: PostOffice, binding: RemoteBinding) -> None:
         """A remote binding has consumers now: idle local queues of its address may send it messages."""
@@ -90,36 +96,53 @@ class Redistributing:
     def _redistribute(self: PostOffice, queue: Queue) -> None:
         self._redistribute_timers.pop(queue.id, None)
         if queue.deleted or queue.consumers:
+            self._unwanted.pop(queue.id, None)
             return
         targets = self._redistribution_targets(queue)
         if not targets:
             return
-        refs = []
+        demand = _demand(targets)
+        memo = self._unwanted.get(queue.id)
+        known = memo[1] if memo is not None and memo[0] == demand else set()
+        unwanted: set[int] = set()
+        moves: list[tuple[MessageReference, RemoteBinding]] = []
+        complete = True  # every reference looked at
         for ref in queue.iter_refs():
-            refs.append(ref)
-            if len(refs) >= BATCH:
-                break
-        if not refs:
-            return
-        tx_id = self.store.begin()
-        moved = 0
-        turn = 0
-        for ref in refs:
             message = ref.message
+            if message.id in known:
+                unwanted.add(message.id)
+                continue
             takers = [b for b in targets if b.accepts(message) and b.has_demand(message)]
             if not takers:
+                unwanted.add(message.id)
                 continue
-            binding = takers[turn % len(takers)]
-            turn += 1
+            moves.append((ref, takers[len(moves) % len(takers)]))
+            if len(moves) >= BATCH:
+                complete = False
+                break
+        # after a whole pass `unwanted` is exactly what is left unwanted; after a partial one,
+        # what was known before still holds
+        self._unwanted[queue.id] = (demand, unwanted if complete else known | unwanted)
+        if not moves:
+            return
+        tx_id = self.store.begin()
+        for ref, binding in moves:
             queue.take(ref)
-            self.forward(message, [binding], tx_id)
+            self.forward(ref.message, [binding], tx_id)
             self.reference_done(ref, tx_id)
-            moved += 1
         self.commit_store(tx_id)
-        if moved:
-            self.messages_redistributed += moved
-            log.debug("redistributed %d messages from %s", moved, queue.name)
-        if moved == len(refs) and queue.message_count:
+        self.messages_redistributed += len(moves)
+        log.debug("redistributed %d messages from %s", len(moves), queue.name)
+        if not complete or (not unwanted and queue.message_count):
             # more to move (or read back from pages): go on after other work had its turn
             self._redistribute_timers[queue.id] = self.scheduler.call_at_ms(
                 self.now(), lambda: self._redistribute(queue))
+
+
+def _demand(targets: list[RemoteBinding]) -> tuple:
+    """What decides which messages the remote consumers want (a change means: look again)."""
+    return tuple(
+        (b.key, b.consumer_count, b.selector.text if b.selector else None,
+         tuple(s.text if s else None for s in b.consumer_selectors))
+        for b in targets
+    )
