@@ -65,6 +65,7 @@ class ClusterConnection:
         self.by_node: dict[str, Bridge] = {}
         self.peers: dict[CoreAdapter, _Peer] = {}
         self.known: dict[str, ClusterMember] = {}  # members heard of, by node id
+        self.refused: dict[str, str] = {}  # node id -> why its last join was refused (logged once)
         self.grouping = None
         self.discovery = None
         self.broadcasts: list = []

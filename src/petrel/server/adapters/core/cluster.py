@@ -40,9 +40,12 @@ class ClusterFrames:
             raise Fatal(ErrorCode.UNSUPPORTED, "this broker is not in a cluster (no cluster_connections)")
         problem = cluster.check_join(e)
         if problem is not None:
-            log.warning("refused cluster peer %s at %s: %s", e.node_id, self.conn.peer, problem,
-                        extra={"event": "cluster.peer_refused"})
+            first = cluster.refused.get(e.node_id) != problem  # a peer retries: say it once
+            cluster.refused[e.node_id] = problem
+            (log.warning if first else log.debug)("refused cluster peer %s at %s: %s", e.node_id, self.conn.peer,
+                                                  problem, extra={"event": "cluster.peer_refused"})
             raise Fatal(ErrorCode.UNAUTHORIZED, problem)
+        cluster.refused.pop(e.node_id, None)
         self.cluster_peer = e.node_id
         # in order: the answer, then the members and bindings peer_joined sends
         self.cluster_send(Result(e.corr, 0, "", {"node_id": self.broker.node_id}))
