@@ -8,28 +8,15 @@ reads a node's `/api/v1/cluster`; `wait_bindings` waits until a node routes to a
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from petrel.testing.process import BrokerProcess, free_port, wait_for
+from petrel.testing.udp import discovery_group
+from petrel.testing.process import BrokerProcess, wait_for
 
 PASSWORD = "test-cluster-secret"
-GROUP = "231.7.7.7"
-
-
-def udp_port() -> int:
-    """A port free for TCP (free_port) and for UDP on every interface (the multicast group)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free UDP port")
+GROUP = discovery_group()  # multicast on loopback, or its broadcast address where that fails
 
 
 @dataclass(frozen=True)

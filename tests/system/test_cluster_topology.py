@@ -12,13 +12,13 @@ from cluster_harness import (
     queue_count,
     start_all,
     stop_all,
-    udp_port,
     wait_bindings,
     wait_connected,
 )
 
 from petrel.client import Connection
 from petrel.testing.process import wait_for
+from petrel.testing.udp import udp_port
 
 pytestmark = pytest.mark.system
 

@@ -11,23 +11,10 @@ import pytest
 from petrel.cluster.beacon import Announcement, encode
 from petrel.cluster.config import BroadcastGroupModel, DiscoveryGroupModel
 from petrel.cluster.discovery import BroadcastGroup, DiscoveryGroup
-from petrel.testing.process import free_port
+from petrel.testing.udp import discovery_group, udp_port
 
-GROUP = "231.7.7.7"
+GROUP = discovery_group()  # multicast on loopback, or its broadcast address where that fails
 LOOP = "127.0.0.1"
-
-
-def udp_port() -> int:
-    """A port free for TCP (free_port) and for UDP on the loopback and the multicast group."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free UDP port")
 
 
 async def until(condition, timeout: float = 5.0, message: str = "condition not met"):
