@@ -132,3 +132,26 @@ def test_odd_names_survive_the_round_trip(tmp_path: Path) -> None:
 ))
 def test_toml_value_round_trips(value) -> None:
     assert tomllib.loads(f"x = {toml_value(value)}")["x"] == value
+
+
+def test_create_a_cluster_node(tmp_path: Path) -> None:
+    instance = tmp_path / "node2"
+    result = create(str(instance), "--cluster", "tcp://10.0.0.2:61616", "--static-connector", "tcp://10.0.0.1:61616",
+                    "--cluster-password", "s3cret", "--message-load-balancing", "strict")
+    assert result.exit_code == 0, result.output
+    config = load_config(instance / "broker.toml", env={})
+    cc = config.cluster_connections[0]
+    assert (cc.connector, cc.static_connectors, cc.message_load_balancing) == (
+        "tcp://10.0.0.2:61616", ["tcp://10.0.0.1:61616"], "STRICT")
+    assert (config.cluster_user, config.cluster_password) == ("petrel-cluster", "s3cret")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--cluster", "tcp://h:1"], "--cluster-password"),
+    (["--static-connector", "tcp://h:1"], "go with --cluster"),
+    (["--cluster", "udp://h:1", "--cluster-password", "x"], "only tcp://"),
+])
+def test_create_refuses_incomplete_cluster_options(tmp_path: Path, args, words) -> None:
+    result = create(str(tmp_path / "n"), *args)
+    assert result.exit_code == 2 and words in result.output, result.output
+    assert not (tmp_path / "n").exists()

@@ -67,9 +67,13 @@ def _describe(model: type[BaseModel], field: str) -> str | None:
     return model.model_fields[field].description
 
 
-def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 0) -> str:
-    """The text of a new instance's ``broker.toml``."""
+def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 0,
+                       cluster: dict[str, Any] | None = None) -> str:
+    """The text of a new instance's ``broker.toml``; `cluster`: connector, static_connectors,
+    message_load_balancing and cluster_password of an active cluster connection."""
     active = {"name": name, "data_dir": data_dir, "port_offset": port_offset}
+    if cluster is not None:
+        active.update(cluster_user="petrel-cluster", cluster_password=cluster["cluster_password"])
     lines = [
         f"# Petrel broker {toml_value(name)}, made by `petrel create` (Petrel {__version__}).",
         "#",
@@ -104,7 +108,18 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
         shown = "<unset>" if value is None else toml_value(value)
         lines.append(f"# {field.name} = {shown}")
     lines.append("")
-    lines.append(CLUSTER_EXAMPLE)
+    if cluster is None:
+        lines.append(CLUSTER_EXAMPLE)
+    else:
+        lines += [
+            "[[cluster_connections]]",
+            'name = "petrel-cluster"',
+            f"connector = {toml_value(cluster['connector'])}",
+            f"static_connectors = {toml_value(list(cluster['static_connectors']))}",
+            f"message_load_balancing = {toml_value(cluster['message_load_balancing'])}",
+            "max_hops = 1",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -114,7 +129,16 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
 @click.option("--port-offset", type=int, default=0, show_default=True,
               help="Added to every acceptor port, to run several brokers on one host.")
 @click.option("--force", is_flag=True, help="Write into a directory that is not empty (overwrites broker.toml).")
-def create(directory: Path, name: str | None, port_offset: int, force: bool) -> None:
+@click.option("--cluster", "connector", metavar="URL",
+              help="Join a cluster: how the other nodes reach this one (tcp://host:port).")
+@click.option("--static-connector", "static_connectors", multiple=True, metavar="URL",
+              help="A seed node of the cluster (repeat for several; one is enough).")
+@click.option("--cluster-password", envvar="PETREL_CLUSTER_PASSWORD",
+              help="The secret every node of the cluster shares (env PETREL_CLUSTER_PASSWORD).")
+@click.option("--message-load-balancing", default="ON_DEMAND", show_default=True,
+              type=click.Choice(["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"], case_sensitive=False))
+def create(directory: Path, name: str | None, port_offset: int, force: bool, connector: str | None,
+           static_connectors: tuple[str, ...], cluster_password: str | None, message_load_balancing: str) -> None:
     """Create a broker instance in DIRECTORY: broker.toml and data directories."""
     if directory.exists() and any(directory.iterdir()) and not force:
         raise UsageError(f"{directory} is not empty; use --force to create the instance there anyway")
@@ -122,8 +146,19 @@ def create(directory: Path, name: str | None, port_offset: int, force: bool) -> 
         name = directory.resolve().name or "petrel"
     # Bad flag values fail here, before anything is written, with load_config's messages.
     load_config(None, env={}, overrides={"name": name, "port_offset": port_offset})
-    text = render_broker_toml(name=name, port_offset=port_offset)
-    BrokerConfig.model_validate(tomllib.loads(text))  # the template itself must always load
+    cluster = None
+    if connector is not None:
+        if not cluster_password:
+            raise UsageError("--cluster needs --cluster-password (the same secret on every node)")
+        cluster = {"connector": connector, "static_connectors": static_connectors,
+                   "cluster_password": cluster_password, "message_load_balancing": message_load_balancing.upper()}
+    elif static_connectors or cluster_password:
+        raise UsageError("--static-connector and --cluster-password go with --cluster URL")
+    text = render_broker_toml(name=name, port_offset=port_offset, cluster=cluster)
+    try:
+        BrokerConfig.model_validate(tomllib.loads(text))  # the template itself must always load
+    except ValueError as exc:
+        raise UsageError(f"bad cluster option: {' '.join(str(exc).split())}") from None
 
     config_path = directory / CONFIG_NAME
     created = [config_path]
