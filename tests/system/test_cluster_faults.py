@@ -250,6 +250,28 @@ def test_kill_9_of_the_sending_node_then_restart(tmp_path, teardown) -> None:
     wait_for(lambda: bridge_to(a, b_id)["backlog"] == 0, 10, 0.05, "the store-and-forward queue did not empty")
 
 
+def test_kill_9_in_the_middle_of_a_redistribution(tmp_path, teardown) -> None:
+    # A batch moves in one store transaction (copies stored, originals removed); its copies
+    # must not leave before that transaction is on disk, or a restart would move them again.
+    a, b = make_cluster(tmp_path, 2, redistribution_delay=0)
+    teardown(a)
+    teardown(b)
+    start_all([a, b])
+    wait_connected([a, b])
+    producer = Producer(a, batch=500)
+    producer.send(range(5000))
+    producer.close()
+    collector = Collector(b, batch=200)
+    teardown(collector)
+    wait_for(lambda: cluster_view(a)["messages_redistributed"] >= 300, 30, 0.001, "redistribution did not start")
+    a.kill9()
+    a.start()
+    got = wait_all([collector], 5000)
+    assert_exactly_once(got, producer.confirmed, 5000)
+    assert len(producer.confirmed) == 5000
+    wait_for(lambda: queue_messages(a, "orders") == 0, 10, 0.05, "messages left on A")
+
+
 # -- redistribution -------------------------------------------------------------------------------
 
 PAGED = """min_large_message_size = 1048576

@@ -4,10 +4,12 @@ Each peer has a durable internal queue here, `$.petrel.sf.<cluster>.<peer node i
 routing fills with copies tagged with the peer's binding keys (see `core/clustered.py`). The
 bridge consumes that queue like any consumer, within a window of `confirmation_window_size`
 bytes, and sends each copy as a FORWARD frame carrying a duplicate ID made of this node's id
-and the copy's message id. A copy is acknowledged here only when the peer confirms it (after
-its own disk), so a crash or a cut link on either side leaves it in the queue; it is then
-sent again on the next connection and the peer's duplicate-ID check drops it if it had
-already arrived. Reconnects follow `retry_interval` x `retry_interval_multiplier`, capped by
+and the copy's message id. A durable copy goes out only once the store has it on disk (with
+whatever its transaction did, such as removing a redistributed original), so a crash here
+never undoes something the peer already has. A copy is acknowledged here only when the peer
+confirms it (after its own disk), so a crash or a cut link on either side leaves it in the
+queue; it is then sent again on the next connection and the peer's duplicate-ID check drops
+it if it had already arrived. Reconnects follow `retry_interval` x `retry_interval_multiplier`, capped by
 `max_retry_interval`, for `reconnect_attempts` (-1: forever).
 """
 
@@ -75,7 +77,9 @@ class Bridge:
         self.sf_queue: Queue | None = None
         self.link: PeerLink | None = None
         self.consumer: Consumer | None = None
-        self.in_flight: deque[MessageReference] = deque()
+        self.in_flight: deque[MessageReference] = deque()  # handed over by the queue, not confirmed
+        self.unsynced: list[MessageReference] = []  # the tail of in_flight, waiting for the disk
+        self._sync_asked = False
         self.sent = 0
         self.confirmed = 0
         self.failed: dict[int, str] = {}  # send number -> why the peer refused it
@@ -292,6 +296,8 @@ class Bridge:
         self.connected = False
         consumer, self.consumer = self.consumer, None
         self.in_flight.clear()
+        self.unsynced = []
+        self._sync_asked = False
         if consumer is None or self.sf_queue is None:
             return
         queue = self.sf_queue
@@ -305,6 +311,33 @@ class Bridge:
         link = self.link
         if link is None or link.closed:
             return  # _detach returns it
+        self.in_flight.append(ref)
+        if not ref.message.durable and not self.unsynced:
+            self._forward(link, ref)
+            return
+        self.unsynced.append(ref)
+        if not self._sync_asked:
+            self._sync_asked = True
+            # after this loop turn: the transaction that stored the copy commits later in it
+            asyncio.get_running_loop().call_soon(self._ask_sync, link)
+
+    def _ask_sync(self, link: PeerLink) -> None:
+        if link is self.link:
+            count = len(self.unsynced)  # what the store holds now; later ones need a later sync
+            self.cluster.office.store.sync(lambda: self._synced(link, count), transactional=True)
+
+    def _synced(self, link: PeerLink, count: int) -> None:
+        if link is not self.link:
+            return  # that link is gone and _detach gave its messages back to the queue
+        ready, self.unsynced = self.unsynced[:count], self.unsynced[count:]
+        for ref in ready:
+            self._forward(link, ref)
+        if self.unsynced:
+            asyncio.get_running_loop().call_soon(self._ask_sync, link)
+        else:
+            self._sync_asked = False
+
+    def _forward(self, link: PeerLink, ref: MessageReference) -> None:
         message = ref.message
         props = dict(message.properties)
         keys = str(props.pop(ROUTE_TO, "")).split(KEY_SEPARATOR)
@@ -312,7 +345,6 @@ class Bridge:
         rt = int(message.routing_type) if isinstance(message.routing_type, RoutingType) else -1
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
                 message.timestamp, message.scheduled, props)
-        self.in_flight.append(ref)
         self.sent += 1
         self.messages_forwarded += 1
         if message.large is None:
