@@ -272,6 +272,31 @@ def test_kill_9_in_the_middle_of_a_redistribution(tmp_path, teardown) -> None:
     wait_for(lambda: queue_messages(a, "orders") == 0, 10, 0.05, "messages left on A")
 
 
+def test_messages_for_a_queue_deleted_while_they_travel_are_kept(tmp_path, teardown) -> None:
+    # B's auto-created queue goes when its last consumer leaves; copies A routed to it are
+    # still on their way (held by a frozen link here). B keeps them instead of dropping them.
+    a, b, proxy = proxied_pair(tmp_path, teardown, connection_ttl=20000)
+    b_id = cluster_view(b)["node_id"]
+    cb = Connection(f"tcp://127.0.0.1:{b.port}")
+    teardown(cb)
+    consumer = cb.session().consumer("queue://orders")
+    wait_bindings(a, "orders", consumers=1)
+    producer = Producer(a)
+    teardown(producer)
+    producer.send(range(100))
+    assert len(receive_n(consumer, 100)) == 100
+    proxy.freeze()
+    producer.send(range(100, 300))  # routed to B's consumer: they wait in A's store-and-forward queue
+    consumer.close()
+    wait_for(lambda: cb.queue_info("orders") is None, 10, 0.02, "B did not delete its empty auto-created queue")
+    proxy.heal()
+    wait_for(lambda: bridge_to(a, b_id)["backlog"] == 0, 20, 0.05, "A's store-and-forward queue did not empty")
+    again = cb.session().consumer("queue://orders")
+    got = [m.body for m in receive_n(again, 200, 10)]
+    assert again.receive(0.3) is None
+    assert_exactly_once(got, [body(i) for i in range(100, 300)], 300)
+
+
 # -- redistribution -------------------------------------------------------------------------------
 
 PAGED = """min_large_message_size = 1048576

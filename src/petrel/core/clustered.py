@@ -167,6 +167,9 @@ class Clustering:
             copy = Message(self.store.next_id(), message.address, message.body, props, message.durable,
                            message.priority, message.expiration, message.timestamp, message.scheduled,
                            user_id=message.user_id)
+            types = {b.routing_type for b in group}
+            if len(types) == 1:  # so the next hop can keep an anycast copy whose queue went away
+                copy.routing_type = types.pop()
             self.link_large(copy, message)
             for b in group:
                 b.messages_forwarded += 1

@@ -3,7 +3,10 @@
 A peer that sends CLUSTER_JOIN with the right cluster name and credentials becomes a cluster
 peer of this connection: the cluster sends it the members and bindings it should know, and
 its FORWARD frames are routed to the bindings they name, at most once per bridge duplicate ID,
-and confirmed after the disk like ordinary sends.
+and confirmed after the disk like ordinary sends. An anycast message whose queues are all gone
+(an auto-created queue deleted when its last consumer left, while the message travelled) is
+kept in the address's anycast queue here rather than dropped; a multicast copy for a
+subscription that is gone is dropped, as it would be had it been sent after the unsubscribe.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING
 from petrel.codec.core import ErrorCode, Result, SendFailed
 from petrel.codec.core.cluster import ClusterJoin, Forward, GroupPropose
 from petrel.core.limits import AddressFull
-from petrel.core.message import Message, now_ms
+from petrel.core.message import Message, RoutingType, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
 from petrel.server.adapters.core import large
@@ -82,7 +85,7 @@ class ClusterFrames:
         if large_body is not None:
             message.large = large_body[1]
         try:
-            self.office.receive_forwarded(message, list(e.keys), e.dup)
+            self.office.receive_forwarded(message, self._forward_keys(e), e.dup)
         except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
             self.office.discard(message)
             code = ErrorCode.ADDRESS_FULL if isinstance(exc, AddressFull) else ErrorCode.ROUTING
@@ -90,6 +93,18 @@ class ClusterFrames:
             return
         if e.durable:
             self._sync = True
+
+    def _forward_keys(self: CoreAdapter, e: Forward) -> list[str]:
+        keys = list(e.keys)
+        if e.routing_type != RoutingType.ANYCAST:
+            return keys
+        office = self.office
+        if any(k in office.queues or k in office.remote_bindings for k in keys):
+            return keys
+        log.info("forwarded message for %s names queue(s) %s, which are gone: kept in the address's anycast queue",
+                 e.address, ", ".join(keys))
+        address, _ = office.ensure_address_for(e.address, RoutingType.ANYCAST)
+        return [office.ensure_anycast_queue(address).name]
 
     def on_group_propose(self: CoreAdapter, e: GroupPropose) -> None:
         if self.cluster_peer is None:
