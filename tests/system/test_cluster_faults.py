@@ -473,3 +473,31 @@ def test_a_large_message_crosses_the_bridge_intact(tmp_path, teardown) -> None:
         assert m.body == blob
         assert m.properties["sha"] == hashlib.sha256(m.body).hexdigest()
     assert cluster_view(a)["messages_forwarded"] == len(blobs)
+
+
+def test_large_messages_through_a_cut_link_arrive_intact_once(tmp_path, teardown) -> None:
+    a, b, proxy = proxied_pair(tmp_path, teardown, connection_ttl=1000, extra_top="min_large_message_size = 102400\n")
+    b_id = cluster_view(b)["node_id"]
+    collector = Collector(b, "queue://big", batch=5)
+    teardown(collector)
+    wait_bindings(a, "big", consumers=1)
+    blobs = [os.urandom(300 * 1024) for _ in range(30)]
+    ca = Connection(f"tcp://127.0.0.1:{a.port}")
+    teardown(ca)
+    session = ca.session()
+    producer = session.producer("queue://big")
+    for blob in blobs:
+        producer.send(Message(blob))
+    session.flush()
+    wait_for(lambda: len(collector.got) >= 3, 30, 0.002, "forwarding did not start")
+    proxy.cut()  # with large messages part-way through their chunks
+    wait_bridge(a, b_id, up=False)
+    proxy.heal()
+    got = wait_all([collector], len(blobs))
+    assert sorted(got) == sorted(blobs)
+    wait_for(lambda: bridge_to(a, b_id)["backlog"] == 0, 10, 0.05, "the store-and-forward queue did not empty")
+    # no large-message file is left behind on either side once everything is consumed
+    def no_files() -> bool:
+        return not any(any((n.data_dir / "large-messages").iterdir()) for n in (a, b))
+
+    wait_for(no_files, 10, 0.05, "large-message files left behind")
