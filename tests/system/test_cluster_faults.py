@@ -132,6 +132,16 @@ class Collector:
             pass
 
 
+def receive_n(consumer, n: int, timeout: float = 15) -> list:
+    """Up to `n` messages, within `timeout` seconds in all."""
+    deadline = time.monotonic() + timeout
+    out = []
+    while len(out) < n and (left := deadline - time.monotonic()) > 0:
+        if (m := consumer.receive(left)) is not None:
+            out.append(m)
+    return out
+
+
 def assert_exactly_once(got: list[bytes], confirmed: list[bytes], sent: int) -> None:
     twice = [b for b, n in collections.Counter(got).items() if n > 1]
     assert not twice, f"{len(twice)} messages consumed more than once, e.g. {twice[:5]}"
@@ -307,23 +317,6 @@ address_full_policy = "PAGE"
 """
 
 
-def receive_n(consumer, n: int, timeout: float = 15) -> list:
-    """Up to `n` messages, within `timeout` seconds in all."""
-    deadline = time.monotonic() + timeout
-    out = []
-    while len(out) < n and (left := deadline - time.monotonic()) > 0:
-        if (m := consumer.receive(left)) is not None:
-            out.append(m)
-    return out
-
-
-def drain(consumer, idle: float = 1.0) -> list:
-    out = []
-    while (m := consumer.receive(idle)) is not None:
-        out.append(m)
-    return out
-
-
 def test_redistribution_moves_available_scheduled_and_paged_messages_once(tmp_path, teardown) -> None:
     a, b = make_cluster(tmp_path, 2, redistribution_delay=0, extra_top=PAGED)
     teardown(a)
@@ -375,8 +368,8 @@ def test_redistribution_moves_available_scheduled_and_paged_messages_once(tmp_pa
     bodies = [m.body for m in taken + got + later]
     assert_exactly_once(bodies, [body(i) for i in range(320)], 320)
     assert sorted(m.body for m in later) == [body(i) for i in range(300, 320)]
-    got_paged = [m.body for m in drain(paged_b, 2.0)]
-    assert len(got_paged) == len(blobs)
+    got_paged = [m.body for m in receive_n(paged_b, len(blobs))]
+    assert paged_b.receive(0.3) is None
     assert sorted(got_paged) == sorted(blobs)
     assert cluster_view(a)["messages_redistributed"] == 310 + 256
     assert queue_messages(a, "orders") == 0 and queue_messages(a, "paged") == 0
@@ -424,7 +417,12 @@ def test_redistribution_does_not_ping_pong(tmp_path, teardown) -> None:
     for i in range(400):
         producer.send(body(i))
     sa.flush()
-    got_a, got_b = [m.body for m in drain(on_a, 1.0)], [m.body for m in drain(on_b, 0.5)]
+    got_a, got_b = [], []
+    deadline = time.monotonic() + 15
+    while len(got_a) + len(got_b) < 400 and time.monotonic() < deadline:
+        got_a += [m.body for m in receive_n(on_a, 400, 0.05)]
+        got_b += [m.body for m in receive_n(on_b, 400, 0.05)]
+    assert on_a.receive(0.2) is None and on_b.receive(0.1) is None
     assert_exactly_once(got_a + got_b, [body(i) for i in range(400)], 400)
     assert got_a and got_b  # ON_DEMAND shares them
     view_a, view_b = cluster_view(a), cluster_view(b)
@@ -438,7 +436,8 @@ def test_redistribution_does_not_ping_pong(tmp_path, teardown) -> None:
     for i in range(400, 600):
         producer.send(body(i))
     sa.flush()
-    later = [m.body for m in drain(on_a, 1.0)]
+    later = [m.body for m in receive_n(on_a, 200)]
+    assert on_a.receive(0.3) is None
     assert sorted(later) == sorted(body(i) for i in range(400, 600))
     view_a, view_b = cluster_view(a), cluster_view(b)
     assert view_a["messages_forwarded"] == forwarded
