@@ -220,8 +220,9 @@ class Bridge:
 
     def _refused(self, code: int, message: str) -> None:
         if code == ErrorCode.UNAUTHORIZED:
+            repeated = self.state == "refused" or self.last_error == message  # retries: say it once
             self.state = "refused"
-            log.error("node at %s refused this node's cluster join: %s (check cluster_user, cluster_password "
+            (log.debug if repeated else log.error)("node at %s refused this node's cluster join: %s (check cluster_user, cluster_password "
                       "and the cluster connection name on both nodes)", self.connector, message,
                       extra={"event": "cluster.join_refused"})
         else:

@@ -21,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.errors import RoutingError
+from petrel.core.limits import AddressFull
 from petrel.core.message import GROUP_ID, Message, RoutingType
 from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, Balancing, Link, RemoteBinding, local_demand
 from petrel.core.selector import Selector
@@ -191,6 +192,16 @@ class Clustering:
                 log.info("bridged message %s to %s already received: not routed again", dup_id, message.address)
                 self.discard(message)
                 return SendResult(SendOutcome.DUPLICATE)
+        settings = self.settings_for(message.address)
+        if self.limits.disk_full or self.limits.is_full(message.address, settings):
+            policy = "BLOCK" if self.limits.disk_full else settings.address_full_policy
+            if policy in ("FAIL", "BLOCK"):  # the bridge keeps it and tries again after retry_interval
+                raise AddressFull(f"address {message.address!r} is full ({policy}): the forwarded message "
+                                  "stays on the sending node for now")
+            if policy == "DROP":
+                self.limits.dropped[message.address] = self.limits.dropped.get(message.address, 0) + 1
+                self.discard(message)
+                return SendResult(SendOutcome.DROPPED)
         local: list[Queue] = []
         far: list[RemoteBinding] = []
         for key in keys:
