@@ -166,6 +166,7 @@ class StompAdapter:
                 raise StompError("already connected")
             self.on_connect(frame)
         elif command == "DISCONNECT":
+            self._release()  # unacknowledged messages are back in their queues before the RECEIPT
             self.receipt(frame, durable=True)
             self._closing = True
             self._after_deferred(self.conn.close)
@@ -552,6 +553,10 @@ class StompAdapter:
         if self._hb_timer is not None:
             self._hb_timer.cancel()
         self._large.abort()
+        self._release()
+
+    def _release(self) -> None:
+        """Roll back open transactions and close every subscription (its messages go back)."""
         for tx in list(self.transactions.values()):
             self.office.rollback(tx)
         self.transactions.clear()
