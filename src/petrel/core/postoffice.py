@@ -17,23 +17,15 @@ from petrel.core.address import Address
 from petrel.core.clustered import Clustering
 from petrel.core.redistribution import Redistributing
 from petrel.core.divert import Divert, Diverting
+from petrel.core.endings import Endings
 from petrel.core.errors import RoutingError
 from petrel.core.large_bodies import LargeBodies
 from petrel.core.paging import Paging
 from petrel.core.recovery import SEQ_RESERVATION, Recovery
 from petrel.core.duplicates import DuplicateIdCache
 from petrel.core.limits import AddressFull, MemoryLimits
-from petrel.core.message import (
-    ACTUAL_EXPIRY_TIME,
-    LargeBody,
-    ORIGINAL_ADDRESS,
-    ORIGINAL_MESSAGE_ID,
-    ORIGINAL_QUEUE,
-    Message,
-    RoutingType,
-    now_ms,
-)
-from petrel.core.queue import DONE, Consumer, MessageReference, Queue
+from petrel.core.message import LargeBody, Message, RoutingType, now_ms
+from petrel.core.queue import Consumer, MessageReference, Queue
 from petrel.core.remote import RemoteBinding
 from petrel.core.selector import compile_selector
 from petrel.core.settings import AddressSettings, AddressSettingsRepository
@@ -77,7 +69,7 @@ def _records(stored: list[Queue], remote: list[RemoteBinding]) -> int:
     return (1 if stored else 0) + len({id(b.link) for b in remote})
 
 
-class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing):
+class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing, Endings):
     def __init__(
         self,
         store: Store,
@@ -524,56 +516,6 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
     def delivery_count_changed(self, ref: MessageReference) -> None:
         if ref.message.durable and ref.queue.durable and ref.message.ref_count > 0:
             self.store.update_delivery_count(ref.message.id, ref.queue.id, ref.delivery_count)
-
-    def expire(self, ref: MessageReference) -> None:
-        """A reference whose message expired: to the expiry address, or dropped."""
-        ref.state = DONE
-        queue = ref.queue
-        queue.messages_expired += 1
-        target = self.settings_for(queue.address).expiry_address
-        extra = {ACTUAL_EXPIRY_TIME: self.now()}
-        self._move_to(ref, target, extra, "expired")
-
-    def dead_letter(self, ref: MessageReference) -> None:
-        """Too many delivery attempts: to the dead-letter address, or dropped."""
-        ref.state = DONE
-        queue = ref.queue
-        queue.messages_killed += 1
-        target = self.settings_for(queue.address).dead_letter_address
-        self._move_to(ref, target, {}, "dead-lettered")
-
-    def _move_to(self, ref: MessageReference, target: str | None, extra: dict, why: str) -> None:
-        queue = ref.queue
-        if not target or (target == queue.address):
-            log.info("message %s on %s %s and dropped (no address configured)", ref.message.id, queue.name, why)
-            self.reference_done(ref, 0)
-            self.queue_idle_check(queue)
-            return
-        tx_id = self.store.begin()
-        extra = {
-            ORIGINAL_ADDRESS: ref.message.address,
-            ORIGINAL_QUEUE: queue.name,
-            ORIGINAL_MESSAGE_ID: ref.message.id,
-            **extra,
-        }
-        copy = ref.message.copy_to(self.store.next_id(), target, extra)
-        try:
-            self.link_large(copy, ref.message)
-            address, _ = self.ensure_address_for(target, RoutingType.ANYCAST if target not in self.addresses else None)
-            if RoutingType.ANYCAST in address.routing_types and not address.anycast:
-                self.ensure_anycast_queue(address)
-            copy.properties.pop("_AMQ_DUPL_ID", None)
-            self._route(copy, None, tx_id)
-        except RoutingError as exc:
-            log.warning("message %s %s but %s: dropped", ref.message.id, why, exc)
-            self.discard(copy)
-        self.reference_done(ref, tx_id)
-        self.commit_store(tx_id)
-        self.queue_idle_check(queue)
-
-    def expire_scan(self) -> int:
-        now = self.now()
-        return sum(q.expire_scan(now) for q in list(self.queues.values()))
 
     # -- transactions -------------------------------------------------------------------
 
