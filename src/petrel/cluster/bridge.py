@@ -4,13 +4,14 @@ Each peer has a durable internal queue here, `$.petrel.sf.<cluster>.<peer node i
 routing fills with copies tagged with the peer's binding keys (see `core/clustered.py`). The
 bridge consumes that queue like any consumer, within a window of `confirmation_window_size`
 bytes, and sends each copy as a FORWARD frame carrying a duplicate ID made of this node's id
-and the copy's message id. A durable copy goes out only once the store has it on disk (with
-whatever its transaction did, such as removing a redistributed original), so a crash here
-never undoes something the peer already has. A copy is acknowledged here only when the peer
-confirms it (after its own disk), so a crash or a cut link on either side leaves it in the
-queue; it is then sent again on the next connection and the peer's duplicate-ID check drops
-it if it had already arrived. Reconnects follow `retry_interval` x `retry_interval_multiplier`, capped by
-`max_retry_interval`, for `reconnect_attempts` (-1: forever).
+and the copy's message id. A routed copy goes out at once, as a local delivery would; a
+redistributed one (marked SYNC_FIRST) only once the store has it on disk together with the
+removal of its original, so a crash here never brings back an original the peer already has.
+A copy is acknowledged here only when the peer confirms it (after its own disk), so a crash
+or a cut link on either side leaves it in the queue; it is then sent again on the next
+connection and the peer's duplicate-ID check drops it if it had already arrived. Reconnects
+follow `retry_interval` x `retry_interval_multiplier`, capped by `max_retry_interval`, for
+`reconnect_attempts` (-1: forever).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from petrel.codec.core import (
 from petrel.codec.core.cluster import Bindings, ClusterJoin, ClusterMembers, Forward, GroupDecision
 from petrel.core.message import RoutingType
 from petrel.core.queue import Consumer, MessageReference
-from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO
+from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, ROUTE_TYPE, SYNC_FIRST
 
 if TYPE_CHECKING:
     from petrel.cluster.connection import ClusterConnection
@@ -313,7 +314,7 @@ class Bridge:
         if link is None or link.closed:
             return  # _detach returns it
         self.in_flight.append(ref)
-        if not ref.message.durable and not self.unsynced:
+        if not (ref.message.durable and ref.message.properties.get(SYNC_FIRST)) and not self.unsynced:
             self._forward(link, ref)
             return
         self.unsynced.append(ref)
@@ -342,8 +343,11 @@ class Bridge:
         message = ref.message
         props = dict(message.properties)
         keys = str(props.pop(ROUTE_TO, "")).split(KEY_SEPARATOR)
+        props.pop(SYNC_FIRST, None)
         dup = f"{self.cluster.node_id}:{message.id}" if self.model.use_duplicate_detection else None
-        rt = int(message.routing_type) if isinstance(message.routing_type, RoutingType) else -1
+        rt = props.pop(ROUTE_TYPE, None)
+        if not isinstance(rt, int):
+            rt = int(message.routing_type) if isinstance(message.routing_type, RoutingType) else -1
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
                 message.timestamp, message.scheduled, props)
         self.sent += 1

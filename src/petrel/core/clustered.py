@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Protocol
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
 from petrel.core.message import GROUP_ID, Message, RoutingType
-from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, Balancing, Link, RemoteBinding, local_demand
+from petrel.core.remote import (
+    KEY_SEPARATOR,
+    ROUTE_TO,
+    ROUTE_TYPE,
+    SYNC_FIRST,
+    Balancing,
+    Link,
+    RemoteBinding,
+    local_demand,
+)
 from petrel.core.selector import Selector
 
 if TYPE_CHECKING:
@@ -156,8 +165,14 @@ class Clustering:
                        if b.routing_type == RoutingType.ANYCAST and b.link.connected]
         return _next_binding(address, candidates, message, self.balancing)
 
-    def forward(self: PostOffice, message: Message, bindings: list[RemoteBinding], tx_id: int) -> None:
-        """Store one copy per next hop in its store-and-forward queue, tagged with the keys there."""
+    def forward(self: PostOffice, message: Message, bindings: list[RemoteBinding], tx_id: int, *,
+                sync_first: bool = False) -> None:
+        """Store one copy per next hop in its store-and-forward queue, tagged with the keys there.
+
+        `sync_first`: the bridge sends the copy only once it is on disk. A redistributed copy
+        needs it: its transaction also removes the original, and a crash before that is durable
+        would bring the original back to be moved again. A routed copy goes at once, as a local
+        delivery does: its sender is confirmed only after the disk either way."""
         by_link: dict[int, list[RemoteBinding]] = {}
         for b in bindings:
             by_link.setdefault(id(b.link), []).append(b)
@@ -171,6 +186,9 @@ class Clustering:
             types = {b.routing_type for b in group}
             if len(types) == 1:  # so the next hop can keep an anycast copy whose queue went away
                 copy.routing_type = types.pop()
+                props[ROUTE_TYPE] = int(copy.routing_type)
+            if sync_first:
+                props[SYNC_FIRST] = True
             self.link_large(copy, message)
             for b in group:
                 b.messages_forwarded += 1
