@@ -110,3 +110,22 @@ def read_until_closed(s: socket.socket, timeout: float = 10.0) -> bytes:
             return data + b"<closed>"
         data += chunk
     return data
+
+
+@pytest.fixture
+def teardown():
+    """Register nodes, proxies and clients to stop (or close) after the test, in reverse order."""
+    things = []
+    yield things.append
+    for thing in reversed(things):
+        (thing.stop if hasattr(thing, "stop") else thing.close)()
+
+
+@pytest.fixture
+def stop_nodes():
+    """`stop_nodes([a, b])`: broker processes stopped together after the test."""
+    from cluster_harness import stop_all
+
+    started = []
+    yield started.extend
+    stop_all(started)

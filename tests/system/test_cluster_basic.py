@@ -10,13 +10,6 @@ from petrel.client import Connection
 pytestmark = pytest.mark.system
 
 
-@pytest.fixture
-def stop_nodes():
-    started = []
-    yield started.extend
-    for node in started:
-        node.stop()
-
 
 def drain(consumer, idle=1.0):
     out = []

@@ -27,13 +27,18 @@ pytestmark = pytest.mark.system
 N = 2000
 
 
-@pytest.fixture
-def teardown():
-    """Register nodes, proxies, clients to stop (or close) after the test, in reverse order."""
-    things = []
-    yield things.append
-    for thing in reversed(things):
-        (thing.stop if hasattr(thing, "stop") else thing.close)()
+def connected_pair(tmp_path, teardown, **options):
+    """Two started, bridged nodes and a client connection to each, all torn down after the test."""
+    a, b = make_cluster(tmp_path, 2, **options)
+    teardown(a)
+    teardown(b)
+    start_all([a, b])
+    wait_connected([a, b])
+    ca = Connection(f"tcp://127.0.0.1:{a.port}")
+    cb = Connection(f"tcp://127.0.0.1:{b.port}")
+    teardown(ca)
+    teardown(cb)
+    return a, b, ca, cb
 
 
 def body(i: int) -> bytes:
@@ -318,15 +323,7 @@ address_full_policy = "PAGE"
 
 
 def test_redistribution_moves_available_scheduled_and_paged_messages_once(tmp_path, teardown) -> None:
-    a, b = make_cluster(tmp_path, 2, redistribution_delay=0, extra_top=PAGED)
-    teardown(a)
-    teardown(b)
-    start_all([a, b])
-    wait_connected([a, b])
-    ca = Connection(f"tcp://127.0.0.1:{a.port}")
-    cb = Connection(f"tcp://127.0.0.1:{b.port}")
-    teardown(ca)
-    teardown(cb)
+    a, b, ca, cb = connected_pair(tmp_path, teardown, redistribution_delay=0, extra_top=PAGED)
     sa = ca.session()
     # messages on A, which has a consumer of its own: available, paged (4 MB through an
     # address that holds 64 KiB in memory) and scheduled
@@ -376,15 +373,7 @@ def test_redistribution_moves_available_scheduled_and_paged_messages_once(tmp_pa
 
 
 def test_redistribution_looks_past_messages_no_remote_consumer_wants(tmp_path, teardown) -> None:
-    a, b = make_cluster(tmp_path, 2, redistribution_delay=0)
-    teardown(a)
-    teardown(b)
-    start_all([a, b])
-    wait_connected([a, b])
-    ca = Connection(f"tcp://127.0.0.1:{a.port}")
-    cb = Connection(f"tcp://127.0.0.1:{b.port}")
-    teardown(ca)
-    teardown(cb)
+    a, b, ca, cb = connected_pair(tmp_path, teardown, redistribution_delay=0)
     sa = ca.session()
     producer = sa.producer("queue://colours")
     for i in range(600):  # more blue ones than one redistribution batch, then the red ones
@@ -399,15 +388,7 @@ def test_redistribution_looks_past_messages_no_remote_consumer_wants(tmp_path, t
 
 
 def test_redistribution_does_not_ping_pong(tmp_path, teardown) -> None:
-    a, b = make_cluster(tmp_path, 2, redistribution_delay=0)
-    teardown(a)
-    teardown(b)
-    start_all([a, b])
-    wait_connected([a, b])
-    ca = Connection(f"tcp://127.0.0.1:{a.port}")
-    cb = Connection(f"tcp://127.0.0.1:{b.port}")
-    teardown(ca)
-    teardown(cb)
+    a, b, ca, cb = connected_pair(tmp_path, teardown, redistribution_delay=0)
     sa, sb = ca.session(), cb.session()
     on_a = sa.consumer("queue://orders")
     on_b = sb.consumer("queue://orders")

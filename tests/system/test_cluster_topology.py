@@ -11,7 +11,6 @@ from cluster_harness import (
     make_cluster,
     queue_count,
     start_all,
-    stop_all,
     wait_bindings,
     wait_connected,
 )
@@ -24,12 +23,6 @@ pytestmark = pytest.mark.system
 
 DEADLINE = 30
 
-
-@pytest.fixture
-def stop_nodes():
-    started = []
-    yield started.extend
-    stop_all(started)
 
 
 def members(node) -> dict[str, bool]:
