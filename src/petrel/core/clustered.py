@@ -197,8 +197,12 @@ class Clustering:
 
     # -- messages other nodes forwarded here ---------------------------------------------------
 
-    def receive_forwarded(self: PostOffice, message: Message, keys: list[str], dup_id: str | None) -> SendResult:
-        """Route a bridged message to the bindings its sender named, at most once per `dup_id`."""
+    def receive_forwarded(self: PostOffice, message: Message, keys: list[str], dup_id: str | None,
+                          tx_id: int = 0) -> SendResult:
+        """Route a bridged message to the bindings its sender named, at most once per `dup_id`.
+
+        Its duplicate ID and its records go in one store transaction: `tx_id` when given (the
+        caller commits it, e.g. once for every message of one read), else one of its own."""
         from petrel.core.postoffice import SendOutcome, SendResult
 
         cache = None
@@ -233,7 +237,9 @@ class Clustering:
                 continue
             log.warning("bridged message for %s names binding %r, which is gone: not routed there",
                         message.address, key)
-        tx_id = self.store.begin()
+        own = tx_id == 0
+        if own:
+            tx_id = self.store.begin()
         if cache is not None:
             record_id = self.store.next_id()
             evicted = cache.add(dup_id, record_id)
@@ -242,7 +248,8 @@ class Clustering:
                     self.store.delete_duplicate_id(tx_id, evicted)
                 self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
         result = self._route(message, None, tx_id, local, remote=far, own_tx=True, track_dup=False)
-        self.commit_store(tx_id)
+        if own:
+            self.commit_store(tx_id)
         return result
 
 

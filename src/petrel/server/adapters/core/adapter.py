@@ -188,6 +188,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
             self._sync_tx = self._sync_tx or transactional
 
     def _finish_read(self) -> None:
+        if self.forward_tx:
+            self.commit_forwarded()
         for session in self._dirty:
             if session.sent != session.confirmed and not session.blocked:
                 session.confirmed = session.sent

@@ -36,6 +36,12 @@ _SCALARS = (type(None), bool, int, float, str, bytes)
 
 class ClusterFrames:
     cluster_peer: str | None = None  # node id of the joined peer
+    forward_tx = 0  # the store transaction of the forwarded messages of the read being handled
+
+    def commit_forwarded(self: CoreAdapter) -> None:
+        """End of a read: commit its forwarded messages (their confirmations wait for the disk)."""
+        tx, self.forward_tx = self.forward_tx, 0
+        self.office.commit_store(tx)
 
     def on_cluster_join(self: CoreAdapter, e: ClusterJoin) -> None:
         cluster = self.broker.cluster
@@ -85,7 +91,9 @@ class ClusterFrames:
         if large_body is not None:
             message.large = large_body[1]
         try:
-            self.office.receive_forwarded(message, self._forward_keys(e), e.dup)
+            if not self.forward_tx:  # one store transaction for the read's forwarded messages
+                self.forward_tx = self.office.store.begin()
+            self.office.receive_forwarded(message, self._forward_keys(e), e.dup, self.forward_tx)
         except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
             self.office.discard(message)
             code = ErrorCode.ADDRESS_FULL if isinstance(exc, AddressFull) else ErrorCode.ROUTING
