@@ -198,3 +198,24 @@ def test_core_clients_receive_the_topology_and_its_updates(tmp_path, stop_nodes)
         conn.session().producer("queue://topology.failover").send(b"after failover", wait=True)
         assert conn.failovers == 1 and conn.node_id == survivor
         assert queue_count(nodes[2], "topology.failover") == 1
+
+
+def test_connections_spread_over_the_cluster_with_use_topology_for_load_balancing(tmp_path, stop_nodes) -> None:
+    nodes = make_cluster(tmp_path, 3)
+    stop_nodes(nodes)
+    start_all(nodes)
+    wait_connected(nodes, timeout=DEADLINE)
+    ids = {cluster_view(n)["node_id"] for n in nodes}
+    seed = nodes[0].port
+    balanced = [Connection(f"tcp://127.0.0.1:{seed}?useTopologyForLoadBalancing=true") for _ in range(6)]
+    plain = Connection(f"tcp://127.0.0.1:{seed}")
+    try:
+        reached = [c.node_id for c in balanced]
+        assert set(reached) == ids, reached  # round-robin: every member gets two of the six
+        assert sorted(reached.count(i) for i in ids) == [2, 2, 2]
+        assert plain.node_id == cluster_view(nodes[0])["node_id"]
+        session = balanced[1].session()  # a moved connection works
+        session.producer("queue://spread").send(b"x", wait=True)
+    finally:
+        for c in [*balanced, plain]:
+            c.close()

@@ -595,5 +595,6 @@ def _ignore(event: object) -> None:
 
 async def connect(url: str, **options: Any) -> AsyncConnection:
     """Connect to ``url`` (``tcp://host:port`` or ``failover:(...)?...``); see AsyncConnection."""
-    return await AsyncConnection(url, **options).start()
+    from petrel.client.balance import balanced  # useTopologyForLoadBalancing
+    return await balanced(await AsyncConnection(url, **options).start(), url, options)
 

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from petrel.client.connection import AsyncConnection
+from petrel.client.connection import AsyncConnection, connect
 from petrel.client.consumer import AsyncConsumer
 from petrel.client.errors import ClientError, ConnectionClosed
 from petrel.client.message import Message
@@ -74,9 +74,8 @@ class Connection:
 
     def __init__(self, url: str, **options: Any) -> None:
         self._runner = _LoopThread()
-        self._async: AsyncConnection = AsyncConnection(url, **options)
         try:
-            self._runner.run(self._async.start())
+            self._async: AsyncConnection = self._runner.run(connect(url, **options))
         except BaseException:
             self._runner.stop()
             raise

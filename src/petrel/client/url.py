@@ -22,7 +22,8 @@ One attempt tries every URI once; the delay grows between attempts, not between 
 Artemis-style options on the URL are read too: ``connectionTTL`` (ms the broker waits for
 us), ``clientFailureCheckPeriod`` (ms of silence before we consider the broker gone),
 ``confirmationWindowSize`` (bytes of unconfirmed sends), ``consumerWindowSize`` (bytes),
-``user``, ``password``, ``clientID`` (or ``clientId``), ``autoDuplicateId``.
+``user``, ``password``, ``clientID`` (or ``clientId``), ``autoDuplicateId``, and
+``useTopologyForLoadBalancing`` (move to the cluster member next in turn; see `balance`).
 A plain ``tcp://`` URL never reconnects.
 """
 
