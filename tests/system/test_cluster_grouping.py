@@ -102,3 +102,26 @@ def test_a_send_fails_clearly_without_the_local_handler(nodes) -> None:
         producer = c1.session().producer("queue://orders")
         with pytest.raises(SendFailed, match="grouping"):
             producer.send(Message(b"x", {"JMSXGroupID": "new-group"}, durable=True), wait=True)
+
+
+def test_unused_groups_are_forgotten_after_group_timeout(tmp_path) -> None:
+    nodes = make_cluster(tmp_path, 2)
+    with open(nodes[0].config_path, "a") as f:
+        f.write('[grouping_handler]\ntype = "LOCAL"\ngroup_timeout = 600\nreaper_period = 200\n')
+    with open(nodes[1].config_path, "a") as f:
+        f.write('[grouping_handler]\ntype = "REMOTE"\ngroup_timeout = 600\nreaper_period = 200\n')
+    start_all(nodes)
+    try:
+        wait_connected(nodes)
+        with Connection(f"tcp://127.0.0.1:{nodes[0].port}") as c0, \
+                Connection(f"tcp://127.0.0.1:{nodes[1].port}") as c1:
+            c0.session().consumer("queue://orders")
+            wait_bindings(nodes[1], "orders", consumers=1)
+            c1.session().producer("queue://orders").send(Message(b"x", {"JMSXGroupID": "g"}, durable=True), wait=True)
+            assert cluster_view(nodes[0])["grouping"]["groups"] == 1
+            assert cluster_view(nodes[1])["grouping"]["groups"] == 1
+            wait_for(lambda: all(cluster_view(n)["grouping"]["groups"] == 0 for n in nodes), 10, 0.05,
+                     "the unused group was not forgotten on both nodes")
+    finally:
+        for node in nodes:
+            node.stop()

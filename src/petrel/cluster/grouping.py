@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from petrel.cluster.config import GroupingHandlerModel
 from petrel.codec.core.cluster import GroupDecision, GroupPropose
-from petrel.core.message import GROUP_ID, Message
+from petrel.core.message import GROUP_ID, Message, RoutingType
 from petrel.core.queue import Queue
 from petrel.core.remote import RemoteBinding
 
@@ -98,7 +98,7 @@ class GroupingHandler:
 
     # -- asking the LOCAL handler (REMOTE nodes) -----------------------------------------------
 
-    def ask(self, message: Message, decided: Decided) -> None:
+    def ask(self, message: Message, decided: Decided, routing_type: RoutingType | None = None) -> None:
         """Ask the LOCAL handler who owns the message's group; `decided(key or None)` follows."""
         group = str(message.properties[GROUP_ID])
         slot = (message.address, group)
@@ -108,7 +108,7 @@ class GroupingHandler:
             return
         self._waiting[slot] = [decided]
         office = self.cluster.office
-        proposal = office.propose_binding(message)
+        proposal = office.propose_binding(message, routing_type)
         bridge = self._local_bridge()
         if bridge is None or proposal is None:
             why = "no LOCAL grouping handler node is connected" if bridge is None else "no queue to propose"

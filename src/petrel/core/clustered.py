@@ -154,9 +154,10 @@ class Clustering:
                 local.append(choice)
         return local, far
 
-    def propose_binding(self: PostOffice, message: Message) -> Queue | RemoteBinding | None:
+    def propose_binding(self: PostOffice, message: Message,
+                        routing_type: RoutingType | None = None) -> Queue | RemoteBinding | None:
         """The anycast binding load balancing would pick for `message` (a grouping proposal)."""
-        address, routing_type = self.ensure_address_for(message.address, None)
+        address, routing_type = self.ensure_address_for(message.address, routing_type)
         if routing_type != RoutingType.ANYCAST and RoutingType.ANYCAST not in address.routing_types:
             return None
         self.ensure_anycast_queue(address)

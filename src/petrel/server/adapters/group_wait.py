@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from petrel.core.message import GROUP_ID, Message
+from petrel.core.message import GROUP_ID, Message, RoutingType
 
 __all__ = ["wait_for_group"]
 
 
-def wait_for_group(adapter, address: str, properties: dict, again: Callable[[], None],
-                   refuse: Callable[[str], None]) -> bool:
+def wait_for_group(adapter, address: str, properties: dict, routing_type: RoutingType | None,
+                   again: Callable[[], None], refuse: Callable[[str], None]) -> bool:
     """True when the frame now waits (`again()` or `refuse(reason)` follows, connection held)."""
     office = adapter.office
     grouping = office.grouping
@@ -35,5 +35,5 @@ def wait_for_group(adapter, address: str, properties: dict, again: Callable[[], 
                       "is the node with the LOCAL grouping handler up?")
         adapter.resume_held(lambda: refuse(reason))
 
-    grouping.ask(probe, decided)
+    grouping.ask(probe, decided, routing_type)
     return True

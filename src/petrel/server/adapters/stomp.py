@@ -241,7 +241,8 @@ class StompAdapter:
             message.large = large[1]
             self._large_taken = True
         if self.office.grouping is not None and wait_for_group(
-                self, name, message.properties, lambda: self.on_send(frame, large), self._group_refused):
+                self, name, message.properties, routing_type, lambda: self.on_send(frame, large),
+                self._group_refused):
             return
         try:
             result = self.office.send(message, routing_type, tx)

@@ -372,7 +372,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
         if session.large is not None:
             raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
         if self.office.grouping is not None and wait_for_group(
-                self, e.address, e.properties, lambda: self.on_send(e),
+                self, e.address, e.properties, ROUTING[e.routing_type + 1] if -1 <= e.routing_type <= 1 else None,
+                lambda: self.on_send(e),
                 lambda reason: self.refuse(session, ErrorCode.ROUTING, reason)):
             return
         if e.more or len(e.body) > self._large_over:
