@@ -155,17 +155,18 @@ class Bridge:
                           None, model.connection_ttl, uuid.uuid4().hex, f"petrel-cluster/{self.cluster.node_id}"))
 
     def _watch(self, link: PeerLink) -> None:
-        """Drop a link the peer has been silent on for `connection_ttl` (it pings every third of it)."""
+        """Drop a link the peer has been silent on for `check_period` or `connection_ttl`, whichever
+        is shorter (the peer pings every third of our connection_ttl)."""
         if link is not self.link or link.closed:
             return
         loop = asyncio.get_running_loop()
-        ttl = self.model.connection_ttl / 1000
-        if loop.time() - link.last_read > ttl:
-            log.warning("bridge to %s: nothing heard for %.1fs (connection_ttl); reconnecting",
-                        self.node_id or self.connector, ttl)
-            link.close(f"no traffic from the peer for {ttl:.1f}s", abort=True)
+        limit = min(self.model.check_period, self.model.connection_ttl) / 1000
+        if loop.time() - link.last_read > limit:
+            log.warning("bridge to %s: nothing heard for %.1fs (check_period/connection_ttl); reconnecting",
+                        self.node_id or self.connector, limit)
+            link.close(f"no traffic from the peer for {limit:.1f}s", abort=True)
             return
-        loop.call_later(max(ttl / 4, 0.05), self._watch, link)
+        loop.call_later(max(limit / 4, 0.05), self._watch, link)
 
     def _failed_attempt(self, why: str) -> None:
         if self.state == "stopped":

@@ -124,7 +124,8 @@ class ClusterConnectionModel(BaseModel):
     reconnect_attempts: int = Field(-1, ge=-1, description="-1 = forever")
     initial_connect_attempts: int = Field(-1, ge=-1, description="-1 = forever")
     call_timeout: int = Field(30000, ge=1, description="ms to wait for a peer's answer")
-    check_period: int = Field(30000, ge=1, description="ms between pings on a cluster link")
+    check_period: int = Field(
+        30000, ge=1, description="ms of silence from a peer after which its link is dropped and reconnected")
     connection_ttl: int = Field(60000, ge=1, description="ms of silence after which a link is dropped")
     confirmation_window_size: int = Field(
         10 * 1024 * 1024, ge=1, description="bytes a bridge sends ahead of the peer's confirmations "
