@@ -55,7 +55,7 @@ from stompbench import procstat  # noqa: E402
 from stompbench.frames import body_of  # noqa: E402
 from stompbench.metrics import percentile  # noqa: E402
 from stompbench.workloads import ConsumerSpec, ProducerSpec  # noqa: E402
-from core_clients import CONNECT_TIMEOUT, CoreConsumer, CoreProducer, now_ns  # noqa: E402
+from core_clients import CONNECT_TIMEOUT, CoreConsumer, CoreProducer, now_ns, worker_main  # noqa: E402
 
 from petrel.testing.process import BrokerProcess, wait_for  # noqa: E402
 
@@ -255,22 +255,11 @@ async def _run_client(role, spec, url, size, slot, tag, counter, stop, barrier, 
 
 
 def _worker(index, role, spec, url, size, slot, tag, counter, stop, barrier, results, timeout_s) -> None:
-    try:
-        import uvloop
+    async def run():
+        result, ids = await _run_client(role, spec, url, size, slot, tag, counter, stop, barrier, timeout_s)
+        return index, result, ids, None
 
-        uvloop.install()
-    except ImportError:
-        pass
-    logging.basicConfig(level=logging.WARNING)
-    try:
-        result, ids = asyncio.run(_run_client(role, spec, url, size, slot, tag, counter, stop, barrier, timeout_s))
-        results.put((index, result, ids, None))
-    except BaseException as exc:  # report every failure to the parent, then exit
-        try:
-            barrier.abort()
-        except Exception:
-            pass
-        results.put((index, None, b"", f"{role} {slot} on {url}: {type(exc).__name__}: {exc}"))
+    worker_main(run, barrier, results, lambda why: (index, None, b"", f"{role} {slot} on {url}: {why}"))
 
 
 # -- one phase -------------------------------------------------------------------------------------

@@ -4,8 +4,10 @@ connection each, reporting like stompbench's STOMP clients (`ClientResult`)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from array import array
+from collections.abc import Callable, Coroutine
 
 from petrel.client import Message, connect
 from stompbench.clients import ClientResult
@@ -133,3 +135,24 @@ class CoreConsumer:
     async def close(self) -> None:
         if self.conn is not None:
             await self.conn.close(timeout=5)
+
+
+def worker_main(run: Callable[[], Coroutine], barrier, results, failed: Callable[[str], tuple]) -> None:
+    """The body of a client worker process: uvloop when there is one, ``asyncio.run(run())``,
+    then its result on ``results``; any failure aborts ``barrier`` (so the others stop waiting)
+    and puts ``failed(reason)`` there instead."""
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        results.put(asyncio.run(run()))
+    except BaseException as exc:  # report every failure to the parent, then exit
+        try:
+            barrier.abort()
+        except Exception:
+            pass
+        results.put(failed(f"{type(exc).__name__}: {exc}"))

@@ -59,7 +59,7 @@ from stompbench.frames import body_of  # noqa: E402
 from stompbench.metrics import Measurement, add_broker_figures, medians, summarise  # noqa: E402
 from stompbench.runner import Group, split  # noqa: E402
 from stompbench.workloads import Counts, Phase, ProducerSpec, Workload, build, warmup  # noqa: E402
-from core_clients import CONNECT_TIMEOUT, CoreConsumer, CoreProducer, now_ns  # noqa: E402
+from core_clients import CONNECT_TIMEOUT, CoreConsumer, CoreProducer, now_ns, worker_main  # noqa: E402
 
 log = logging.getLogger("core_rows")
 
@@ -128,22 +128,11 @@ async def _run_group(group: Group, phase: Phase, url: str, size: int, barrier,
 
 
 def _worker(index, group, phase, url, size, barrier, results, timeout_s) -> None:
-    try:
-        import uvloop
+    async def run():
+        out, load, cpu = await _run_group(group, phase, url, size, barrier, timeout_s)
+        return index, out, load, cpu, None
 
-        uvloop.install()
-    except ImportError:
-        pass
-    logging.basicConfig(level=logging.WARNING)
-    try:
-        out, load, cpu = asyncio.run(_run_group(group, phase, url, size, barrier, timeout_s))
-        results.put((index, out, load, cpu, None))
-    except BaseException as exc:  # report every failure to the parent, then exit
-        try:
-            barrier.abort()
-        except Exception:
-            pass
-        results.put((index, [], None, 0.0, f"worker {index}: {type(exc).__name__}: {exc}"))
+    worker_main(run, barrier, results, lambda why: (index, [], None, 0.0, f"worker {index}: {why}"))
 
 
 @dataclass
