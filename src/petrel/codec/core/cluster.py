@@ -10,11 +10,11 @@ proposals travel as GROUP_PROPOSE / GROUP_DECISION.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import msgspec
 
-from .events import Event, register
+from .events import Event, Send, register
 
 __all__ = [
     "ClusterJoin",
@@ -85,21 +85,11 @@ class Bindings(Event, frozen=True, array_like=True):
     removed: list[str] = []
 
 
-class Forward(Event, frozen=True, array_like=True, gc=False):
-    """Joiner -> acceptor: a message for the bindings `keys` (SEND's fields, then the keys)."""
+class Forward(Send, frozen=True, array_like=True, gc=False):
+    """Joiner -> acceptor: a message for the bindings `keys` (SEND's fields, then the keys and the
+    bridge duplicate ID)."""
 
     TYPE: ClassVar[int] = 0x43
-    session: int
-    address: str
-    routing_type: int
-    durable: bool
-    priority: int
-    expiration: int
-    timestamp: int
-    scheduled: int
-    properties: dict[str, Any]
-    body: bytes
-    more: bool = False
     keys: list[str] = []
     dup: str | None = None
 
