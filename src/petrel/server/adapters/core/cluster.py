@@ -103,12 +103,14 @@ class ClusterFrames:
             self._sync = True
 
     def _forward_keys(self: CoreAdapter, e: Forward) -> list[str]:
-        keys = list(e.keys)
-        if e.routing_type != RoutingType.ANYCAST:
+        keys = e.keys
+        if e.routing_type != 0:  # not ANYCAST
             return keys
         office = self.office
-        if any(k in office.queues or k in office.remote_bindings for k in keys):
-            return keys
+        queues, remote = office.queues, office.remote_bindings
+        for k in keys:
+            if k in queues or k in remote:
+                return keys
         log.info("forwarded message for %s names queue(s) %s, which are gone: kept in the address's anycast queue",
                  e.address, ", ".join(keys))
         address, _ = office.ensure_address_for(e.address, RoutingType.ANYCAST)
