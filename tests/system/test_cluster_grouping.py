@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections import defaultdict
 
@@ -102,6 +103,17 @@ def test_a_send_fails_clearly_without_the_local_handler(nodes) -> None:
         producer = c1.session().producer("queue://orders")
         with pytest.raises(SendFailed, match="grouping"):
             producer.send(Message(b"x", {"JMSXGroupID": "new-group"}, durable=True), wait=True)
+        # over STOMP: an ERROR frame that says why
+        with socket.create_connection(("127.0.0.1", nodes[1].stomp_port), timeout=10) as s:
+            s.sendall(b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"
+                      b"SEND\ndestination:/queue/orders\nJMSXGroupID:stomp-group\nreceipt:1\n\nx\x00")
+            data = b""
+            while b"ERROR" not in data or not data.endswith(b"\x00"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        assert b"ERROR" in data and b"grouping" in data, data
 
 
 def test_unused_groups_are_forgotten_after_group_timeout(tmp_path) -> None:

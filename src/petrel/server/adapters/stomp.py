@@ -242,7 +242,7 @@ class StompAdapter:
             self._large_taken = True
         if self.office.grouping is not None and wait_for_group(
                 self, name, message.properties, routing_type, lambda: self.on_send(frame, large),
-                self._group_refused):
+                lambda reason: self._group_refused(reason, message)):
             return
         try:
             result = self.office.send(message, routing_type, tx)
@@ -253,7 +253,8 @@ class StompAdapter:
         if result.blocked or result.throttled:
             self._block(message.address, quiet=not result.blocked)
 
-    def _group_refused(self, reason: str) -> None:
+    def _group_refused(self, reason: str, message: Message) -> None:
+        self.office.discard(message)  # a large body's file goes with it
         raise StompError(reason)
 
     def send_large(self, headers: dict[str, str], message_id: int, body: LargeBody) -> None:
