@@ -481,3 +481,31 @@ def test_large_messages_through_a_cut_link_arrive_intact_once(tmp_path, teardown
         return not any(any((n.data_dir / "large-messages").iterdir()) for n in (a, b))
 
     wait_for(no_files, 10, 0.05, "large-message files left behind")
+
+
+def peak_rss_mib(node) -> float:
+    for line in open(f"/proc/{node.proc.pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_big_message_streams_over_the_bridge_in_order_without_being_held_whole(tmp_path, teardown) -> None:
+    """48 MiB, then small messages: they arrive after it, in order, and the sending node never
+    holds the body (its peak RSS grows by far less than the body)."""
+    a, b, ca, cb = connected_pair(tmp_path, teardown, extra_top="min_large_message_size = 102400\n")
+    consumer = cb.session().consumer("queue://big", window=0)
+    wait_bindings(a, "big", consumers=1)
+    before = peak_rss_mib(a)
+    big = os.urandom(48 * 1024 * 1024)
+    session = ca.session()
+    producer = session.producer("queue://big")
+    producer.send(Message(big, {"i": 0}, durable=True))
+    for i in range(1, 6):
+        producer.send(Message(b"small %d" % i, {"i": i}, durable=True))
+    session.flush()
+    got = receive_n(consumer, 6, timeout=60)
+    assert [m.properties["i"] for m in got] == list(range(6))
+    assert got[0].body == big
+    growth = peak_rss_mib(a) - before
+    assert growth < 24, f"node A's peak RSS grew by {growth:.0f} MiB forwarding a 48 MiB body"

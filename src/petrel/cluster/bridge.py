@@ -80,6 +80,8 @@ class Bridge:
         self.consumer: Consumer | None = None
         self.in_flight: deque[MessageReference] = deque()  # handed over by the queue, not confirmed
         self.unsynced: list[MessageReference] = []  # the tail of in_flight, waiting for the disk
+        self._streaming: asyncio.Task | None = None  # a large body going out chunk by chunk
+        self._behind_stream: list[MessageReference] = []  # ... and what waits behind it
         self._sync_asked = False
         self.sent = 0
         self.confirmed = 0
@@ -301,6 +303,7 @@ class Bridge:
         self.in_flight.clear()
         self.unsynced = []
         self._sync_asked = False
+        self._behind_stream = []  # a streaming task ends on its own once the link is gone
         if consumer is None or self.sf_queue is None:
             return
         queue = self.sf_queue
@@ -341,6 +344,9 @@ class Bridge:
             self._sync_asked = False
 
     def _forward(self, link: PeerLink, ref: MessageReference) -> None:
+        if self._streaming is not None:
+            self._behind_stream.append(ref)
+            return
         message = ref.message
         props = dict(message.properties)
         keys = str(props.pop(ROUTE_TO, "")).split(KEY_SEPARATOR)
@@ -356,19 +362,32 @@ class Bridge:
         if message.large is None:
             link.send(Forward(*head, message.body, False, keys, dup))
             return
+        self._streaming = asyncio.get_running_loop().create_task(
+            self._stream(link, message, Forward(*head, b"", True, keys, dup)))
+
+    async def _stream(self, link: PeerLink, message, first: Forward) -> None:
+        """A large body as FORWARD + SEND_CHUNK frames, a chunk at a time as the socket drains
+        (never the whole body in memory); the messages behind it wait, in order."""
         try:
             with self.cluster.broker.large.open(message.large) as reader:
-                chunk = reader.read(LARGE_CHUNK)
-                link.send(Forward(*head, chunk, True, keys, dup))
-                while True:
+                link.send(first)
+                while not link.closed:
+                    await link.drained()
                     chunk = reader.read(LARGE_CHUNK)
+                    link.send(SendChunk(1, chunk, bool(chunk)))
                     if not chunk:
                         break
-                    link.send(SendChunk(1, chunk, True))
-                link.send(SendChunk(1, b"", False))
         except OSError as exc:
             log.error("bridge to %s cannot read large message %s: %s", self.node_id, message.id, exc)
             link.close(f"cannot read large message {message.id}")
+        finally:
+            self._streaming = None
+            waiting, self._behind_stream = self._behind_stream, []
+            for ref in waiting:  # for the link up now (a new one if this one was lost meanwhile)
+                current = self.link
+                if current is None or current.closed:
+                    break  # _detach gave them back to the queue
+                self._forward(current, ref)
 
     def _confirmed(self, count: int) -> None:
         queue = self.sf_queue

@@ -37,6 +37,8 @@ class PeerLink(asyncio.Protocol):
         self._flush_scheduled = False
         self._reason = "connection closed"
         self.last_read = 0.0  # loop time of the last bytes from the peer
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     # -- asyncio -----------------------------------------------------------------------------
 
@@ -66,14 +68,23 @@ class PeerLink(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._writable.set()  # nobody waits on a dead socket
         reason = self._reason if exc is None else f"{exc.__class__.__name__}: {exc}"
         self.owner.link_lost(self, reason)
 
     def pause_writing(self) -> None:
+        self._writable.clear()
         self.owner.link_writable(self, False)
 
     def resume_writing(self) -> None:
+        self._writable.set()
         self.owner.link_writable(self, True)
+
+    async def drained(self) -> None:
+        """Hand what is buffered to the socket and wait while the socket's buffer is full."""
+        self.flush()
+        if not self.closed:
+            await self._writable.wait()
 
     # -- sending -------------------------------------------------------------------------------
 
