@@ -219,3 +219,20 @@ def test_connections_spread_over_the_cluster_with_use_topology_for_load_balancin
     finally:
         for c in [*balanced, plain]:
             c.close()
+
+
+def test_a_bridge_gives_up_after_its_connect_attempts_and_says_why(tmp_path, stop_nodes) -> None:
+    from petrel.testing.process import free_port
+
+    nodes = make_cluster(tmp_path, 2, via={(0, 1): free_port()}, extra_cc="initial_connect_attempts = 2\n")
+    a = nodes[0]  # its only seed is a port nothing listens on
+    stop_nodes([a])
+    start_all([a])
+
+    def failed():
+        bridges = cluster_view(a)["bridges"]
+        return bridges and bridges[0]["state"] == "failed" and bridges[0]
+
+    bridge = wait_for(failed, DEADLINE, 0.05, "the bridge did not give up")
+    assert "cannot connect" in bridge["last_error"] and not bridge["connected"]
+    assert "gave up after 3 attempts" in a.log()
