@@ -190,6 +190,7 @@ class Clustering:
                 props[ROUTE_TYPE] = int(copy.routing_type)
             if sync_first:
                 props[SYNC_FIRST] = True
+            copy._size = message.size + 64  # the original's, and the route-to keys (no recount)
             self.link_large(copy, message)
             for b in group:
                 b.messages_forwarded += 1
