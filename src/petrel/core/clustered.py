@@ -223,9 +223,7 @@ class Clustering:
                 raise AddressFull(f"address {message.address!r} is full ({policy}): the forwarded message "
                                   "stays on the sending node for now")
             if policy == "DROP":
-                self.limits.dropped[message.address] = self.limits.dropped.get(message.address, 0) + 1
-                self.discard(message)
-                return SendResult(SendOutcome.DROPPED)
+                return self.drop(message.address, message)
         local: list[Queue] = []
         far: list[RemoteBinding] = []
         for key in keys:
@@ -243,12 +241,7 @@ class Clustering:
         if own:
             tx_id = self.store.begin()
         if cache is not None:
-            record_id = self.store.next_id()
-            evicted = cache.add(dup_id, record_id)
-            if self.persist_id_cache:
-                if evicted is not None:
-                    self.store.delete_duplicate_id(tx_id, evicted)
-                self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
+            self.remember_dup(cache, dup_id, tx_id)
         result = self._route(message, None, tx_id, local, remote=far, own_tx=True, track_dup=False)
         if own:
             self.commit_store(tx_id)

@@ -357,9 +357,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                     "the message was not stored"
                 )
             if policy == "DROP":
-                self.limits.dropped[address.name] = self.limits.dropped.get(address.name, 0) + 1
-                self.discard(message)
-                return SendResult(SendOutcome.DROPPED)
+                return self.drop(address.name, message)
             if policy == "BLOCK" or (policy == "PAGE" and not self.store.supports_paging):
                 blocked = policy == "BLOCK"
         if message.expiration == 0 and settings.expiry_delay >= 0:
@@ -396,6 +394,21 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             size = settings.id_cache_size if settings.id_cache_size is not None else self.id_cache_size
             cache = self.dup_caches[address] = DuplicateIdCache(address, size)
         return cache
+
+    def remember_dup(self, cache: DuplicateIdCache, dup_id: str, tx_id: int) -> None:
+        """Add `dup_id` to `cache`, journalled (with the eviction it causes) in `tx_id`."""
+        record_id = self.store.next_id()
+        evicted = cache.add(dup_id, record_id)
+        if self.persist_id_cache:
+            if evicted is not None:
+                self.store.delete_duplicate_id(tx_id, evicted)
+            self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
+
+    def drop(self, address: str, message: Message) -> SendResult:
+        """DROP policy: the message is counted and let go."""
+        self.limits.dropped[address] = self.limits.dropped.get(address, 0) + 1
+        self.discard(message)
+        return SendResult(SendOutcome.DROPPED)
 
     def route_to(self, message: Message, queues: list[Queue] | None, tx_id: int) -> SendResult:
         """Route to the given queues (or by the address's bindings when None), in a store transaction."""
@@ -438,13 +451,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         if tx_id == 0 and ((persist_dup and stored) or (remote and message.durable and _records(stored, remote) > 1)):
             tx_id = commit_here = self.store.begin()
         if dup_id is not None and address is not None:
-            cache = self._dup_cache(address.name, self.settings_for(address.name))
-            record_id = self.store.next_id()
-            evicted = cache.add(dup_id, record_id)
-            if persist_dup:
-                if evicted is not None:
-                    self.store.delete_duplicate_id(tx_id, evicted)
-                self.store.add_duplicate_id(tx_id, record_id, address.name, dup_id)
+            self.remember_dup(self._dup_cache(address.name, self.settings_for(address.name)), dup_id, tx_id)
         if remote:
             self.forward(message, remote, tx_id)
         if not targets:
