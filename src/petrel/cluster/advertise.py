@@ -32,11 +32,13 @@ class AddressFilter:
         return not self.include or any(address.startswith(p) for p in self.include)
 
 
-def advertised(binding: Queue | RemoteBinding, peer_node: str, max_hops: int, filter: AddressFilter) -> bool:
+def advertised(binding: Queue | RemoteBinding, peer_node: str, max_hops: int, filter: AddressFilter, *,
+               removing: bool = False) -> bool:
+    """Whether the peer hears of `binding` (`removing`: whether it had, for a queue being deleted)."""
     if not filter.covers(binding.address) or binding.name.startswith(INTERNAL_PREFIX):
         return False
     if isinstance(binding, Queue):
-        return max_hops >= 1 and not binding.deleted
+        return max_hops >= 1 and (removing or not binding.deleted)
     return (binding.distance < max_hops and binding.origin != peer_node
             and binding.link.node_id != peer_node)
 

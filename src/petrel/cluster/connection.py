@@ -307,7 +307,7 @@ class ClusterConnection:
     def binding_removed(self, binding: Queue | RemoteBinding) -> None:
         key = binding.key if isinstance(binding, RemoteBinding) else binding.name
         for peer in self.peers.values():
-            if advertised_before(binding, peer, self.filter):
+            if advertised(binding, peer.node_id, peer.max_hops, self.filter, removing=True):
                 peer.upserts.pop(key, None)
                 peer.removed.add(key)
         self._flush_soon()
@@ -381,9 +381,10 @@ class ClusterConnection:
                 continue
             if not self._bridged(node_id):
                 self._bridge_to(a.connectors[0])
+        seeds = {self.broker.config.connector_url(c) for c in self.model.static_connectors}
         for bridge in list(self.bridges):
             if bridge.node_id and bridge.node_id not in entries and not bridge.connected and \
-                    bridge.connector not in [self.broker.config.connector_url(c) for c in self.model.static_connectors]:
+                    bridge.connector not in seeds:
                 # Its bindings stay (a bridge to it, when it is back, takes them over): multicast
                 # copies for its subscriptions wait in its store-and-forward queue meanwhile.
                 log.info("node %s is no longer announced and its bridge is down: stopping it", bridge.node_id)
@@ -422,13 +423,6 @@ class ClusterConnection:
             "duplicates_dropped": office.forwarded_duplicates,
             "grouping": self.grouping.describe() if self.grouping is not None else None,
         }
-
-
-def advertised_before(binding, peer: _Peer, filter: AddressFilter) -> bool:
-    """Whether a binding being removed was one the peer had been told about."""
-    if isinstance(binding, RemoteBinding):
-        return advertised(binding, peer.node_id, peer.max_hops, filter)
-    return filter.covers(binding.address) and peer.max_hops >= 1
 
 
 def _client_host(host: str) -> str:
