@@ -236,3 +236,32 @@ def test_a_bridge_gives_up_after_its_connect_attempts_and_says_why(tmp_path, sto
     bridge = wait_for(failed, DEADLINE, 0.05, "the bridge did not give up")
     assert "cannot connect" in bridge["last_error"] and not bridge["connected"]
     assert "gave up after 3 attempts" in a.log()
+
+
+def test_default_cluster_credentials_are_warned_about(tmp_path, stop_nodes) -> None:
+    from petrel.testing.process import BrokerProcess, free_port
+
+    node = BrokerProcess(tmp_path / "lone", http=True, settings=(
+        "[[cluster_connections]]\n"
+        f'static_connectors = ["tcp://127.0.0.1:{free_port()}"]\n'))
+    stop_nodes([node])
+    node.start()
+    wait_for(lambda: "left at their defaults" in node.log(), DEADLINE, 0.05, "no warning about default credentials")
+    assert "set the same secret on every node" in node.log()
+
+
+def test_a_copied_data_directory_is_reported_as_a_duplicate_node_id_and_refused(tmp_path, stop_nodes) -> None:
+    import shutil
+
+    a, b = make_cluster(tmp_path, 2)
+    stop_nodes([a, b])
+    a.start()
+    node_id = cluster_view(a)["node_id"]
+    a.stop()
+    shutil.copytree(a.data_dir, b.data_dir, dirs_exist_ok=True)  # b now has a's server.lock and node id
+    start_all([a, b])
+    for node in (a, b):
+        wait_for(lambda node=node: "duplicate node id" in node.log(), DEADLINE, 0.05,
+                 "the duplicate node id is not reported")
+        assert node_id in node.log()
+        assert not any(br["connected"] for br in cluster_view(node)["bridges"])
