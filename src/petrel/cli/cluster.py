@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from petrel.cli.tables import print_table
+
 from petrel.orchestrator.local import DEFAULT_CLUSTER_NAME, DEFAULT_DATA_ROOT, ClusterSpec, LocalCluster
 
 __all__ = ["cluster"]
@@ -25,22 +27,7 @@ def _progress(message: str) -> None:
 
 
 def _print_table(headers: list[str], rows: list[list[str]]) -> None:
-    """An ASCII table (the look of `petrel queue stat`), never wrapped whatever the terminal width."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=box.ASCII, show_edge=True, pad_edge=True, highlight=False)
-    for header in headers:
-        table.add_column(header, justify="right" if header in _NUMERIC else "left", no_wrap=True)
-    for row in rows:
-        table.add_row(*row)
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    needed = sum(widths) + 3 * len(widths) + 1
-    console = Console(highlight=False, soft_wrap=False)
-    if console.width < needed:
-        console = Console(highlight=False, soft_wrap=False, width=needed)
-    console.print(table)
+    print_table(headers, rows, right=_NUMERIC)
 
 
 def data_root_option(fn):

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from petrel.cli.tables import print_table
+
 from petrel.management.client import ManagementClient, ManagementError, default_url
 
 __all__ = ["queue", "client_options", "make_client", "quote"]
@@ -76,37 +78,10 @@ def _matches(q: dict[str, Any], field: str, operation: str, value: str) -> bool:
     return value not in text
 
 
-def _table(rows: list[dict[str, Any]], total: int, columns: tuple[tuple[str, str], ...] = STAT_COLUMNS):
-    from rich import box
-    from rich.table import Table
-
-    table = Table(box=box.ASCII, show_edge=True, pad_edge=True, highlight=False,
-                  caption=f"{len(rows)} of {total} queues" if len(rows) < total else None)
-    for header, key in columns:
-        numeric = key not in _TEXT_KEYS
-        table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
-    for q in rows:
-        table.add_row(*(str(q.get(key, "")) for _, key in columns))
-    return table
-
-
-def _width(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...] = STAT_COLUMNS) -> int:
-    widths = [len(h) for h, _ in columns]
-    for q in rows:
-        for i, (_, key) in enumerate(columns):
-            widths[i] = max(widths[i], len(str(q.get(key, ""))))
-    return sum(widths) + 3 * len(widths) + 1
-
-
 def _print_table(rows: list[dict[str, Any]], total: int, columns: tuple[tuple[str, str], ...]) -> None:
-    """The table at its full width, never wrapped, whatever the terminal's."""
-    from rich.console import Console
-
-    console = Console(highlight=False, soft_wrap=False)
-    needed = _width(rows, columns)
-    if console.width < needed:
-        console = Console(highlight=False, soft_wrap=False, width=needed)
-    console.print(_table(rows, total, columns))
+    print_table([h for h, _ in columns], [[str(q.get(key, "")) for _, key in columns] for q in rows],
+                right={h for h, key in columns if key not in _TEXT_KEYS},
+                caption=f"{len(rows)} of {total} queues" if len(rows) < total else None)
 
 
 @queue.command("stat", help="The queue table of `artemis queue stat`: counts per queue.")
