@@ -43,9 +43,8 @@ from petrel.codec.core import (
     Topology,
 )
 from petrel.codec.core.cluster import Bindings, ClusterJoin, ClusterMembers, Forward, GroupDecision
-from petrel.core.message import RoutingType
 from petrel.core.queue import Consumer, MessageReference
-from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, ROUTE_TYPE, SYNC_FIRST
+from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, SYNC_FIRST
 
 if TYPE_CHECKING:
     from petrel.cluster.connection import ClusterConnection
@@ -352,9 +351,7 @@ class Bridge:
         keys = str(props.pop(ROUTE_TO, "")).split(KEY_SEPARATOR)
         props.pop(SYNC_FIRST, None)
         dup = f"{self.cluster.node_id}:{message.id}" if self.model.use_duplicate_detection else None
-        rt = props.pop(ROUTE_TYPE, None)
-        if not isinstance(rt, int):
-            rt = int(message.routing_type) if isinstance(message.routing_type, RoutingType) else -1
+        rt = int(message.routing_type) if message.routing_type is not None else -1
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
                 message.timestamp, message.scheduled, props)
         self.sent += 1

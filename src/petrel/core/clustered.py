@@ -26,7 +26,6 @@ from petrel.core.message import GROUP_ID, Message, RoutingType
 from petrel.core.remote import (
     KEY_SEPARATOR,
     ROUTE_TO,
-    ROUTE_TYPE,
     SYNC_FIRST,
     Balancing,
     Link,
@@ -186,8 +185,7 @@ class Clustering:
                            user_id=message.user_id)
             types = {b.routing_type for b in group}
             if len(types) == 1:  # so the next hop can keep an anycast copy whose queue went away
-                copy.routing_type = types.pop()
-                props[ROUTE_TYPE] = int(copy.routing_type)
+                copy.routing_type = types.pop()  # stored with the message
             if sync_first:
                 props[SYNC_FIRST] = True
             copy._size = message.size + 64  # the original's, and the route-to keys (no recount)
@@ -201,7 +199,8 @@ class Clustering:
 
     def receive_forwarded(self: PostOffice, message: Message, keys: list[str], dup_id: str | None,
                           tx_id: int = 0) -> SendResult:
-        """Route a bridged message to the bindings its sender named, at most once per `dup_id`.
+        """Route a bridged message to the bindings its sender named, at most once per `dup_id`
+        (an anycast one, `message.routing_type`, whose queues are all gone: to the address's queue).
 
         Its duplicate ID and its records go in one store transaction: `tx_id` when given (the
         caller commits it, e.g. once for every message of one read), else one of its own."""
@@ -237,6 +236,12 @@ class Clustering:
                 continue
             log.warning("bridged message for %s names binding %r, which is gone: not routed there",
                         message.address, key)
+        if not local and not far and message.routing_type == RoutingType.ANYCAST:
+            # its queue went away while it travelled (auto-deleted with its last consumer): an
+            # anycast message is kept in the address's queue rather than lost
+            log.info("forwarded message for %s is kept in the address's anycast queue", message.address)
+            address, _ = self.ensure_address_for(message.address, RoutingType.ANYCAST)
+            local.append(self.ensure_anycast_queue(address))
         own = tx_id == 0
         if own:
             tx_id = self.store.begin()

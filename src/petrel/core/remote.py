@@ -20,14 +20,12 @@ if TYPE_CHECKING:
     from petrel.core.queue import Queue
     from petrel.core.selector import Selector
 
-__all__ = ["Balancing", "Link", "RemoteBinding", "ROUTE_TO", "ROUTE_TYPE", "SYNC_FIRST", "KEY_SEPARATOR", "local_demand",
+__all__ = ["Balancing", "Link", "RemoteBinding", "ROUTE_TO", "SYNC_FIRST", "KEY_SEPARATOR", "local_demand",
            "remote_key"]
 
 #: Property of a store-and-forward copy: the binding keys on the next hop, joined by KEY_SEPARATOR.
 ROUTE_TO = "_PETREL_ROUTE_TO"
 KEY_SEPARATOR = "\x1f"
-#: ... the routing type of those bindings (so the next hop can keep an anycast copy whose queue went away)
-ROUTE_TYPE = "_PETREL_ROUTE_TYPE"
 #: ... set on copies the bridge may send only once the store has them on disk (redistribution)
 SYNC_FIRST = "_PETREL_SYNC_FIRST"
 

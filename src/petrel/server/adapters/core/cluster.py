@@ -90,10 +90,12 @@ class ClusterFrames:
                           e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
         if large_body is not None:
             message.large = large_body[1]
+        if 0 <= e.routing_type <= 1:  # the bindings' routing type (see receive_forwarded)
+            message.routing_type = RoutingType(e.routing_type)
         try:
             if not self.forward_tx:  # one store transaction for the read's forwarded messages
                 self.forward_tx = self.office.store.begin()
-            self.office.receive_forwarded(message, self._forward_keys(e), e.dup, self.forward_tx)
+            self.office.receive_forwarded(message, e.keys, e.dup, self.forward_tx)
         except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
             self.office.discard(message)
             code = ErrorCode.ADDRESS_FULL if isinstance(exc, AddressFull) else ErrorCode.ROUTING
@@ -101,20 +103,6 @@ class ClusterFrames:
             return
         if e.durable:
             self._sync = True
-
-    def _forward_keys(self: CoreAdapter, e: Forward) -> list[str]:
-        keys = e.keys
-        if e.routing_type != 0:  # not ANYCAST
-            return keys
-        office = self.office
-        queues, remote = office.queues, office.remote_bindings
-        for k in keys:
-            if k in queues or k in remote:
-                return keys
-        log.info("forwarded message for %s names queue(s) %s, which are gone: kept in the address's anycast queue",
-                 e.address, ", ".join(keys))
-        address, _ = office.ensure_address_for(e.address, RoutingType.ANYCAST)
-        return [office.ensure_anycast_queue(address).name]
 
     def on_group_propose(self: CoreAdapter, e: GroupPropose) -> None:
         if self.cluster_peer is None:
