@@ -69,3 +69,28 @@ def wait_for_subscriptions(node, expected: int) -> None:
         return len([b for b in bindings if b["address"] == "news"]) >= expected
 
     wait_for(ready, 30, 0.05, "subscriptions not advertised")
+
+
+def test_queue_creation_consumers_filters_and_deletion_reach_the_other_node(tmp_path, stop_nodes) -> None:
+    from petrel.testing.process import wait_for
+
+    a, b = make_cluster(tmp_path, 2)
+    stop_nodes([a, b])
+    start_all([a, b])
+    wait_connected([a, b])
+
+    def binding():
+        found = [x for x in cluster_view(a)["remote_bindings"] if x["name"] == "audit"]
+        return found[0] if found else None
+
+    with Connection(f"tcp://127.0.0.1:{b.port}") as cb:
+        cb.create_queue("audit", "events", routing_type="MULTICAST", filter="level = 'high'")
+        seen = wait_for(binding, 30, 0.05, "the queue created on b is not known on a")
+        assert (seen["address"], seen["routing_type"], seen["filter"], seen["consumer_count"]) == (
+            "events", "MULTICAST", "level = 'high'", 0)
+        consumer = cb.session().consumer("audit", filter="source = 'web'")
+        wait_for(lambda: (binding() or {}).get("consumer_count") == 1, 30, 0.05, "the consumer is not counted on a")
+        consumer.close()
+        wait_for(lambda: (binding() or {}).get("consumer_count") == 0, 30, 0.05, "the closed consumer still counts")
+        cb.delete_queue("audit")
+        wait_for(lambda: binding() is None, 30, 0.05, "the deleted queue is still bound on a")
