@@ -23,7 +23,7 @@ from conftest import Listener
 from petrel.client import Connection
 from petrel.config import load_config
 from petrel.orchestrator.local import node_ports
-from petrel.testing.process import BrokerProcess, wait_for
+from petrel.testing.process import BrokerProcess, port_range, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -42,8 +42,9 @@ def _free(port: int) -> bool:
 
 def free_base_port(size: int) -> int:
     """A base P (below the ephemeral range) where P, P+1, P+2, P+100, P+101 ... of `size` nodes are all free."""
+    low, high = port_range()  # this test worker's share, clear of the other workers' brokers
     for _ in range(200):
-        base = random.randrange(20000, 32000 - 100 * size, 3)
+        base = random.randrange(low, high - 100 * size, 3)
         if all(_free(base + 100 * i + k) for i in range(size) for k in range(3)):
             return base
     raise RuntimeError(f"no free port block for {size} nodes")

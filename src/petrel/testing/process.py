@@ -13,16 +13,38 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+PORTS = (20000, 32000)  # below the ephemeral range
+_handed_out: set[int] = set()
+
+
+def port_range() -> tuple[int, int]:
+    """This process's share of PORTS: pytest-xdist workers (gw0, gw1, ...) get disjoint slices,
+    so two workers never pick the same port in the moment before their brokers bind it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    span = (PORTS[1] - PORTS[0]) // max(count, 1)
+    low = PORTS[0] + (index % max(count, 1)) * span
+    return low, low + span - 1
+
+
 def free_port() -> int:
-    """A free loopback port below the ephemeral range, so that no client connection's local
-    port takes it between this check and the broker's bind."""
+    """A free loopback port below the ephemeral range (so that no client connection's local
+    port takes it between this check and the broker's bind), not handed out before by this
+    process, and from this test worker's own slice of the range."""
+    low, high = port_range()
+    if len(_handed_out) > (high - low) // 2:
+        _handed_out.clear()
     for _ in range(200):
-        port = random.randint(20000, 32000)
+        port = random.randint(low, high)
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _handed_out.add(port)
             return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
