@@ -17,9 +17,12 @@ pytestmark = pytest.mark.system
 
 
 def test_kill9_during_persistent_sends_loses_no_receipted_message(broker):
+    """A sender thread streams 10,000 persistent sends; the broker is killed while it is still
+    sending (checked: the kill lands before the last send), and every receipted one survives."""
     total = 10_000
     conn, listener = connect(broker)
     receipted: set[str] = set()
+    sent = [0]
     stop = threading.Event()
 
     def collect():
@@ -29,13 +32,23 @@ def test_kill9_during_persistent_sends_loses_no_receipted_message(broker):
             except queue.Empty:
                 continue
 
+    def send_all():
+        with contextlib.suppress(stomp.exception.StompException, OSError):
+            for i in range(total):
+                conn.send("/queue/crash", f"m{i}", headers={"persistent": "true", "receipt": f"m{i}"})
+                sent[0] = i + 1
+                if i % 200 == 199:
+                    time.sleep(0.02)  # a steady stream, so the kill finds it mid-way on any machine
+
     collector = threading.Thread(target=collect, daemon=True)
+    sender = threading.Thread(target=send_all, daemon=True)
     collector.start()
-    for i in range(total // 2 + 1):
-        conn.send("/queue/crash", f"m{i}", headers={"persistent": "true", "receipt": f"m{i}"})
-    # let some receipts arrive, then kill the broker in the middle of the stream
+    sender.start()
     wait_for(lambda: len(receipted) > 100, 30)
+    at_kill = sent[0]
     broker.kill9()
+    assert at_kill < total, "the sender finished before the kill: the test did not kill mid-stream"
+    sender.join(timeout=30)
     time.sleep(0.3)  # the collector thread picks up receipts already read off the socket
     stop.set()
     collector.join()
