@@ -1,0 +1,145 @@
+"""A seed -> a frozen `Plan`: the workload's dimensions and the fault schedule of one chaos run.
+
+Everything random in a run is drawn here, from ``random.Random(seed)``, so a seed names a run
+exactly: the same seed gives the same plan on any machine (the moments at which the brokers
+and the clients interleave are the only thing a replay does not repeat).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["ACK_MODES", "DIMENSIONS", "FAULT_KINDS", "Fault", "Plan", "make_plan"]
+
+PROTOCOLS = ("STOMP", "CORE")
+ACK_MODES = ("auto", "client", "client-individual", "transacted")
+SIZES = ("small", "large")
+LIMITS = ("none", "PAGE", "BLOCK")
+FEATURES = ("plain", "scheduled", "priority", "groups")
+DESTINATIONS = ("queue", "durable-topic")
+TOPOLOGIES = ("single", "cluster")
+#: kill9/sigterm: a broker killed (or stopped) and started again; link_cut/link_freeze: one
+#: node's cluster links reset or silent for a while; consumer_drop: a consumer's connection
+#: dropped between receiving a batch and acknowledging it; disk_full: the data directory's
+#: file system filled up, then freed.
+FAULT_KINDS = ("kill9", "sigterm", "link_cut", "link_freeze", "consumer_drop", "disk_full")
+
+#: The values each dimension takes (the coverage of a set of seeds is checked against these).
+DIMENSIONS: dict[str, tuple] = {
+    "protocol": PROTOCOLS,
+    "ack": ACK_MODES,
+    "persistent": (True, False),
+    "size": SIZES,
+    "limit": LIMITS,
+    "feature": FEATURES,
+    "destination": DESTINATIONS,
+    "topology": TOPOLOGIES,
+    "churn": (True, False),
+    "duplicate_ids": (True, False),
+}
+
+LARGE_THRESHOLD = 16 * 1024  # the brokers' min_large_message_size in a chaos run
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    at: float  # seconds after the workload starts
+    node: int  # the broker it hits (consumer_drop: the consumer index)
+    hold: float  # seconds the fault lasts before it is healed (the broker restarted, the link healed)
+
+    def describe(self) -> str:
+        target = f"consumer {self.node}" if self.kind == "consumer_drop" else f"node {self.node}"
+        return f"t+{self.at:.1f}s {self.kind} {target} (held {self.hold:.1f}s)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    protocol: str
+    ack: str
+    persistent: bool
+    size: str
+    limit: str
+    feature: str
+    destination: str
+    topology: str
+    churn: bool  # consumers leave and join again during the run
+    duplicate_ids: bool  # every send carries _AMQ_DUPL_ID (and unconfirmed sends are resent)
+    producers: int
+    consumers: int  # per queue (a durable topic has one consumer per subscription)
+    subscriptions: int  # durable-topic only
+    messages: int  # per producer
+    duration: float  # seconds over which the producers pace their sends
+    faults: tuple[Fault, ...] = field(default=())
+
+    @property
+    def nodes(self) -> int:
+        return 3 if self.topology == "cluster" else 1
+
+    @property
+    def body_size(self) -> int:
+        return 200 if self.size == "small" else LARGE_THRESHOLD + 4096
+
+    @property
+    def fault_kinds(self) -> set[str]:
+        return {f.kind for f in self.faults}
+
+    @property
+    def ordered(self) -> bool:
+        """Does the contract promise per-producer order on each queue of this run? One consumer
+        at a time on one node, no priorities, no scheduled delivery (redeliveries void it from
+        the first one on; the ledger stops checking there)."""
+        return (self.consumers == 1 and self.topology == "single"
+                and self.feature in ("plain", "groups") and self.ack != "transacted")
+
+    def dimensions(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in DIMENSIONS}
+
+    def describe(self) -> str:
+        d = self.dimensions()
+        head = " ".join(f"{k}={v}" for k, v in d.items())
+        work = (f"producers={self.producers} consumers={self.consumers} subscriptions={self.subscriptions} "
+                f"messages={self.messages}/producer over {self.duration:.0f}s")
+        faults = "; ".join(f.describe() for f in self.faults) or "none"
+        return f"seed {self.seed}: {head}\n  {work}\n  faults: {faults}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_plan(seed: int, *, scale: float = 1.0) -> Plan:
+    """The plan of run `seed`; `scale` multiplies the message counts (and the pacing time)."""
+    rng = random.Random(seed)
+    protocol = rng.choice(PROTOCOLS)
+    ack = rng.choice(ACK_MODES)
+    persistent = rng.random() < 0.8
+    size = rng.choice(SIZES)
+    limit = rng.choice(LIMITS)
+    feature = rng.choice(FEATURES)
+    destination = rng.choice(DESTINATIONS)
+    topology = rng.choice(TOPOLOGIES)
+    churn = rng.random() < 0.4
+    duplicate_ids = rng.random() < 0.5
+    producers = rng.choice((1, 1, 2))
+    consumers = 1 if destination == "durable-topic" else rng.choice((1, 1, 2))
+    subscriptions = rng.choice((1, 2)) if destination == "durable-topic" else 0
+    base = rng.randint(600, 1500) if size == "small" else rng.randint(60, 160)
+    messages = max(10, int(base * scale))
+    duration = rng.uniform(6.0, 10.0) * max(scale, 0.3)
+    nodes = 3 if topology == "cluster" else 1
+    kinds = ["kill9", "sigterm", "consumer_drop", "disk_full"]
+    if nodes > 1:
+        kinds += ["link_cut", "link_freeze"]
+    faults = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        kind = rng.choice(kinds)
+        if kind == "disk_full" and any(f.kind == "disk_full" for f in faults):
+            kind = "kill9"
+        node = rng.randrange(consumers * max(subscriptions, 1)) if kind == "consumer_drop" else rng.randrange(nodes)
+        faults.append(Fault(kind, round(rng.uniform(0.1, 0.85) * duration, 2), node,
+                            round(rng.uniform(0.3, 2.0), 2)))
+    faults.sort(key=lambda f: f.at)
+    return Plan(seed, protocol, ack, persistent, size, limit, feature, destination, topology, churn,
+                duplicate_ids, producers, consumers, subscriptions, messages, duration, tuple(faults))
