@@ -245,9 +245,11 @@ class Clustering:
         own = tx_id == 0
         if own:
             tx_id = self.store.begin()
-        if cache is not None:
-            self.remember_dup(cache, dup_id, tx_id)
+        paged_before = self.paged_routes
         result = self._route(message, None, tx_id, local, remote=far, own_tx=True, track_dup=False)
+        if cache is not None:  # after its pages, if it paged (see `remember_dup`)
+            self.remember_dup(cache, dup_id, tx_id,
+                              after_pages=message.durable and self.paged_routes != paged_before)
         if own:
             self.commit_store(tx_id)
         return result

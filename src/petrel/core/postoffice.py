@@ -97,6 +97,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self.unrouted = 0
         self.duplicates = 0
         self.messages_routed = 0
+        self.paged_routes = 0  # routings that paged a reference (see `_remember_sent`)
         # Large-message files: how many references hold each (by name), and files let go
         # inside a store transaction, deleted once it commits (see `commit_store`).
         self.large = large
@@ -395,14 +396,29 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             cache = self.dup_caches[address] = DuplicateIdCache(address, size)
         return cache
 
-    def remember_dup(self, cache: DuplicateIdCache, dup_id: str, tx_id: int) -> None:
-        """Add `dup_id` to `cache`, journalled (with the eviction it causes) in `tx_id`."""
+    def remember_dup(self, cache: DuplicateIdCache, dup_id: str, tx_id: int, *, after_pages: bool = False) -> None:
+        """Add `dup_id` to `cache`, journalled (with the eviction it causes) in `tx_id`.
+
+        `after_pages`: the message went (in part) to page files, which a journal transaction
+        cannot include; the ID is journalled only once those pages are durable (see
+        `FileStore.add_duplicate_id_after_pages`), so a crash never keeps the ID without the
+        message (a resend would be dropped and the message lost). A crash after the pages and
+        before the ID can let a resend through as a second copy: at least once, never lost."""
         record_id = self.store.next_id()
         evicted = cache.add(dup_id, record_id)
         if self.persist_id_cache:
             if evicted is not None:
                 self.store.delete_duplicate_id(tx_id, evicted)
-            self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
+            if after_pages:
+                self.store.add_duplicate_id_after_pages(record_id, cache.address, dup_id)
+            else:
+                self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
+
+    def _remember_sent(self, address: str, dup_id: str, tx_id: int, message: Message, paged_before: int) -> None:
+        """Remember a routed message's duplicate ID; after its pages when any of it was paged
+        (here or in a store-and-forward copy: `paged_routes` moved)."""
+        cache = self._dup_cache(address, self.settings_for(address))
+        self.remember_dup(cache, dup_id, tx_id, after_pages=message.durable and self.paged_routes != paged_before)
 
     def drop(self, address: str, message: Message) -> SendResult:
         """DROP policy: the message is counted and let go."""
@@ -443,18 +459,24 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                 address, message, routing_type, self.remote_by_address[message.address])
         else:
             targets = address.targets(message, routing_type)
-        dup_id = message.duplicate_id if track_dup else None
+        dup_id = message.duplicate_id if track_dup and address is not None else None
         persist_dup = dup_id is not None and self.persist_id_cache
         stored = [q for q in targets if q.durable] if message.durable else []
         may_page = tx_id == 0 or own_tx
         commit_here = 0  # a transaction begun here, committed at the end
-        if tx_id == 0 and ((persist_dup and stored) or (remote and message.durable and _records(stored, remote) > 1)):
+        if tx_id == 0 and (
+            (persist_dup and (stored or (remote and message.durable)))
+            or (remote and message.durable and _records(stored, remote) > 1)
+        ):
+            # The duplicate ID and every journal record holding the message (local references,
+            # store-and-forward copies) commit together: a crash keeps both or neither.
             tx_id = commit_here = self.store.begin()
-        if dup_id is not None and address is not None:
-            self.remember_dup(self._dup_cache(address.name, self.settings_for(address.name)), dup_id, tx_id)
+        paged_before = self.paged_routes
         if remote:
             self.forward(message, remote, tx_id)
         if not targets:
+            if dup_id is not None:
+                self._remember_sent(address.name, dup_id, tx_id, message, paged_before)
             self.discard(message)
             if commit_here:
                 self.store.commit(commit_here)
@@ -479,7 +501,10 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                 continue
             refs.append(MessageReference(message, queue, seq))
         if paged:
+            self.paged_routes += 1
             stored = [r.queue for r in refs if r.queue.durable] if message.durable else []
+        if dup_id is not None:
+            self._remember_sent(address.name, dup_id, tx_id, message, paged_before)
         if stored:
             message.ref_count = len(stored)
             self.store.add_message(tx_id, message, [(r.queue.id, r.seq) for r in refs if r.queue.durable])

@@ -1,0 +1,188 @@
+"""A duplicate ID is never durable without its message (issue 9, bug 3), on the real FileStore.
+
+A crash is simulated where two writes race: the page writer held back while the journal syncs
+(a paged send), or the journal cut after any of a send's appends (a send whose only durable
+target is a store-and-forward copy). After recovery from what was written, a known duplicate
+ID must mean the message is there; otherwise the client's resend is dropped and it is lost.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+
+from petrel.core.message import DUPLICATE_ID, Message, RoutingType
+from petrel.core.postoffice import PostOffice, SendOutcome
+from petrel.core.queue import Consumer
+from petrel.core.remote import RemoteBinding
+from petrel.core.settings import AddressSettingsRepository
+from petrel.storage.file_store import FileStore
+
+from office_harness import ManualClock, Sink
+
+ANY, MULTI = RoutingType.ANYCAST, RoutingType.MULTICAST
+PAGED = {"big": {"max_size_bytes": 16 * 1024}}
+SF = "$.petrel.sf.test.B"
+
+
+def open_office(path, settings=None):
+    store = FileStore(path, file_size=256 * 1024)
+    clock = ManualClock()
+    office = PostOffice(store, AddressSettingsRepository(settings or {}), clock, clock=clock)
+    office.recover(store.recover())
+    return office, store
+
+
+def flush(store):
+    done = threading.Event()
+    store.sync(done.set)
+    assert done.wait(10)
+
+
+def send(office, address, body, rt=ANY, dup=None):
+    props = {DUPLICATE_ID: dup} if dup is not None else {}
+    m = Message(id=office.store.next_id(), address=address, body=body, properties=props, durable=True,
+                timestamp=office.now())
+    return office.send(m, rt)
+
+
+def drain(office, name):
+    """Every body the queue holds, depaging as it goes."""
+    q = office.queues[name]
+    sink = Sink()
+    q.add_consumer(Consumer(q, sink, window=1_000_000))
+    bodies = []
+    for _ in range(1000):
+        while sink.got:
+            ref = sink.got.pop(0)
+            bodies.append(ref.message.body)
+            q.acknowledge(ref)
+        if q.message_count == 0:
+            break
+        flush(office.store)
+        office.depage(q)
+    return bodies
+
+
+def paging_office(path, settings=PAGED):
+    office, store = open_office(path, settings)
+    office.create_queue("big", "big", ANY)
+    n = 0
+    while not office.queues["big"].paging:
+        send(office, "big", b"fill%04d" % n + b"x" * 1000)
+        n += 1
+    flush(store)
+    return office, store, n
+
+
+def test_a_crash_before_the_page_is_written_keeps_no_duplicate_id(tmp_path):
+    office, store, filled = paging_office(tmp_path / "data")
+    with store.pages._lock:  # the page writer cannot take the next record: it is never written
+        assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.ROUTED
+        journal = threading.Event()
+        store.messages.sync(journal.set)  # the journal is as durable as it gets
+        assert journal.wait(10)
+        shutil.copytree(tmp_path / "data", tmp_path / "crash")  # the disk at the crash
+    store.close()
+
+    office, store = open_office(tmp_path / "crash", PAGED)
+    # the send was never confirmed, so the client sends it again: it must be taken
+    assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.ROUTED
+    flush(store)
+    bodies = drain(office, "big")
+    assert bodies.count(b"the one") == 1
+    assert len(bodies) == filled + 1
+    store.close()
+
+
+def test_a_paged_sends_duplicate_id_is_journalled_once_its_page_is_durable(tmp_path):
+    office, store, filled = paging_office(tmp_path / "data")
+    assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.ROUTED
+    flush(store)  # what a receipt waits for
+    store.close()
+
+    office, store = open_office(tmp_path / "data", PAGED)
+    assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.DUPLICATE
+    bodies = drain(office, "big")
+    assert bodies.count(b"the one") == 1
+    store.close()
+
+
+def test_a_paged_duplicate_id_evicted_before_it_is_journalled_is_never_written(tmp_path):
+    small = {"big": {**PAGED["big"], "id_cache_size": 2}}
+    office, store, _ = paging_office(tmp_path / "data", small)
+    for i in range(5):  # each evicts an older one, some still waiting for their pages
+        assert send(office, "big", b"m%d" % i, dup=f"d-{i}").outcome == SendOutcome.ROUTED
+    flush(store)
+    store.close()
+
+    office, store = open_office(tmp_path / "data", small)
+    assert send(office, "big", b"again", dup="d-4").outcome == SendOutcome.DUPLICATE
+    assert send(office, "big", b"again", dup="d-0").outcome == SendOutcome.ROUTED
+    store.close()
+
+
+class FakeLink:
+    def __init__(self, office) -> None:
+        self.node_id = "B"
+        self.connected = True
+        self.sf_queue = office.queues.get(SF) or office.create_queue(SF, SF, ANY)
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_crash_between_the_appends_of_a_send_to_a_remote_subscriber_keeps_both_or_neither(tmp_path):
+    """The only durable target is the store-and-forward copy: the duplicate ID and the copy
+    are one journal transaction. A crash leaves a prefix of the appends: try every prefix."""
+    appends = 0
+    k = 1
+    while True:
+        path = tmp_path / f"run{k}"
+        office, store = open_office(path)
+        link = FakeLink(office)
+        office.create_address("feed", {MULTI})
+        office.add_remote_binding(RemoteBinding("sub@B", "sub", "sub", "feed", MULTI, None, origin="B",
+                                                distance=1, link=link, consumer_count=1))
+        flush(store)
+        journal = store.messages
+        calls = [0]
+        originals = {}
+
+        def crashing(name):
+            original = originals[name] = getattr(journal, name)
+
+            def append(*args, **kw):
+                calls[0] += 1
+                if calls[0] == k:
+                    raise Crash  # the process dies: this append and the later ones never happen
+                return original(*args, **kw)
+
+            return append
+
+        for name in ("add", "add_tx", "update", "update_tx", "delete", "delete_tx", "commit"):
+            setattr(journal, name, crashing(name))
+        try:
+            send(office, "feed", b"the one", MULTI, dup="d-1")
+            crashed = False
+        except Crash:
+            crashed = True
+        for name, original in originals.items():
+            setattr(journal, name, original)
+        flush(store)
+        store.close()
+
+        office, store = open_office(path)
+        copies = [r.message.body for r in office.queues[SF].iter_refs()]
+        known = "feed" in office.dup_caches and "d-1" in office.dup_caches["feed"]
+        assert copies in ([], [b"the one"])
+        assert known == bool(copies), f"crash after {k - 1} appends: duplicate ID {known}, copies {copies}"
+        store.close()
+        if not crashed:
+            appends = k - 1
+            break
+        k += 1
+    assert appends >= 2  # the copy and the duplicate ID at least
