@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import subprocess
+import sys
 
 import pytest
 
 from conftest import connect, raw, read_until_closed
+from petrel.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.system
 
@@ -65,6 +68,57 @@ def test_page_then_restart_in_the_middle_of_depaging(broker_factory):
     assert got == list(range(1000))
     assert rest == list(range(1000, n))
     conn.disconnect()
+
+
+BIG = """
+[address_settings."big"]
+max_size_bytes = 65536
+address_full_policy = "PAGE"
+"""
+
+
+def send_receipted(b, destination, first, n, body):
+    conn, listener = connect(b)
+    for i in range(first, first + n):
+        conn.send(destination, f"{i:05d}{body}", headers={"persistent": "true", "receipt": str(i)})
+    got = {listener.receipts.get(timeout=60) for _ in range(n)}
+    assert got == {str(i) for i in range(first, first + n)}
+    conn.disconnect()
+
+
+def drain(b, destination, n):
+    conn, listener = connect(b)
+    conn.subscribe(destination, id="1", ack="auto")
+    got = []
+    with contextlib.suppress(queue.Empty):
+        while len(got) < n:
+            got.append(int(listener.get(timeout=30).body[:5]))
+    conn.disconnect()
+    return got
+
+
+def test_paging_again_after_a_restart_loses_nothing(tmp_path):
+    """Issue 9, bug 1: page, drain, SIGTERM and restart, page again, drain: every message comes back.
+    (The second run wrote its pages from file 1 while the recovered cursor pointed past it.)"""
+    b = BrokerProcess(tmp_path / "b", settings=BIG, http=True).start()
+    try:
+        made = subprocess.run([sys.executable, "-m", "petrel", "queue", "create", "--name", "big", "--url",
+                               f"http://127.0.0.1:{b.http_port}"], capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
+        n = 6000
+        body = "x" * 10_000
+        send_receipted(b, "/queue/big", 0, n, body)
+        assert pages(b), "the queue should have paged"
+        assert drain(b, "/queue/big", n) == list(range(n))
+        assert b.stop() == 0
+        b.start()
+        send_receipted(b, "/queue/big", n, n, body)
+        assert pages(b), "the queue should have paged again"
+        assert drain(b, "/queue/big", n) == list(range(n, 2 * n))
+        b.restart()
+        assert drain(b, "/queue/big", 1) == []  # nothing comes back twice
+    finally:
+        b.kill9()
 
 
 def test_block_releases_when_a_consumer_drains(broker_factory):

@@ -7,9 +7,17 @@ encoded message). Writes are appended by one writer thread and made durable toge
 
 A queue's read position (its cursor) lives in the message journal, written in the same
 transaction that moves a batch of paged messages into the journal (`FileStore.depage`), so a
-crash can neither lose nor duplicate a paged message. A page file is deleted once every
-cursor has passed it. Non-durable messages are paged too (to bound memory) but skipped when
-read back after a restart.
+crash can neither lose nor duplicate a paged message. A page file is deleted once the cursor
+has passed it and the journal record saying so is durable (the store unlinks the paths
+`release`, `reset` and `delete_queue` return from its sync callback). Non-durable messages are
+paged too (to bound memory) but skipped when read back after a restart.
+
+A queue's page file numbers only grow, across paging episodes and restarts: a new file is
+numbered after every file on disk and after the file its recovered cursor points into, so
+the cursor, which only moves forward, never points past a file still to be read.
+
+A new file and a new queue directory are made durable (their directory fsynced) by the
+writer before the callbacks of the sync that confirms records in them run.
 """
 
 from __future__ import annotations
@@ -77,12 +85,19 @@ class PageStore:
         self._stopping = False
         self.run_start: dict[int, int] = {}  # queue id -> first page file written by this run
         self._unwritten: dict[int, int] = {}  # queue id -> records appended but not yet written
+        self._dirs: dict[Path, None] = {}  # directories with a new entry, fsynced by the next write
 
     # -- recovery ----------------------------------------------------------------------
 
-    def recover(self) -> dict[int, list[int]]:
-        """The page files of every queue directory (queue id -> file numbers), positioned for appends."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def recover(self, cursor_files: dict[int, int] | None = None) -> dict[int, list[int]]:
+        """The page files of every queue directory (queue id -> file numbers), positioned for appends.
+
+        `cursor_files` maps a queue id to the page file its recovered cursor points into: this
+        run's files are numbered after it, even when the files up to it are gone."""
+        cursor_files = cursor_files or {}
+        if not self.dir.is_dir():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._dirs[self.dir.parent] = None
         found: dict[int, list[int]] = {}
         for qdir in self.dir.iterdir():
             if not qdir.is_dir() or not qdir.name.isdigit():
@@ -91,14 +106,18 @@ class PageStore:
             files = sorted(int(p.stem) for p in qdir.glob("*.page") if p.stem.isdigit())
             pages = _QueuePages(qid, qdir)
             pages.files = files
-            if files:
-                # This run appends to a new file: records before it are from earlier runs
-                # (their non-durable messages are skipped when read back).
-                pages.write_file = files[-1] + 1
-                pages.write_offset = 0
-                self.run_start[qid] = pages.write_file
             self._queues[qid] = pages
             found[qid] = files
+        for qid, cursor_file in cursor_files.items():
+            if qid not in self._queues:
+                self._queues[qid] = _QueuePages(qid, self.dir / str(qid))
+        for qid, pages in self._queues.items():
+            last = max(pages.files[-1] if pages.files else 0, cursor_files.get(qid, 0))
+            # This run appends to a new file: records before it are from earlier runs
+            # (their non-durable messages are skipped when read back).
+            pages.write_file = last + 1
+            pages.write_offset = 0
+            self.run_start[qid] = pages.write_file
         return found
 
     @staticmethod
@@ -147,7 +166,9 @@ class PageStore:
             return self._unwritten.get(queue_id, 0) > 0
 
     def _open(self, pages: _QueuePages) -> None:
-        pages.dir.mkdir(parents=True, exist_ok=True)
+        new_dir = not pages.dir.is_dir()
+        if new_dir:
+            pages.dir.mkdir(parents=True, exist_ok=True)
         if pages.write_file == 0:
             pages.write_file, pages.write_offset = 1, 0
         if pages.write_file not in pages.files:
@@ -155,6 +176,10 @@ class PageStore:
         fd = os.open(pages.path(pages.write_file), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.ftruncate(fd, pages.write_offset)  # drop a torn tail before appending
         pages.fd = fd
+        with self._lock:  # the new names, durable with the first records in them
+            self._dirs[pages.dir] = None
+            if new_dir:
+                self._dirs[self.dir] = None
 
     def sync(self, done: Callable[[], None]) -> None:
         with self._lock:
@@ -177,6 +202,7 @@ class PageStore:
                     return
                 batch, self._pending = self._pending, []
                 callbacks, self._callbacks = self._callbacks, []
+                dirs, self._dirs = self._dirs, {}
             touched: dict[int, None] = {}
             closing = []
             written: dict[int, int] = {}
@@ -196,6 +222,8 @@ class PageStore:
             if self.datasync:
                 for fd in touched:
                     os.fdatasync(fd)
+                for directory in dirs:
+                    _fsync_dir(directory)
             for fd in closing:
                 try:
                     os.close(fd)
@@ -273,45 +301,45 @@ class PageStore:
                 break
         return out
 
-    def release(self, queue_id: int, cursor: PagePosition) -> None:
-        """Delete page files wholly before the cursor."""
+    def release(self, queue_id: int, cursor: PagePosition) -> list[Path]:
+        """Forget the page files wholly before the cursor; returns their paths, for the caller to
+        unlink once the record of the cursor is durable."""
         pages = self._queues.get(queue_id)
         if pages is None:
-            return
-        for f in list(pages.files):
-            if f < cursor.file and f != pages.write_file:
-                pages.path(f).unlink(missing_ok=True)
-                pages.files.remove(f)
+            return []
+        done = [f for f in pages.files if f < cursor.file and f != pages.write_file]
+        for f in done:
+            pages.files.remove(f)
+        return [pages.path(f) for f in done]
 
-    def reset(self, queue_id: int) -> None:
-        """Everything was read back: drop the queue's page files; new pages start a new file."""
+    def reset(self, queue_id: int) -> list[Path]:
+        """Everything was read back: forget the queue's page files (returned, to unlink as in
+        `release`); new pages start a new file, numbered after them."""
         pages = self._queues.get(queue_id)
         if pages is None:
-            return
-        self._discard(pages)
+            return []
+        paths = self._discard(pages)
         pages.write_file += 1
         pages.write_offset = 0
+        return paths
 
-    def delete_queue(self, queue_id: int) -> None:
+    def delete_queue(self, queue_id: int) -> list[Path]:
+        """Forget the queue: its page files then its directory, returned to unlink in that order."""
         pages = self._queues.pop(queue_id, None)
         if pages is None:
-            return
-        self._discard(pages)
-        try:
-            pages.dir.rmdir()
-        except OSError:
-            pass
+            return []
+        return [*self._discard(pages), pages.dir]
 
-    def _discard(self, pages: _QueuePages) -> None:
-        """Delete every page file of a queue; the writer closes the open one after its last write."""
+    def _discard(self, pages: _QueuePages) -> list[Path]:
+        """Forget every page file of a queue; the writer closes the open one after its last write."""
         if pages.fd is not None:
             with self._lock:
                 self._pending.append((pages.fd, b"", 0))
                 self._lock.notify()
             pages.fd = None
-        for f in pages.files:
-            pages.path(f).unlink(missing_ok=True)
+        paths = [pages.path(f) for f in pages.files]
         pages.files = []
+        return paths
 
     def count_after(self, queue_id: int, cursor: PagePosition) -> int:
         """How many records follow the cursor (recovery: the queue's paged backlog)."""
@@ -350,6 +378,27 @@ class PageStore:
                 except OSError:
                     pass
                 pages.fd = None
+
+
+def remove(paths: list[Path]) -> None:
+    """Unlink page files (and rmdir emptied queue directories) that may already be gone."""
+    for path in paths:
+        try:
+            if path.suffix == ".page":
+                path.unlink(missing_ok=True)
+            else:
+                path.rmdir()
+        except OSError as exc:
+            if path.exists():
+                log.warning("cannot remove %s: %s", path, exc)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _run_all(callbacks: list[Callable[[], None]]) -> None:
