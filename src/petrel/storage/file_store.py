@@ -85,6 +85,8 @@ class FileStore:
             dispatch=self.dispatch,
         )
         self._pages_dirty = False
+        self._dup_after_pages: dict[int, bytes] = {}  # duplicate-ID records waiting for their pages
+        self._dup_waits = 0  # syncs waiting for the page writer before appending those
         self._next_id = 1
         self._reserved = 0
         self._counter_record = 0
@@ -189,11 +191,23 @@ class FileStore:
             self._tx_with_records.discard(tx_id)
             self.messages.rollback(tx_id)
 
-    def sync(self, done: Callable[[], None], *, transactional: bool = False) -> None:
+    def sync(self, done: Callable[[], None], *, transactional: bool = False,
+             failed: Callable[[BaseException], None] | None = None) -> None:
         """`done` runs once everything appended so far is durable (or at once if syncs are off)."""
         if not (self.sync_transactional if transactional else self.sync_non_transactional):
+            self._append_dup_ids(list(self._dup_after_pages))
             done()
             return
+        if self._dup_after_pages or self._dup_waits:
+            # Duplicate IDs of paged messages wait for their pages (`add_duplicate_id_after_pages`);
+            # while any do, every sync goes through the page writer first (its callbacks run in
+            # order), so none completes before an ID appended before it is durable.
+            self._dup_waits += 1
+            self.pages.sync(_DupIdsAfterPages(self, list(self._dup_after_pages), done, failed))
+            return
+        self._sync_now(done, failed)
+
+    def _sync_now(self, done: Callable[[], None], failed: Callable[[BaseException], None] | None) -> None:
         journals = [self.messages]
         if self._bindings_dirty:
             self._bindings_dirty = False
@@ -288,7 +302,22 @@ class FileStore:
         else:
             self.messages.add(record_id, RecordKind.DUPLICATE_ID, body)
 
+    def add_duplicate_id_after_pages(self, record_id: int, address: str, dup_id: str) -> None:
+        """A duplicate ID of a message that went to page files: a journal transaction cannot
+        include a page write, so the ID is appended to the journal only once the page writer
+        has made everything paged so far durable (see `sync`). Journalled before, a crash could
+        keep the ID without the message, and the client's resend would be dropped as a duplicate."""
+        self._dup_after_pages[record_id] = pack((address, dup_id))
+
+    def _append_dup_ids(self, record_ids: list[int]) -> None:
+        for record_id in record_ids:
+            body = self._dup_after_pages.pop(record_id, None)
+            if body is not None:  # not evicted from its cache meanwhile
+                self.messages.add(record_id, RecordKind.DUPLICATE_ID, body)
+
     def delete_duplicate_id(self, tx_id: int, record_id: int) -> None:
+        if self._dup_after_pages.pop(record_id, None) is not None:
+            return  # evicted from its cache before it was journalled
         if tx_id:
             self._tx_with_records.add(tx_id)
             self.messages.delete_tx(tx_id, record_id)
@@ -364,6 +393,33 @@ class FileStore:
         a crash before that recovers a cursor that still points into them."""
         if paths:
             self.messages.sync(lambda: remove(paths))
+
+class _DupIdsAfterPages:
+    """A sync that waited for the page writer: append the duplicate IDs whose pages are now
+    durable, then sync the journals (`done` or `failed` at the end)."""
+
+    __slots__ = ("store", "record_ids", "done", "failed")
+
+    def __init__(self, store: FileStore, record_ids: list[int], done: Callable[[], None],
+                 failed: Callable[[BaseException], None] | None) -> None:
+        self.store = store
+        self.record_ids = record_ids
+        self.done = done
+        self.failed = failed
+
+    def __call__(self) -> None:
+        self.store._dup_waits -= 1
+        self.store._append_dup_ids(self.record_ids)
+        self.store._sync_now(self.done, self.failed)
+
+    def fail(self, error: BaseException) -> None:
+        self.store._dup_waits -= 1
+        if self.failed is not None:
+            self.failed(error)
+        else:
+            log.error("a sync failed and nobody asked to hear it: %s", error)
+
+
 
 def _run_all(callbacks: list[Callable[[], None]]) -> None:
     for cb in callbacks:
