@@ -84,14 +84,14 @@ class FileStore:
             self.data_dir / "paging", page_size=page_size, datasync=journal_options.get("datasync", True),
             dispatch=self.dispatch,
         )
-        self._pages_dirty = False
+        self._pages_appended = 0  # page records appended
+        self._pages_durable = 0  # page records a completed page sync covered
         self._dup_after_pages: dict[int, bytes] = {}  # duplicate-ID records waiting for their pages
         self._dup_waits = 0  # syncs waiting for the page writer before appending those
         self._next_id = 1
         self._reserved = 0
         self._counter_record = 0
         self._tx_with_records: set[int] = set()
-        self._bindings_dirty = False
         self.rolled_back = 0
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -173,7 +173,6 @@ class FileStore:
             if old:
                 self.bindings.delete(old)
             self._counter_record = n
-            self._bindings_dirty = True
             n += 1
         self._next_id = n + 1
         return n
@@ -193,7 +192,14 @@ class FileStore:
 
     def sync(self, done: Callable[[], None], *, transactional: bool = False,
              failed: Callable[[BaseException], None] | None = None) -> None:
-        """`done` runs once everything appended so far is durable (or at once if syncs are off)."""
+        """`done` runs once everything appended so far, to any journal, is durable (or at once if
+        syncs are off); `failed(error)` runs instead when that cannot be done (a write failed).
+
+        A journal is waited on whenever something appended to it is not yet known durable, not
+        only when this caller appended to it: a record another connection appended (a queue, say)
+        can be what this caller's records depend on.  Journals report their durable position;
+        page files count appends and what confirmed syncs covered.
+        """
         if not (self.sync_transactional if transactional else self.sync_non_transactional):
             self._append_dup_ids(list(self._dup_after_pages))
             done()
@@ -209,63 +215,51 @@ class FileStore:
 
     def _sync_now(self, done: Callable[[], None], failed: Callable[[BaseException], None] | None) -> None:
         journals = [self.messages]
-        if self._bindings_dirty:
-            self._bindings_dirty = False
+        if self.bindings.position > self.bindings.durable_position:
             journals.append(self.bindings)
-        if self._pages_dirty:
-            self._pages_dirty = False
-            journals.append(self.pages)
-        if len(journals) == 1:
-            self.messages.sync(done)
-            return
-        pending = [len(journals)]
-
-        def one() -> None:
-            pending[0] -= 1
-            if pending[0] == 0:
-                done()
-
+        waiter = _Waiter(done, failed, len(journals) + (self._pages_appended > self._pages_durable))
         for journal in journals:
-            journal.sync(one)
+            journal.sync(waiter)
+        if self._pages_appended > self._pages_durable:
+            self.pages.sync(_PagesSynced(self, self._pages_appended, waiter))
+
+    def persist_error(self) -> BaseException | None:
+        """Why the store cannot make anything durable now (a failing write), or None."""
+        for journal in (self.messages, self.bindings):
+            if journal.failure is not None:
+                return journal.failure
+        return getattr(self.pages, "failure", None)
 
     # -- bindings -----------------------------------------------------------------------
 
     def add_address(self, r: AddressRecord) -> None:
         self.bindings.add(r.id, RecordKind.ADDRESS, pack((r.name, r.routing_types, r.auto_created)))
-        self._bindings_dirty = True
 
     def update_address(self, r: AddressRecord) -> None:
         # Routing types only grow: write the whole record anew under the same id.
         self.bindings.delete(r.id)
         self.bindings.add(r.id, RecordKind.ADDRESS, pack((r.name, r.routing_types, r.auto_created)))
-        self._bindings_dirty = True
 
     def delete_address(self, address_id: int) -> None:
         self.bindings.delete(address_id)
-        self._bindings_dirty = True
 
     def add_queue(self, r: QueueRecord) -> None:
         body = pack((r.name, r.address, r.routing_type, r.filter, r.auto_created, r.client_id, r.subscription,
                      r.seq_reserved, r.attributes))
         self.bindings.add(r.id, RecordKind.QUEUE, body)
-        self._bindings_dirty = True
 
     def reserve_queue_seq(self, queue_id: int, reserved: int) -> None:
         self.bindings.update(queue_id, RecordKind.QUEUE_SEQ, pack(reserved))
-        self._bindings_dirty = True
 
     def delete_queue(self, queue_id: int) -> None:
         self.bindings.delete(queue_id)
-        self._bindings_dirty = True
 
     def add_divert(self, r: DivertRecord) -> None:
         body = pack((r.name, r.address, r.forwarding_address, r.exclusive, r.filter, r.routing_type))
         self.bindings.add(r.id, RecordKind.DIVERT, body)
-        self._bindings_dirty = True
 
     def delete_divert(self, divert_id: int) -> None:
         self.bindings.delete(divert_id)
-        self._bindings_dirty = True
 
     # -- messages -----------------------------------------------------------------------
 
@@ -331,7 +325,7 @@ class FileStore:
 
     def page(self, queue_id: int, seq: int, message: Message) -> None:
         self.pages.append(queue_id, seq, message)
-        self._pages_dirty = True
+        self._pages_appended += 1
 
     def create_page_cursor(self, queue_id: int) -> int:
         record_id = self.next_id()
@@ -394,6 +388,33 @@ class FileStore:
         if paths:
             self.messages.sync(lambda: remove(paths))
 
+class _Waiter:
+    """One `FileStore.sync` over several journals: `done` once each has called it, or
+    `failed(error)` once, at the first failure (a journal calls `fail` for that)."""
+
+    __slots__ = ("done", "failed", "left")
+
+    def __init__(self, done: Callable[[], None], failed: Callable[[BaseException], None] | None,
+                 left: int) -> None:
+        self.done = done
+        self.failed = failed
+        self.left = left
+
+    def __call__(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.done()
+
+    def fail(self, error: BaseException) -> None:
+        if self.left <= 0:
+            return
+        self.left = -1
+        if self.failed is not None:
+            self.failed(error)
+        else:
+            log.error("a sync failed and nobody asked to hear it: %s", error)
+
+
 class _DupIdsAfterPages:
     """A sync that waited for the page writer: append the duplicate IDs whose pages are now
     durable, then sync the journals (`done` or `failed` at the end)."""
@@ -419,6 +440,24 @@ class _DupIdsAfterPages:
         else:
             log.error("a sync failed and nobody asked to hear it: %s", error)
 
+
+class _PagesSynced:
+    """A page sync: records that the page records appended before it are durable."""
+
+    __slots__ = ("store", "mark", "waiter")
+
+    def __init__(self, store: FileStore, mark: int, waiter: _Waiter) -> None:
+        self.store = store
+        self.mark = mark
+        self.waiter = waiter
+
+    def __call__(self) -> None:
+        if self.mark > self.store._pages_durable:
+            self.store._pages_durable = self.mark
+        self.waiter()
+
+    def fail(self, error: BaseException) -> None:
+        self.waiter.fail(error)
 
 
 def _run_all(callbacks: list[Callable[[], None]]) -> None:

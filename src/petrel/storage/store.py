@@ -2,8 +2,9 @@
 
 The post office calls a `Store` for every change that must survive a restart. Calls only
 append: they never block and never wait for the disk. Whoever needs durability (a receipt
-for a persistent send, a transaction commit) asks `sync(done)` afterwards; `done` runs once
-everything appended before it is on disk.
+for a persistent send, a transaction commit) asks `sync(done, failed=...)` afterwards; `done`
+runs once everything appended before it is on disk, `failed(error)` instead when the disk
+cannot take it (the store keeps retrying; nothing is confirmed meanwhile).
 
 `tx_id == 0` means "not in a transaction". Transactions are opened with `begin()`, which
 costs nothing until a record is written under it.
@@ -81,7 +82,8 @@ class Store(Protocol):
     def begin(self) -> int: ...
     def commit(self, tx_id: int) -> None: ...
     def rollback(self, tx_id: int) -> None: ...
-    def sync(self, done: Callable[[], None], *, transactional: bool = False) -> None: ...
+    def sync(self, done: Callable[[], None], *, transactional: bool = False,
+             failed: Callable[[BaseException], None] | None = None) -> None: ...
     def add_address(self, record: AddressRecord) -> None: ...
     def update_address(self, record: AddressRecord) -> None: ...
     def delete_address(self, address_id: int) -> None: ...
@@ -119,7 +121,8 @@ class NullStore:
     def begin(self) -> int:
         return self.next_id()
 
-    def sync(self, done: Callable[[], None], *, transactional: bool = False) -> None:
+    def sync(self, done: Callable[[], None], *, transactional: bool = False,
+             failed: Callable[[BaseException], None] | None = None) -> None:
         done()
 
     def close(self) -> None:

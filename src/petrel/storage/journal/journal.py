@@ -114,6 +114,17 @@ class FileJournal:
         """(segment id, offset) where the next record will be written."""
         return self._seg, self._off
 
+    @property
+    def durable_position(self) -> tuple[int, int]:
+        """(segment id, offset) up to which everything appended is written and synced:
+        when it equals :attr:`position`, nothing appended waits for the disk."""
+        return self._writer.durable
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why writes fail now (the writer retries), or None."""
+        return self._writer.failure
+
     # lifecycle ------------------------------------------------------------------------
 
     def load(self, *, skip_damaged: bool = False) -> LoadedJournal:
@@ -135,6 +146,7 @@ class FileJournal:
             seg, off, exists = found.max_segment + 1, HEADER_SIZE, False
         self._writer.open_current(seg, exists)
         self._seg, self._off, self._next_seg = seg, off, max(seg, found.max_segment) + 1
+        self._writer.durable = (seg, off)
         self._known = set(loaded.records)
         self._state = "loaded"
         for tx_id, _prepared in found.open_txs:  # keep them dead
@@ -174,8 +186,8 @@ class FileJournal:
     def _check(self) -> None:
         if self._state not in ("loaded", "started"):
             raise JournalError(f"journal is {self._state}")
-        failure = self._writer.failure
-        if failure is not None:
+        if self._writer.dead:
+            failure = self._writer.failure
             raise JournalError(f"journal writer failed: {failure}") from failure
 
     def _push(self, seg: int, off: int, data: bytes, item: tuple, done: Callback | None) -> None:
@@ -197,7 +209,7 @@ class FileJournal:
                 p.cond.notify()
 
     def add(self, id: int, user_type: int, body: bytes, done: Callback | None = None) -> None:
-        if self._state != "started" or self._writer.failure is not None:
+        if self._state != "started" or self._writer.dead:
             self._check()
         if id in self._known:
             raise JournalError(f"record {id} already exists")
@@ -208,7 +220,7 @@ class FileJournal:
         self._push(seg, off, data, (ADD, id, 0, seg, size), done)
 
     def update(self, id: int, user_type: int, body: bytes, done: Callback | None = None) -> None:
-        if self._state != "started" or self._writer.failure is not None:
+        if self._state != "started" or self._writer.dead:
             self._check()
         size = _ADD_SIZE + len(body)
         seg, off = self._place(size)
@@ -216,7 +228,7 @@ class FileJournal:
         self._push(seg, off, data, (UPDATE, id, 0, seg, size), done)
 
     def delete(self, id: int, done: Callback | None = None) -> None:
-        if self._state != "started" or self._writer.failure is not None:
+        if self._state != "started" or self._writer.dead:
             self._check()
         if id not in self._known:
             raise JournalError(f"cannot delete unknown record {id}")
@@ -226,7 +238,7 @@ class FileJournal:
         self._push(seg, off, data, (DELETE, id, 0, seg, _DELETE_SIZE), done)
 
     def _tx_record(self, rtype: int, tx_id: int, id: int, user_type: int, body: bytes) -> _OpenTx:
-        if self._state != "started" or self._writer.failure is not None:
+        if self._state != "started" or self._writer.dead:
             self._check()
         tx = self._txs.get(tx_id)
         if tx is None:
@@ -293,7 +305,14 @@ class FileJournal:
         self._push(seg, off, data, (ROLLBACK, 0, tx_id, seg, size), done)
 
     def sync(self, done: Callback) -> None:
-        """``done`` runs once everything appended so far is durable."""
+        """``done`` runs once everything appended so far is durable.
+
+        If ``done`` has a ``fail(error)`` method, that runs instead when the journal cannot
+        write: at once while a write failure lasts (see writer.py)."""
+        writer = self._writer
+        if writer.failure is not None and hasattr(done, "fail"):
+            writer.fail_waiters([done], writer.failure)
+            return
         self._check()
         p = self._pending
         with p.lock:

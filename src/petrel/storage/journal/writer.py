@@ -16,6 +16,19 @@ put them in :class:`Pending`.  The single writer thread loops:
    hook), then ``on_batch_durable`` once with the batch's callbacks;
 5. reclaim segments that hold nothing needed, compact when worthwhile, keep a
    spare file ready for the next rollover.
+
+A write or sync that fails with an ``OSError`` (EIO, ENOSPC) does not stop the
+writer.  The batch goes back, whole and in order, to the front of what is
+pending; every waiter that can hear of a failure (a callback with a ``fail``
+method) is told at once, and so is every such waiter that syncs while the
+failure lasts; plain callbacks keep waiting.  The writer then retries, with a
+growing pause (up to a second), rewriting the batch at the very positions it was
+given (``pwrite`` at fixed offsets into a preallocated segment: a partial write
+is simply written again, the journal keeps no hole), and syncing again, so pages
+a failed ``fdatasync`` may have dropped are dirtied anew.  Appends go on being
+accepted meanwhile (what the appender believes is in the journal stays exactly
+what ends up there); nothing is confirmed until a retry succeeds.  Any other
+exception is fatal: waiters are failed, appends raise from then on.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from pathlib import Path
 from time import monotonic_ns, perf_counter_ns
 
 from .compact import Compactor
+from .errors import JournalError
 from .ledger import Ledger
 from .segment import FilePool, Layout, SegmentFile
 
@@ -35,7 +49,9 @@ __all__ = ["Pending", "Writer"]
 
 log = logging.getLogger("petrel.storage.journal")
 
-_datasync = os.fdatasync  # module level so tests can slow it down
+_datasync = os.fdatasync  # module level so tests can slow it down (or make it fail)
+_RETRY_FIRST_NS = 50_000_000
+_RETRY_MAX_NS = 1_000_000_000
 
 Callback = Callable[[], None]
 BatchHook = Callable[[list[tuple[int, int, bytes]]], None]
@@ -65,6 +81,19 @@ class Pending:
         return bool(self.chunks or self.callbacks or self.requests)
 
 
+class _Failure:
+    """A waiter's ``fail`` bound to the error, run where its callbacks run."""
+
+    __slots__ = ("fail", "error")
+
+    def __init__(self, fail: Callable[[BaseException], None], error: BaseException) -> None:
+        self.fail = fail
+        self.error = error
+
+    def __call__(self) -> None:
+        self.fail(self.error)
+
+
 class Writer:
     def __init__(self, layout: Layout, pool: FilePool, ledger: Ledger, pending: Pending, *,
                  file_size: int, datasync: bool, buffer_timeout_ns: int, min_files: int,
@@ -86,7 +115,10 @@ class Writer:
         self.on_batch_durable: Callable[[list[Callback]], None] | None = None
         self.on_batch_stats: BatchStats | None = None
         self.checkpoint: Callable[[str], None] = lambda step: None  # compaction test seam
-        self.failure: BaseException | None = None
+        self.failure: BaseException | None = None  # why writes fail now (None: they succeed)
+        self.dead = False  # the failure is fatal: the thread has stopped
+        self.durable: tuple[int, int] = (0, 0)  # (segment, offset): all before it is written and synced
+        self._retry_ns = 0  # pause before the next retry of a failed batch
         self.skip_damaged = False  # load skipped damage: compaction may rewrite damaged segments
         self.thread: threading.Thread | None = None
         self._last_flush = 0
@@ -146,7 +178,7 @@ class Writer:
         if self.thread is not None:
             self.thread.join()
             self.thread = None
-        elif self.failure is None:
+        elif not self.dead:
             self.flush_now()
         self.close()
 
@@ -162,21 +194,28 @@ class Writer:
             chunks, items, callbacks, requests = p.chunks, p.items, p.callbacks, p.requests
             p.chunks, p.items, p.callbacks, p.requests = [], [], [], []
         if chunks or callbacks:
-            self._write_batch(chunks, items, callbacks)
+            if not self._write_batch(chunks, items, callbacks):
+                raise JournalError(f"cannot write journal {self.layout.directory}: {self.failure}")
         for request in requests:
             request()
 
     def _run(self) -> None:
         p = self.pending
         try:
-            self.prepare_files()
+            self._tidy(self.prepare_files)
             while True:
                 with p.cond:
                     while not (p.chunks or p.callbacks or p.requests or p.stopping):
                         p.waiting = True
                         p.cond.wait()
                     p.waiting = False
-                    if self.buffer_timeout_ns and not p.stopping:
+                    if self.failure is not None and not p.stopping:  # a failed batch waits to be retried
+                        deadline = monotonic_ns() + self._retry_ns
+                        now = monotonic_ns()
+                        while now < deadline and not p.stopping:
+                            p.cond.wait((deadline - now) / 1e9)
+                            now = monotonic_ns()
+                    elif self.buffer_timeout_ns and not p.stopping:
                         deadline = self._last_flush + self.buffer_timeout_ns
                         now = monotonic_ns()
                         while now < deadline and not p.stopping:
@@ -186,47 +225,106 @@ class Writer:
                     p.chunks, p.items, p.callbacks, p.requests = [], [], [], []
                     stopping = p.stopping
                 if chunks or callbacks:
-                    self._write_batch(chunks, items, callbacks)
+                    if not self._write_batch(chunks, items, callbacks) and stopping:
+                        self._give_up()
+                        break
                 for request in requests:
                     request()
-                self._housekeeping()
+                self._tidy(self._housekeeping)
                 if stopping:
                     with p.lock:
                         if not p.busy():
                             break
         except BaseException as e:  # the journal cannot go on: appends fail from now on
             self.failure = e
-            log.error("journal writer failed: %s", e, exc_info=True, extra={"event": "journal.failed"})
+            self.dead = True
+            log.error("journal writer of %s failed: %s", self.layout.directory, e, exc_info=True,
+                      extra={"event": "journal.failed"})
+            self._give_up()
         finally:
             self.close()
 
-    def _write_batch(self, chunks: list[list], items: list, callbacks: list[Callback]) -> None:
+    def _tidy(self, step: Callable[[], None]) -> None:
+        """Housekeeping that may meet a full disk: logged, tried again after the next batch."""
+        try:
+            step()
+        except OSError as e:
+            log.warning("journal %s: housekeeping failed, will retry: %s", self.layout.directory, e,
+                        extra={"event": "journal.housekeeping_failed"})
+
+    def _give_up(self) -> None:
+        """Stopping (or dead) with a batch that cannot be written: fail every waiter."""
+        p = self.pending
+        with p.lock:
+            callbacks, p.callbacks = p.callbacks, []
+            lost = sum(len(c[2]) for c in p.chunks)
+            p.chunks, p.items = [], []
+        if lost:
+            log.error("journal %s: %d bytes never written (%s); none of them was confirmed",
+                      self.layout.directory, lost, self.failure, extra={"event": "journal.unwritten"})
+        self.fail_waiters(callbacks, self.failure or OSError("journal stopped"))
+
+    def fail_waiters(self, callbacks: list[Callback], error: BaseException) -> list[Callback]:
+        """Tell the waiters that can hear of a failure (a ``fail`` method) about ``error``,
+        through ``on_batch_durable``; returns the others."""
+        failing, others = [], []
+        for cb in callbacks:
+            fail = getattr(cb, "fail", None)
+            if fail is None:
+                others.append(cb)
+            else:
+                failing.append(_Failure(fail, error))
+        if failing:
+            notify = self.on_batch_durable
+            try:
+                if notify is None:
+                    for cb in failing:
+                        cb()
+                else:
+                    notify(failing)
+            except Exception:
+                log.exception("failing journal waiters failed")
+        return others
+
+    def _write_failed(self, chunks: list[list], items: list, callbacks: list[Callback], error: OSError) -> None:
+        """Put the batch back in front of what is pending; fail the waiters that can hear it."""
+        error = error.with_traceback(None)  # its frames may hold views of the chunks
+        chunks = [[seg, off, bytearray(data)] for seg, off, data in chunks]  # appends may extend them
+        p = self.pending
+        with p.lock:
+            p.chunks[:0] = chunks
+            p.items[:0] = items
+            waiting = callbacks + p.callbacks
+            p.callbacks = []
+        if self.failure is None:
+            log.error("journal %s cannot write: %s; nothing is confirmed until a retry succeeds",
+                      self.layout.directory, error, extra={"event": "journal.write_failed"})
+            self._retry_ns = _RETRY_FIRST_NS
+        else:
+            self._retry_ns = min(self._retry_ns * 2, _RETRY_MAX_NS)
+        self.failure = error  # before the waiters hear of it: they may look
+        keep = self.fail_waiters(waiting, error)
+        with p.lock:
+            p.callbacks[:0] = keep
+
+    def _segment(self, seg: int) -> SegmentFile:
+        """The file of segment ``seg``: reopened when it exists (a retried batch), else activated."""
+        if seg in self.ledger.segments:
+            return SegmentFile.open(seg, self.layout.data_path(seg), self.file_size)
+        return self._open_segment(seg)
+
+    def _write_batch(self, chunks: list[list], items: list, callbacks: list[Callback]) -> bool:
+        """Write, sync, account and confirm one batch; False when the writing failed."""
         self._last_flush = monotonic_ns()
-        f = self.file
-        segments = self.ledger.segments
-        written = 0
-        unsynced = False
-        sync = self.datasync
-        for seg, off, data in chunks:
-            if f is None or f.id != seg:
-                if f is not None:
-                    if unsynced and sync:  # older segment durable before the newer one is written
-                        _datasync(f.fd)
-                        self.syncs += 1
-                    f.close()
-                f = self.file = self._open_segment(seg)
-            f.write(data, off)
-            unsynced = True
-            written += len(data)
-            state = segments[seg]
-            end = off + len(data)
-            if end > state.used:
-                state.used = end
-        if unsynced and sync:
-            t0 = perf_counter_ns()
-            _datasync(f.fd)
-            self.last_sync_ns = perf_counter_ns() - t0
-            self.syncs += 1
+        try:
+            written, synced = self._write(chunks)
+        except OSError as e:
+            self._write_failed(chunks, items, callbacks, e)
+            return False
+        if self.failure is not None:
+            log.warning("journal %s writes again (%s is over)", self.layout.directory, self.failure,
+                        extra={"event": "journal.write_resumed"})
+            self.failure = None
         apply = self.ledger.apply
         for item in items:
             apply(*item)
@@ -237,11 +335,18 @@ class Writer:
             self.max_batch = len(items)
         hook = self.before_durable
         if hook is not None and chunks:
-            hook([(seg, off, bytes(data)) for seg, off, data in chunks])
+            try:
+                hook([(seg, off, bytes(data)) for seg, off, data in chunks])
+            except BaseException as e:  # fatal (see before_durable): this batch is never confirmed
+                self.fail_waiters(callbacks, e)
+                raise
+        if chunks:
+            seg, off, data = chunks[-1]
+            self.durable = (seg, off + len(data))  # synced when ``datasync``
         stats = self.on_batch_stats
         if stats is not None:  # before the callbacks: whoever they wake sees this batch counted
             try:
-                stats(len(items), written, self.last_sync_ns / 1e9 if unsynced and sync else 0.0)
+                stats(len(items), written, self.last_sync_ns / 1e9 if synced else 0.0)
             except Exception:
                 log.exception("on_batch_stats failed")
         if callbacks:
@@ -254,6 +359,39 @@ class Writer:
                     notify(callbacks)
                 except Exception:
                     log.exception("on_batch_durable failed")
+        return True
+
+    def _write(self, chunks: list[list]) -> tuple[int, bool]:
+        """pwrite and fdatasync the chunks; (bytes written, whether they were synced)."""
+        f = self.file
+        segments = self.ledger.segments
+        written = 0
+        unsynced = False
+        sync = self.datasync
+        for seg, off, data in chunks:
+            if f is None or f.id != seg:
+                if f is not None and unsynced and sync:  # older segment durable before the newer one is written
+                    _datasync(f.fd)
+                    self.syncs += 1
+                    unsynced = False
+                opened = self._segment(seg)  # the old file stays current until this one is open
+                if f is not None:
+                    f.close()
+                f = self.file = opened
+            f.write(data, off)
+            unsynced = True
+            written += len(data)
+            state = segments[seg]
+            end = off + len(data)
+            if end > state.used:
+                state.used = end
+        synced = bool(chunks) and sync
+        if unsynced and sync:
+            t0 = perf_counter_ns()
+            _datasync(f.fd)
+            self.last_sync_ns = perf_counter_ns() - t0
+            self.syncs += 1
+        return written, synced
 
     # housekeeping ---------------------------------------------------------------------
 
