@@ -84,6 +84,7 @@ class Ledger:
         self._drained: dict[tuple[str | None, str], list[int]] = defaultdict(list)
         self._ack_sent: set[tuple[str, str]] = set()
         self._ack_confirmed: dict[tuple[str, str], int] = {}
+        self._resent: set[str] = set()
         self._by_stream: dict[str, list[tuple[str, bool]]] = defaultdict(list)  # (mid, redelivered) in order
 
     def _tick(self) -> int:
@@ -96,6 +97,11 @@ class Ledger:
         with self._lock:
             if mid not in self._sent:
                 self._sent[mid] = _Sent(tuple(streams), durable)
+
+    def resent(self, mids) -> None:
+        """These in-doubt sends went again (same id): they are no longer in their producer's order."""
+        with self._lock:
+            self._resent.update(mids)
 
     def confirmed(self, mids) -> None:
         with self._lock:
@@ -197,12 +203,12 @@ class Ledger:
                         flag("lost", f"{stream}:{mid}")
         if ordered:
             for stream, events in self._by_stream.items():
-                v.reordered += self._reorders(stream, events, flag)
+                v.reordered += self._reorders(stream, events, flag, self._resent)
         v.examples = dict(examples)
         return v
 
     @staticmethod
-    def _reorders(stream: str, events: list[tuple[str, bool]], flag) -> int:
+    def _reorders(stream: str, events: list[tuple[str, bool]], flag, resent: set[str]) -> int:
         """Per-producer order of first deliveries, until the first redelivery on the stream."""
         last: dict[int, int] = {}
         seen: set[str] = set()
@@ -211,6 +217,8 @@ class Ledger:
             if mid in seen or redelivered:
                 break  # a redelivery: order is no longer promised
             seen.add(mid)
+            if mid in resent:
+                continue
             producer, seq = parse_id(mid)
             if seq < last.get(producer, -1):
                 count += 1

@@ -1,0 +1,156 @@
+"""The faults of a chaos run, each applied and then healed.
+
+- ``kill9`` / ``sigterm``: a broker killed (SIGKILL) or stopped (SIGTERM), started again after
+  the hold; its ports and data directory stay.
+- ``link_cut`` / ``link_freeze``: every cluster link to and from one node goes through a
+  `TcpProxy`; the fault resets them (and refuses new ones) or holds every byte, then heals.
+- ``consumer_drop``: a consumer disconnects abruptly between a batch and its acknowledgement.
+- ``disk_full``: the node's data directory is a small tmpfs (only as root, where mount works);
+  the fault fills it with a file, then deletes the file. Elsewhere it is skipped, with a message.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from petrel.testing.chaos.plan import Fault
+from petrel.testing.chaos.timeline import Timeline
+from petrel.testing.process import BrokerProcess
+from petrel.testing.proxy import TcpProxy
+
+__all__ = ["DiskMount", "Injector", "can_mount_tmpfs"]
+
+TMPFS_SIZE = "96m"
+
+
+def can_mount_tmpfs() -> bool:
+    return os.geteuid() == 0 and shutil.which("mount") is not None
+
+
+class DiskMount:
+    """A small tmpfs at `path` (the data directory of one broker), for the full-disk fault."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.mounted = False
+        self.filler = self.path / "chaos-filler"
+
+    def mount(self) -> str | None:
+        """None when mounted; otherwise why not."""
+        if not can_mount_tmpfs():
+            return "not running as root"
+        self.path.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(self.path)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"mount failed: {done.stderr.strip()}"
+        self.mounted = True
+        return None
+
+    def fill(self) -> int:
+        """Fill the file system; the bytes written."""
+        written = 0
+        chunk = b"\0" * (1 << 20)
+        with open(self.filler, "wb", buffering=0) as f:
+            while True:
+                try:
+                    written += f.write(chunk)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+                if written > (1 << 30):
+                    break
+            # the last few KiB too, so even a small record finds no room
+            for size in (65536, 4096, 512, 1):
+                try:
+                    while True:
+                        written += f.write(b"\0" * size)
+                except OSError:
+                    pass
+        return written
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def unmount(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+            self.mounted = False
+
+
+class Injector:
+    """Applies and heals the plan's faults on `nodes` (proxies[(i, j)]: node i's link to j)."""
+
+    def __init__(self, nodes: list[BrokerProcess], proxies: dict[tuple[int, int], TcpProxy],
+                 disks: dict[int, DiskMount], workload, timeline: Timeline) -> None:
+        self.nodes = nodes
+        self.proxies = proxies
+        self.disks = disks
+        self.workload = workload
+        self.timeline = timeline
+        self.injected: dict[str, int] = {}
+        self.skipped: dict[str, str] = {}
+        self.restarted = False
+
+    def apply(self, fault: Fault) -> None:
+        kind = fault.kind
+        node = self.nodes[fault.node] if kind != "consumer_drop" else None
+        if kind == "kill9":
+            node.kill9()
+        elif kind == "sigterm":
+            code = node.stop()
+            if code not in (0, -15):
+                self.timeline.note(f"node {fault.node} exited with {code} on SIGTERM")
+        elif kind in ("link_cut", "link_freeze"):
+            for (i, j), proxy in self.proxies.items():
+                if fault.node in (i, j):
+                    proxy.cut() if kind == "link_cut" else proxy.freeze()
+        elif kind == "consumer_drop":
+            consumers = self.workload.consumers
+            consumers[fault.node % len(consumers)].drop(fault.hold)
+        elif kind == "disk_full":
+            disk = self.disks.get(fault.node)
+            if disk is None or not disk.mounted:
+                reason = self.skipped.setdefault(kind, "no tmpfs for the data directory")
+                self.timeline.note(f"disk_full skipped: {reason}")
+                return
+            self.timeline.note(f"disk_full: {disk.fill() >> 20} MiB written to fill node {fault.node}'s disk")
+        self.injected[kind] = self.injected.get(kind, 0) + 1
+        self.timeline.note(f"FAULT {fault.describe()}")
+
+    def heal(self, fault: Fault) -> None:
+        kind = fault.kind
+        if kind in ("kill9", "sigterm"):
+            self.restarted = True
+            node = self.nodes[fault.node]
+            if node.proc is None or node.proc.poll() is not None:
+                node.start()
+        elif kind in ("link_cut", "link_freeze"):
+            for (i, j), proxy in self.proxies.items():
+                if fault.node in (i, j):
+                    proxy.heal()
+        elif kind == "disk_full":
+            disk = self.disks.get(fault.node)
+            if disk is not None and disk.mounted:
+                disk.free()
+            node = self.nodes[fault.node]
+            if node.proc is not None and node.proc.poll() is not None:
+                self.timeline.note(f"node {fault.node} stopped on the full disk (exit {node.proc.returncode}); "
+                                   "started again")
+                self.restarted = True
+                node.start()
+        else:
+            return
+        self.timeline.note(f"HEAL {kind} node {fault.node}")
+
+    def heal_all(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.heal()
+        for disk in self.disks.values():
+            if disk.mounted:
+                disk.free()

@@ -1,0 +1,282 @@
+"""Run one seed: brokers up, the workload under the plan's faults, heal, drain, restart every
+broker, drain again, check the ledger.
+
+The first drain (every queue on every node, DLQ and ExpiryQueue included, until every queue and
+every store-and-forward backlog is empty) settles every message still owed; the restart after
+it shows whether anything acknowledged comes back (a DUPLICATE) and the second drain takes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from petrel.client import Connection
+from petrel.testing.chaos.channels import body_mid
+from petrel.testing.chaos.faults import DiskMount, Injector
+from petrel.testing.chaos.ledger import Ledger, Verdict
+from petrel.testing.chaos.plan import LARGE_THRESHOLD, Plan, make_plan
+from petrel.testing.chaos.timeline import Timeline
+from petrel.testing.chaos.workload import QUEUE, Ports, Workload, streams_of
+from petrel.testing.cluster import backlog, make_cluster, start_all, stop_all, wait_bindings, wait_connected
+from petrel.testing.process import BrokerProcess, free_port, wait_for
+from petrel.testing.proxy import TcpProxy
+
+__all__ = ["RunResult", "replay_command", "run_plan", "run_seed"]
+
+DEAD_ENDS = ("DLQ", "ExpiryQueue")  # their messages say no stream
+
+
+def replay_command(seed: int, scale: float = 1.0) -> str:
+    extra = f" --scale {scale:g}" if scale != 1.0 else ""
+    return f".venv/bin/python -m petrel.testing.chaos --seed {seed}{extra}"
+
+
+@dataclass
+class RunResult:
+    plan: Plan
+    verdict: Verdict
+    injected: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # hangs, crashes, queues that never emptied
+    timeline: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+    scale: float = 1.0
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and not self.problems
+
+    def summary(self) -> str:
+        v = self.verdict
+        state = "ok" if self.ok else "FAILED"
+        return (f"seed {self.plan.seed}: {state} in {self.elapsed:.0f}s: confirmed {v.confirmed}, in doubt {v.in_doubt}, "
+                f"lost {v.lost}, duplicated {v.duplicated}, redelivered {v.redelivered}, reordered {v.reordered}")
+
+    def report(self) -> str:
+        """What a failing run prints: the verdict, the seed's replay command, the plan and the timeline."""
+        lines = [self.summary()]
+        if self.verdict.defects():
+            lines.append(f"  {self.verdict.defects()}")
+        lines += [f"  PROBLEM: {p}" for p in self.problems]
+        lines.append(f"  replay: {replay_command(self.plan.seed, self.scale)}")
+        lines.append("  plan: " + self.plan.describe().replace("\n", "\n  "))
+        if self.skipped:
+            lines.append("  skipped: " + "; ".join(f"{k}: {v}" for k, v in self.skipped.items()))
+        lines.append("  timeline:")
+        lines += self.timeline
+        return "\n".join(lines)
+
+
+def _settings(plan: Plan) -> str:
+    text = f"min_large_message_size = {LARGE_THRESHOLD}\njournal_file_size = 1048576\n"
+    text += '[address_settings."chaos.#"]\n'
+    if plan.limit != "none":
+        text += f'max_size_bytes = 262144\naddress_full_policy = "{plan.limit}"\npage_size_bytes = 65536\n'
+    text += "max_delivery_attempts = 20\n"
+    return text
+
+
+class _Brokers:
+    """The plan's brokers, their link proxies and tmpfs mounts."""
+
+    def __init__(self, plan: Plan, workdir: Path, timeline: Timeline) -> None:
+        self.plan = plan
+        self.timeline = timeline
+        self.proxies: dict[tuple[int, int], TcpProxy] = {}
+        self.disks: dict[int, DiskMount] = {}
+        if plan.nodes == 1:
+            self.nodes = [BrokerProcess(workdir / "node0", settings=_settings(plan), name="node0", http=True)]
+        else:
+            via = {}
+            for i in range(plan.nodes):
+                for j in range(plan.nodes):
+                    if i != j:
+                        self.proxies[(i, j)] = TcpProxy("127.0.0.1", 0, listen_port=free_port())
+                        via[(i, j)] = self.proxies[(i, j)].listen_port
+            self.nodes = make_cluster(workdir, plan.nodes, redistribution_delay=0, extra_top=_settings(plan),
+                                      connection_ttl=2000, via=via)
+            for (i, j), proxy in self.proxies.items():
+                proxy.target_port = self.nodes[j].port
+                proxy.start()
+        for fault in plan.faults:
+            if fault.kind == "disk_full" and fault.node not in self.disks:
+                disk = DiskMount(self.nodes[fault.node].data_dir)
+                why = disk.mount()
+                if why is None:
+                    self.disks[fault.node] = disk
+                else:
+                    timeline.note(f"disk_full will be skipped: {why}")
+
+    def ports(self) -> list[Ports]:
+        return [Ports(i, n.stomp_port, n.port) for i, n in enumerate(self.nodes)]
+
+    def start(self) -> None:
+        start_all(self.nodes)
+        if len(self.nodes) > 1:
+            wait_connected(self.nodes, timeout=60)
+
+    def restart(self) -> None:
+        stop_all(self.nodes)
+        self.start()
+
+    def close(self) -> None:
+        stop_all(self.nodes)
+        for proxy in self.proxies.values():
+            proxy.stop()
+        for disk in self.disks.values():
+            disk.unmount()
+
+
+def _queues(node: BrokerProcess) -> list[dict]:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/queues", timeout=10) as r:
+        return json.loads(r.read())["queues"]
+
+
+def _drain_queue(conn: Connection, name: str, stream: str | None, ledger: Ledger) -> int:
+    session = conn.session()
+    consumer = session.consumer(name, ack="client")
+    taken = 0
+    try:
+        while True:
+            m = consumer.receive(1.0)
+            if m is None:
+                return taken
+            ledger.drained(stream, body_mid(m.body))
+            taken += 1
+            session._run(consumer._async.ack(m))
+    finally:
+        consumer.close()
+        session.close()
+
+
+def drain(brokers: _Brokers, ledger: Ledger, timeline: Timeline, timeout: float = 120) -> list[str]:
+    """Take every message from every queue of every node until all are empty; the problems left."""
+    streams = set(streams_of(brokers.plan))
+    deadline = time.monotonic() + timeout
+    total = 0
+    while True:
+        left: dict[str, int] = {}
+        for i, node in enumerate(brokers.nodes):
+            queues = [q for q in _queues(node) if not q["name"].startswith("$")]
+            with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
+                for q in queues:
+                    name = q["name"]
+                    stream = None if name in DEAD_ENDS else name
+                    if stream is not None and stream not in streams and q["message_count"] == 0:
+                        continue
+                    total += _drain_queue(conn, name, stream, ledger)
+            for q in _queues(node):
+                waiting = q["message_count"] + q.get("scheduled_count", 0)
+                if waiting and not q["name"].startswith("$"):
+                    left[f"node{i}:{q['name']}"] = waiting
+            if len(brokers.nodes) > 1:
+                sf = backlog(node)
+                if sf:
+                    left[f"node{i}:store-and-forward"] = sf
+        if not left:
+            timeline.note(f"drained {total} messages")
+            return []
+        if time.monotonic() > deadline:
+            return [f"queues not empty after {timeout:.0f}s of draining: {left}"]
+        time.sleep(0.5)
+
+
+def run_seed(seed: int, workdir: Path, *, scale: float = 1.0) -> RunResult:
+    return run_plan(make_plan(seed, scale=scale), workdir, scale=scale)
+
+
+def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
+    started = time.monotonic()
+    timeline = Timeline()
+    ledger = Ledger()
+    workdir = Path(workdir)
+    problems: list[str] = []
+    brokers = _Brokers(plan, workdir, timeline)
+    injector = None
+    try:
+        brokers.start()
+        workload = Workload(plan, ledger, timeline, brokers.ports())
+        injector = Injector(brokers.nodes, brokers.proxies, brokers.disks, workload, timeline)
+        workload.start_consumers()
+        if plan.nodes > 1 and plan.destination == "queue":
+            for c in workload.consumers:
+                try:
+                    wait_bindings(brokers.nodes[0], QUEUE, consumers=1, timeout=20)
+                except TimeoutError:
+                    timeline.note(f"node 0 saw no remote consumer of {QUEUE} ({c.name})")
+                break
+        timeline.note("workload starts")
+        t0 = time.monotonic()
+        workload.start_producers()
+        _inject(plan, injector, t0, brokers, timeline)
+        limit = plan.duration * 4 + 120
+        try:
+            wait_for(workload.producers_done, limit, 0.1)
+        except TimeoutError:
+            unconfirmed = len(ledger.unconfirmed())
+            problems.append(f"producers not done {limit:.0f}s after the start ({unconfirmed} sends unconfirmed): "
+                            "a hang?")
+        _settle(workload)
+        workload.stop()
+        problems += workload.errors()
+        injector.heal_all()
+        for i, node in enumerate(brokers.nodes):
+            if node.proc is not None and node.proc.poll() is not None:
+                full = any(f.kind == "disk_full" and f.node == i for f in plan.faults)
+                note = f"node {i} exited by itself with code {node.proc.returncode}"
+                timeline.note(note)
+                if not full:
+                    problems.append(note + ":\n" + node.log()[-1500:])
+                node.start()
+        if plan.nodes > 1:
+            wait_connected(brokers.nodes, timeout=60)
+        problems += drain(brokers, ledger, timeline)
+        timeline.note("restart every broker")
+        brokers.restart()
+        problems += drain(brokers, ledger, timeline, timeout=60)
+    except Exception as exc:  # noqa: BLE001 - reported with the seed
+        problems.append(f"run aborted: {exc!r}")
+        timeline.note(f"run aborted: {exc!r}")
+    finally:
+        try:
+            brokers.close()
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"stopping the brokers failed: {exc!r}")
+    restarted = injector is not None and injector.restarted
+    verdict = ledger.check(ordered=plan.ordered, restarted=restarted)
+    result = RunResult(plan, verdict, dict(injector.injected) if injector else {},
+                       dict(injector.skipped) if injector else {}, problems, timeline.lines(),
+                       time.monotonic() - started, scale)
+    if result.ok:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def _inject(plan: Plan, injector: Injector, t0: float, brokers: _Brokers, timeline: Timeline) -> None:
+    events = sorted([(f.at, 0, n) for n, f in enumerate(plan.faults)]
+                    + [(f.at + f.hold, 1, n) for n, f in enumerate(plan.faults)])
+    for at, heal, n in events:
+        delay = t0 + at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        fault = plan.faults[n]
+        (injector.heal if heal else injector.apply)(fault)
+
+
+def _settle(workload: Workload, quiet: float = 1.5, limit: float = 20) -> None:
+    """Let the consumers take what is there until nothing has come for `quiet` seconds."""
+    deadline = time.monotonic() + limit
+    last, still = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = sum(c.received for c in workload.consumers)
+        if now != last:
+            last, still = now, time.monotonic()
+        elif time.monotonic() - still > quiet:
+            return
+        time.sleep(0.1)

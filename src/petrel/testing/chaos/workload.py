@@ -1,0 +1,267 @@
+"""The producers and consumers of a chaos run: threads that connect (again and again, through
+faults), send or consume, and record every step in the `Ledger`.
+
+Producers pace their sends over the plan's duration, in batches that each end with a
+confirmation. A batch not confirmed is in doubt; with duplicate ids it is sent again after a
+reconnect (the broker must drop the copies), without them it is left as it is. Consumers
+acknowledge in batches by the plan's ack mode; a `drop()` makes one disconnect abruptly after
+its next batch, before acknowledging it; with churn they leave and join again at random.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from petrel.testing.chaos.channels import (
+    ChannelError,
+    Spec,
+    core_consumer,
+    core_producer,
+    stomp_consumer,
+    stomp_producer,
+)
+from petrel.testing.chaos.ledger import Ledger, message_id
+from petrel.testing.chaos.plan import Plan
+from petrel.testing.chaos.timeline import Timeline
+
+__all__ = ["QUEUE", "TOPIC", "Consumer", "Producer", "Workload", "streams_of"]
+
+QUEUE = "chaos.q"
+TOPIC = "chaos.t"
+
+
+def subscriber(k: int) -> tuple[str, str]:
+    """(client id, subscription name) of durable subscription k."""
+    return f"chaos-c{k}", f"sub{k}"
+
+
+def streams_of(plan: Plan) -> tuple[str, ...]:
+    """The queues every message of the plan must reach (one per durable subscription)."""
+    if plan.destination == "queue":
+        return (QUEUE,)
+    return tuple(".".join(subscriber(k)) for k in range(plan.subscriptions))
+
+
+@dataclass
+class Ports:
+    node: int
+    stomp: int
+    core: int
+
+
+class _Worker(threading.Thread):
+    def __init__(self, name: str, plan: Plan, ledger: Ledger, timeline: Timeline, ports: Ports,
+                 rng: random.Random) -> None:
+        super().__init__(name=name, daemon=True)
+        self.plan, self.ledger, self.timeline, self.ports, self.rng = plan, ledger, timeline, ports, rng
+        self.stopping = threading.Event()
+        self.failures = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                try:
+                    if self.session():
+                        return
+                except ChannelError as exc:
+                    self.failures += 1
+                    self.timeline.note(f"{self.name} on node {self.ports.node}: {exc}")
+                    self.stopping.wait(0.2)
+        except BaseException as exc:  # noqa: BLE001 - reported by the runner
+            self.error = exc
+            self.timeline.note(f"{self.name} crashed: {exc!r}")
+
+    def session(self) -> bool:
+        """One connection's work; True when the worker is done."""
+        raise NotImplementedError
+
+
+class Producer(_Worker):
+    def __init__(self, index: int, destination: str, *args) -> None:
+        super().__init__(f"producer {index}", *args)
+        self.index = index
+        self.destination = destination
+        self.next = 0
+        self.resend: list[Spec] = []
+        self.started = 0.0
+        self.done = threading.Event()
+
+    def spec(self, seq: int) -> Spec:
+        plan, rng = self.plan, self.rng
+        mid = message_id(self.index, seq)
+        head = f"{mid}|".encode()
+        body = head + b"x" * max(plan.body_size - len(head), 0)
+        priority = rng.randint(0, 9) if plan.feature == "priority" else None
+        delay = rng.choice((None, None, rng.randint(1, 1500))) if plan.feature == "scheduled" else None
+        group = f"g{seq % 4}" if plan.feature == "groups" else None
+        dup = f"{plan.seed}-{mid}" if plan.duplicate_ids else None
+        return Spec(mid, body, plan.persistent, priority, delay, group, dup)
+
+    def pace(self) -> None:
+        due = self.started + self.next * self.plan.duration / self.plan.messages
+        delay = due - time.monotonic()
+        if delay > 0:
+            self.stopping.wait(min(delay, 1.0))
+
+    def session(self) -> bool:
+        plan = self.plan
+        if not self.started:
+            self.started = time.monotonic()
+        open_ = core_producer if plan.protocol == "CORE" else stomp_producer
+        channel = open_(self.ports.core if plan.protocol == "CORE" else self.ports.stomp, self.destination,
+                        plan.ack == "transacted", self.ledger.confirmed)
+        streams = streams_of(plan)
+        try:
+            while not self.stopping.is_set():
+                if self.resend:
+                    batch, self.resend = self.resend, []
+                    self.timeline.note(f"{self.name} resends {len(batch)} in doubt")
+                elif self.next < plan.messages:
+                    self.pace()
+                    size = min(self.rng.randint(1, 16), plan.messages - self.next)
+                    batch = [self.spec(self.next + i) for i in range(size)]
+                    self.next += size
+                else:
+                    self.done.set()
+                    return True
+                for spec in batch:
+                    self.ledger.sent(spec.mid, streams, durable=spec.durable)
+                try:
+                    channel.send(batch)
+                except ChannelError:
+                    if plan.duplicate_ids:
+                        unconfirmed = set(self.ledger.unconfirmed())
+                        self.resend = [s for s in batch if s.mid in unconfirmed]
+                        self.ledger.resent([s.mid for s in self.resend])
+                    raise
+        finally:
+            channel.abort() if self.stopping.is_set() else channel.close()
+        return False
+
+
+class Consumer(_Worker):
+    def __init__(self, index: int, destination: str, stream: str, client_id: str | None,
+                 subscription: str | None, *args) -> None:
+        super().__init__(f"consumer {index}", *args)
+        self.index = index
+        self.destination = destination
+        self.stream = stream
+        self.client_id = client_id
+        self.subscription = subscription
+        self.subscribed = threading.Event()
+        self._drop = threading.Event()
+        self._hold = 0.0
+        self.received = 0
+
+    def drop(self, hold: float) -> None:
+        """Disconnect abruptly after the next batch, before acknowledging it; back after `hold` s."""
+        self._hold = hold
+        self._drop.set()
+
+    def _delivered(self, d) -> None:
+        self.received += 1
+        self.ledger.delivered(self.stream, d.mid, redelivered=d.redelivered)
+        if self.plan.ack == "auto":
+            self.ledger.ack_sent(self.stream, [d.mid])
+
+    def _ack_sent(self, batch) -> None:
+        self.ledger.ack_sent(self.stream, [d.mid for d in batch])
+
+    def _ack_confirmed(self, batch) -> None:
+        self.ledger.ack_confirmed(self.stream, [d.mid for d in batch])
+
+    def session(self) -> bool:
+        plan = self.plan
+        open_ = core_consumer if plan.protocol == "CORE" else stomp_consumer
+        channel = open_(self.ports.core if plan.protocol == "CORE" else self.ports.stomp, self.destination, plan.ack,
+                        client_id=self.client_id, subscription=self.subscription,
+                        on_delivery=self._delivered, on_ack_confirmed=self._ack_confirmed)
+        self.subscribed.set()
+        leave_at = time.monotonic() + self.rng.uniform(1.0, 4.0) if plan.churn else float("inf")
+        batch: list = []
+        size = self.rng.randint(1, 20)
+        try:
+            while not self.stopping.is_set():
+                d = channel.receive(0.2)
+                if d is not None:
+                    batch.append(d)
+                if batch and (len(batch) >= size or d is None):
+                    if self._drop.is_set():
+                        self._drop.clear()
+                        self.timeline.note(f"{self.name} drops its connection with {len(batch)} unacknowledged")
+                        channel.abort()
+                        self.stopping.wait(self._hold)
+                        return False
+                    channel.ack(batch, self._ack_sent)
+                    batch = []
+                    size = self.rng.randint(1, 20)
+                if time.monotonic() > leave_at:
+                    channel.ack(batch, self._ack_sent)
+                    channel.close()
+                    pause = self.rng.uniform(0.2, 1.5)
+                    self.timeline.note(f"{self.name} leaves for {pause:.1f}s")
+                    self.stopping.wait(pause)
+                    return False
+            channel.ack(batch, self._ack_sent)
+        finally:
+            channel.abort()
+        return True
+
+
+class Workload:
+    """`ports[n]`: where node n listens. Producers go to the first nodes, consumers to the last
+    (so a cluster forwards); a durable topic in a cluster keeps its subscribers on node 0 with
+    the producers (a subscription on a node that is down or cut off is not routed to, by design)."""
+
+    def __init__(self, plan: Plan, ledger: Ledger, timeline: Timeline, ports: list[Ports]) -> None:
+        self.plan = plan
+        rng = random.Random(plan.seed * 7919 + 1)
+        n = len(ports)
+        topic = plan.destination == "durable-topic"
+        dest = f"/queue/{QUEUE}" if plan.protocol == "STOMP" else f"queue://{QUEUE}"
+        if topic:
+            dest = f"/topic/{TOPIC}" if plan.protocol == "STOMP" else f"topic://{TOPIC}"
+        self.producers = [
+            Producer(i, dest, plan, ledger, timeline, ports[0 if topic else i % n],
+                     random.Random(rng.random()))
+            for i in range(plan.producers)
+        ]
+        self.consumers = []
+        if topic:
+            for k in range(plan.subscriptions):
+                client_id, sub = subscriber(k)
+                self.consumers.append(Consumer(k, dest, f"{client_id}.{sub}", client_id, sub, plan, ledger, timeline,
+                                               ports[0], random.Random(rng.random())))
+        else:
+            for k in range(plan.consumers):
+                self.consumers.append(Consumer(k, dest, QUEUE, None, None, plan, ledger, timeline,
+                                               ports[(n - 1 - k) % n], random.Random(rng.random())))
+
+    def start_consumers(self, timeout: float = 60) -> None:
+        for c in self.consumers:
+            c.start()
+        deadline = time.monotonic() + timeout
+        for c in self.consumers:
+            if not c.subscribed.wait(max(deadline - time.monotonic(), 0)):
+                raise TimeoutError(f"{c.name} did not subscribe within {timeout}s")
+
+    def start_producers(self) -> None:
+        for p in self.producers:
+            p.start()
+
+    def producers_done(self) -> bool:
+        return all(p.done.is_set() or not p.is_alive() for p in self.producers)
+
+    def stop(self) -> None:
+        workers = self.producers + self.consumers
+        for w in workers:
+            w.stopping.set()
+        for w in workers:
+            w.join(30)
+
+    def errors(self) -> list[str]:
+        return [f"{w.name}: {w.error!r}" for w in self.producers + self.consumers if w.error is not None]
