@@ -148,3 +148,44 @@ def test_a_fatal_writer_error_fails_every_waiter(tmp_path, monkeypatch):
     journal.sync(again)
     assert again.done.wait(10) and not again.ok
     journal.stop()
+
+
+def test_page_writer_rewinds_a_partial_write_fails_waiters_and_heals(tmp_path, monkeypatch):
+    from petrel.core.message import Message
+    from petrel.storage.paging import PagePosition, PageStore
+
+    broken = threading.Event()
+    real_write = os.write
+
+    def write(fd, data):
+        if broken.is_set() and threading.current_thread().name == "petrel-paging":
+            real_write(fd, bytes(data)[: len(data) // 2])  # half a record lands, then ENOSPC
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    pages = PageStore(tmp_path, datasync=True)
+    pages.recover()
+    pages.start()
+    try:
+        pages.append(4, 1, Message(id=1, address="q", body=b"a" * 3000, durable=True))
+        first = Waiter()
+        pages.sync(first)
+        assert first.done.wait(10) and first.ok
+        broken.set()
+        for seq in (2, 3):
+            pages.append(4, seq, Message(id=seq, address="q", body=b"b" * 3000, durable=True))
+        failing = Waiter()
+        pages.sync(failing)
+        assert failing.done.wait(10), "a page sync hung on a failed write"
+        assert failing.error.errno == errno.ENOSPC and pages.failure is not None
+        plain = threading.Event()
+        pages.sync(plain.set)
+        broken.clear()
+        assert plain.wait(10)
+        wait_for(lambda: pages.failure is None)
+        got = pages.read(4, PagePosition(0, 0), 1 << 20)
+        assert [m.seq for m in got] == [1, 2, 3]  # no torn record between them, none twice
+    finally:
+        broken.clear()
+        pages.stop()

@@ -64,15 +64,18 @@ routes = web.RouteTableDef()
 async def health(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     server = request.app[SERVER]
-    ready = not server.stopping and broker.office is not None
+    reason = None if server.stopping or broker.office is None else broker.cannot_persist()
+    ready = not server.stopping and broker.office is not None and reason is None
     body = {
-        "status": "ok" if ready else "stopping",
+        "status": "ok" if ready else ("cannot persist" if reason else "stopping"),
         "live": True,
         "ready": ready,
         "name": broker.config.name,
         "node_id": broker.node_id,
         "uptime_seconds": uptime(broker.started_at),
     }
+    if reason:
+        body["reason"] = reason
     return web.json_response(body, status=HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE)
 
 

@@ -77,7 +77,7 @@ def _schemas() -> dict[str, Any]:
     }, ["seq", "message_id", "body_size"])
     return {
         "Error": _obj({"error": _STR}, ["error"]),
-        "Health": _obj({"status": _STR, "live": _BOOL, "ready": _BOOL, "name": _STR, "node_id": _STR,
+        "Health": _obj({"status": _STR, "live": _BOOL, "ready": _BOOL, "reason": _STR, "name": _STR, "node_id": _STR,
                         "uptime_seconds": {"type": "number"}}, ["status", "live", "ready"]),
         "BrokerStatus": _obj({
             "name": _STR, "version": _STR, "node_id": _STR, "state": _STR, "ha_role": _STR,
@@ -177,8 +177,10 @@ def _cluster_paths() -> dict[str, Any]:
 def _paths() -> dict[str, Any]:
     bad_filter = {"400": "the filter is not a valid selector", **_QUEUE_NOT_FOUND}
     return {
-        "/health": {"get": _op("Liveness and readiness: 200 while serving, 503 while stopping",
-                               _json(_ref("Health"), "serving"), errors={"503": "stopping"}, tag="health")},
+        "/health": {"get": _op("Liveness and readiness: 200 while serving, 503 while stopping or while "
+                               "persistent messages cannot be taken (a failing or full disk: see reason)",
+                               _json(_ref("Health"), "serving"), errors={"503": "stopping, or cannot persist"},
+                               tag="health")},
         "/metrics": {"get": _op("Prometheus metrics in the text exposition format", {
             "description": "metrics", "content": {"text/plain": {"schema": _STR}}}, tag="health")},
         "/api/v1/openapi.json": {"get": _op("This document", _json({"type": "object"}, "the OpenAPI document"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from petrel.core.message import now_ms
 from petrel.core.limits import MemoryLimits
 from petrel.core.postoffice import PostOffice
 from petrel.errors import PetrelError
+from petrel.storage.disk import DiskWatch
 from petrel.storage.large import LargeMessageStore, reconcile
 from petrel.storage.server_lock import DataDirLocked, ServerLock
 from petrel.storage.store import NullStore
@@ -52,6 +52,7 @@ class Broker:
         self._lock: ServerLock | None = None
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._disk_timer: asyncio.TimerHandle | None = None
+        self.disk_watch: DiskWatch | None = None
         self._stopping = False
         self.store = None
         self.large: LargeMessageStore | None = None  # large-message files
@@ -203,26 +204,42 @@ class Broker:
 
         self._expiry_timer = asyncio.get_running_loop().call_later(period / 1000, scan)
 
+    def _disk_changed(self, full: bool, percent: float) -> None:
+        limits = self.office.limits
+        limits.disk_full = full
+        if full:
+            log.warning("disk %.1f%% full (max_disk_usage %d%%): producers are blocked until space frees",
+                        percent, self.config.max_disk_usage, extra={"event": "disk.full"})
+        else:
+            log.info("disk back under max_disk_usage: producers resume", extra={"event": "disk.ok"})
+            limits.wake(lambda a: not self.office.space_for(a))
+
     def _schedule_disk_check(self) -> None:
+        """The timer side of the disk check (the store checks on its write path too): it sees
+        space come back while producers are blocked, sooner while the disk is full."""
         if self._stopping:
             return
-        limits = self.office.limits
-        try:
-            usage = shutil.disk_usage(self.config.data_dir)
-            percent = 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
-        except OSError:
-            percent = 0.0
-        full = percent > self.config.max_disk_usage
-        if full != limits.disk_full:
-            limits.disk_full = full
-            if full:
-                log.warning("disk %.1f%% full (max_disk_usage %d%%): producers are blocked until space frees",
-                            percent, self.config.max_disk_usage, extra={"event": "disk.full"})
-            else:
-                log.info("disk back under max_disk_usage: producers resume", extra={"event": "disk.ok"})
-                limits.wake(lambda a: not self.office.space_for(a))
-        self._disk_timer = asyncio.get_running_loop().call_later(
-            self.config.disk_scan_period / 1000, self._schedule_disk_check)
+        watch = self.disk_watch
+        if watch is None:
+            watch = self.disk_watch = DiskWatch(Path(self.config.data_dir), self.config.max_disk_usage,
+                                                self._disk_changed)
+            if hasattr(self.store, "disk_watch"):
+                self.store.disk_watch = watch
+        period = self.config.disk_scan_period / 1000
+        if watch.check():
+            period = min(period, 0.5)
+        self._disk_timer = asyncio.get_running_loop().call_later(period, self._schedule_disk_check)
+
+    def cannot_persist(self) -> str | None:
+        """Why persistent messages cannot be taken now (a failing disk, a full one), or None."""
+        store = self.store
+        error = store.persist_error() if store is not None and hasattr(store, "persist_error") else None
+        if error is not None:
+            return f"the store cannot write: {error}"
+        if self.office is not None and self.office.limits.disk_full:
+            percent = self.disk_watch.percent if self.disk_watch is not None else 0.0
+            return f"disk {percent:.1f}% full (max_disk_usage {self.config.max_disk_usage}%)"
+        return None
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Stop accepting, close connections, finish in-flight syncs, release the data directory."""

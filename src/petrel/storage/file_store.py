@@ -84,6 +84,7 @@ class FileStore:
             self.data_dir / "paging", page_size=page_size, datasync=journal_options.get("datasync", True),
             dispatch=self.dispatch,
         )
+        self.disk_watch = None  # a storage.disk.DiskWatch told of the bytes appended
         self._pages_appended = 0  # page records appended
         self._pages_durable = 0  # page records a completed page sync covered
         self._dup_after_pages: dict[int, bytes] = {}  # duplicate-ID records waiting for their pages
@@ -265,6 +266,8 @@ class FileStore:
 
     def add_message(self, tx_id: int, message: Message, refs: list[tuple[int, int]]) -> None:
         body = pack((encode_message(message), refs))
+        if self.disk_watch is not None:
+            self.disk_watch.appended(len(body))
         if tx_id:
             self._tx_with_records.add(tx_id)
             self.messages.add_tx(tx_id, message.id, RecordKind.MESSAGE, body)
@@ -326,6 +329,8 @@ class FileStore:
     def page(self, queue_id: int, seq: int, message: Message) -> None:
         self.pages.append(queue_id, seq, message)
         self._pages_appended += 1
+        if self.disk_watch is not None:
+            self.disk_watch.appended(message.size)
 
     def create_page_cursor(self, queue_id: int) -> int:
         record_id = self.next_id()

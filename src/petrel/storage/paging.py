@@ -26,6 +26,7 @@ import logging
 import os
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,6 +86,8 @@ class PageStore:
         self._stopping = False
         self.run_start: dict[int, int] = {}  # queue id -> first page file written by this run
         self._unwritten: dict[int, int] = {}  # queue id -> records appended but not yet written
+        self.failure: OSError | None = None  # why page writes fail now (the writer retries)
+        self._rewind: dict[int, int] = {}  # fd -> size to cut it back to before a retried batch
         self._dirs: dict[Path, None] = {}  # directories with a new entry, fsynced by the next write
 
     # -- recovery ----------------------------------------------------------------------
@@ -182,6 +185,13 @@ class PageStore:
                 self._dirs[self.dir] = None
 
     def sync(self, done: Callable[[], None]) -> None:
+        """`done` runs once every record appended so far is durable.  If it has a `fail(error)`
+        method, that runs instead when the writes fail (at once while a failure lasts); the
+        writer rewinds the files to their last good end and retries until a write succeeds."""
+        failure = self.failure
+        if failure is not None and hasattr(done, "fail"):
+            self.dispatch([lambda: done.fail(failure)])
+            return
         with self._lock:
             self._callbacks.append(done)
             self._pending.append((-1, b"", 0))
@@ -194,36 +204,35 @@ class PageStore:
         return PagePosition(pages.write_file, pages.write_offset)
 
     def _run(self) -> None:
+        retry = 0.0
         while True:
             with self._lock:
                 while not self._pending and not self._stopping:
                     self._lock.wait()
+                if self.failure is not None:  # a failed batch waits a little before its retry
+                    deadline = time.monotonic() + retry
+                    while not self._stopping and (left := deadline - time.monotonic()) > 0:
+                        self._lock.wait(left)
                 if not self._pending and self._stopping:
                     return
                 batch, self._pending = self._pending, []
                 callbacks, self._callbacks = self._callbacks, []
                 dirs, self._dirs = self._dirs, {}
-            touched: dict[int, None] = {}
-            closing = []
-            written: dict[int, int] = {}
-            for fd, data, queue_id in batch:
-                if fd < 0:
-                    continue
-                if data:
-                    os.write(fd, data)
-                    touched[fd] = None
-                    written[queue_id] = written.get(queue_id, 0) + 1
-                else:
-                    closing.append(fd)
+            try:
+                closing, written = self._write(batch, dirs)
+            except OSError as e:
+                retry = 0.05 if self.failure is None else min(retry * 2, 1.0)
+                if self._failed(batch, callbacks, dirs, e):
+                    return
+                continue
+            if self.failure is not None:
+                log.warning("page files write again (%s is over)", self.failure,
+                            extra={"event": "paging.write_resumed"})
+                self.failure = None
             if written:
                 with self._lock:
                     for queue_id, n in written.items():
                         self._unwritten[queue_id] = self._unwritten.get(queue_id, 0) - n
-            if self.datasync:
-                for fd in touched:
-                    os.fdatasync(fd)
-                for directory in dirs:
-                    _fsync_dir(directory)
             for fd in closing:
                 try:
                     os.close(fd)
@@ -231,6 +240,66 @@ class PageStore:
                     pass
             if callbacks:
                 self.dispatch(callbacks)
+
+    def _write(self, batch: list, dirs: dict) -> tuple[list[int], dict[int, int]]:
+        """Write and sync one batch; (fds to close, records written per queue)."""
+        rewind = self._rewind
+        for fd, size in list(rewind.items()):  # what a failed try left behind goes first
+            os.ftruncate(fd, size)
+        touched: dict[int, None] = {}
+        closing = []
+        written: dict[int, int] = {}
+        for fd, data, queue_id in batch:
+            if fd < 0:
+                continue
+            if data:
+                if fd not in touched:
+                    touched[fd] = None
+                    if fd not in rewind:
+                        rewind[fd] = os.lseek(fd, 0, os.SEEK_END)  # this file's last good end
+                os.write(fd, data)
+                written[queue_id] = written.get(queue_id, 0) + 1
+            else:
+                closing.append(fd)
+        if self.datasync:
+            for fd in touched:
+                os.fdatasync(fd)
+            for directory in dirs:
+                _fsync_dir(directory)
+        rewind.clear()
+        return closing, written
+
+    def _failed(self, batch: list, callbacks: list, dirs: dict, error: OSError) -> bool:
+        """Put a failed batch back to be retried (its files are cut back to their last good end
+        first); fail the waiters that can hear it.  True when stopping: give up."""
+        error = error.with_traceback(None)
+        if self.failure is None:
+            log.error("page files cannot be written: %s; nothing paged is confirmed until a retry succeeds",
+                      error, extra={"event": "paging.write_failed"})
+        self.failure = error
+        with self._lock:
+            self._pending[:0] = batch
+            for directory in dirs:
+                self._dirs.setdefault(directory, None)
+            waiting = callbacks + self._callbacks
+            self._callbacks = []
+            stopping = self._stopping
+        keep, failing = [], []
+        for cb in waiting:
+            fail = getattr(cb, "fail", None)
+            if fail is None and not stopping:
+                keep.append(cb)
+            elif fail is not None:
+                failing.append(lambda fail=fail: fail(error))
+        if failing:
+            self.dispatch(failing)
+        if stopping:
+            log.error("page files: stopping with records never written (%s); none was confirmed", error,
+                      extra={"event": "paging.unwritten"})
+            return True
+        with self._lock:
+            self._callbacks[:0] = keep
+        return False
 
     # -- reading -----------------------------------------------------------------------
 

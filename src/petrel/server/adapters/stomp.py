@@ -89,6 +89,7 @@ class StompAdapter:
         self.transactions: dict[str, Transaction] = {}
         self._deferred: list[bytes] | None = None  # receipts waiting for the next sync
         self._deferred_tx = False
+        self._not_durable = False  # a store sync failed: no receipt goes out any more
         self._closing = False
         self._last_read = time.monotonic()
         self._hb_send: float = 0
@@ -476,13 +477,24 @@ class StompAdapter:
         conn = self.conn
 
         def durable() -> None:
+            if self._not_durable:
+                return  # an earlier sync failed: the ERROR went out, nothing after it is confirmed
             for item in pending:
                 if callable(item):
                     item()
                 else:
                     conn.write(item)
 
-        self.broker.store.sync(durable, transactional=transactional)
+        self.broker.store.sync(durable, transactional=transactional, failed=self._sync_failed)
+
+    def _sync_failed(self, error: BaseException) -> None:
+        """The store could not make this connection's frames durable: an ERROR naming the cause
+        instead of their receipts (none of them, nor any later one, is confirmed)."""
+        if self._not_durable:
+            return
+        self._not_durable = True
+        if not self.conn.closed:
+            self.error(f"not persisted: {error}; frames since the last receipt are not confirmed")
 
     def error(self, message: str, extra: dict[str, str] | None = None) -> None:
         log.info("STOMP error for %s: %s", self.conn.peer, message)

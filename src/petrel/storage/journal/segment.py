@@ -190,7 +190,11 @@ class FilePool:
         """Preallocate one more free file (slow: writes ``file_size`` zeros)."""
         final = self._new_name()
         tmp = final.with_name(final.name + ".tmp")
-        preallocate(tmp, self.file_size, 0, self.sync)
+        try:
+            preallocate(tmp, self.file_size, 0, self.sync)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk: give back what the partial file took
+            raise
         os.rename(tmp, final)
         if self.sync:
             fsync_dir(self.layout.directory)

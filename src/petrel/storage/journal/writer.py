@@ -119,6 +119,7 @@ class Writer:
         self.dead = False  # the failure is fatal: the thread has stopped
         self.durable: tuple[int, int] = (0, 0)  # (segment, offset): all before it is written and synced
         self._retry_ns = 0  # pause before the next retry of a failed batch
+        self._tidy_failed = False
         self.skip_damaged = False  # load skipped damage: compaction may rewrite damaged segments
         self.thread: threading.Thread | None = None
         self._last_flush = 0
@@ -249,8 +250,12 @@ class Writer:
         try:
             step()
         except OSError as e:
-            log.warning("journal %s: housekeeping failed, will retry: %s", self.layout.directory, e,
-                        extra={"event": "journal.housekeeping_failed"})
+            if not self._tidy_failed:  # once, not after every batch while the disk is full
+                log.warning("journal %s: housekeeping failed, will retry: %s", self.layout.directory, e,
+                            extra={"event": "journal.housekeeping_failed"})
+            self._tidy_failed = True
+        else:
+            self._tidy_failed = False
 
     def _give_up(self) -> None:
         """Stopping (or dead) with a batch that cannot be written: fail every waiter."""

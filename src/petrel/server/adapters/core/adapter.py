@@ -211,9 +211,26 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
                 batch[1] = True
                 self._release()
 
-            self.broker.store.sync(durable, transactional=transactional)
+            self.broker.store.sync(durable, transactional=transactional, failed=self._sync_failed)
         else:
             self._release()
+
+    def _sync_failed(self, error: BaseException) -> None:
+        """The store could not make a batch durable: an ERROR naming the cause instead of its
+        replies and confirmations (none of them, nor any later one, goes out), then close."""
+        if not self._batches:
+            return  # already failed
+        self._batches.clear()
+        if self.conn.closed:
+            return
+        self._closing = True
+        message = f"not persisted: {error}; requests since the last confirmation are not confirmed"
+        log.info("CORE error for %s: %s", self.conn.peer, message)
+        try:
+            data = self.codec.send(Error(int(ErrorCode.INTERNAL), message[:1000]))
+        except Exception:
+            data = b""
+        self._emit([data, self.conn.close])
 
     def _release(self) -> None:
         batches = self._batches
