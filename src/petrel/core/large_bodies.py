@@ -66,8 +66,10 @@ class LargeBodies:
         self.store.sync(lambda: large.delete(body))
 
     def commit_store(self, tx_id: int) -> None:
-        """Commit a store transaction, then release the large files it let go of."""
+        """Commit a store transaction, admit the references routed in it to their queues, then
+        release the large files it let go of."""
         self.store.commit(tx_id)
+        self.admit_held(tx_id)
         bodies = self._large_in_tx.pop(tx_id, None)
         if bodies:
             large = self.large

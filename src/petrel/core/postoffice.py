@@ -97,6 +97,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self.unrouted = 0
         self.duplicates = 0
         self.messages_routed = 0
+        # store transaction -> references routed in it, admitted to their queues once it commits
+        self._held: dict[int, list[MessageReference]] = {}
         self.paged_routes = 0  # routings that paged a reference (see `_remember_sent`)
         # Large-message files: how many references hold each (by name), and files let go
         # inside a store transaction, deleted once it commits (see `commit_store`).
@@ -480,6 +482,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             self.discard(message)
             if commit_here:
                 self.store.commit(commit_here)
+                self.admit_held(commit_here)  # its store-and-forward copies
             if diverted or remote:
                 self.messages_routed += 1
                 return SendResult(SendOutcome.ROUTED, len(remote or ()))
@@ -510,12 +513,30 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             self.store.add_message(tx_id, message, [(r.queue.id, r.seq) for r in refs if r.queue.durable])
         if commit_here:
             self.store.commit(commit_here)
-        now = self.now()
-        for ref in refs:
-            ref.queue.messages_added += 1
-            ref.queue.add(ref, now=now)
+            self.admit_held(commit_here)  # its store-and-forward copies
+        if tx_id and not commit_here:
+            # `tx_id` commits later (`commit_store`): no consumer may take (and acknowledge,
+            # deleting it) a message before its add is committed in the journal
+            self._held.setdefault(tx_id, []).extend(refs)
+        else:
+            self._admit(refs)
         self.messages_routed += 1
         return SendResult(SendOutcome.ROUTED, len(refs))
+
+    def _admit(self, refs: list[MessageReference]) -> None:
+        now = self.now()
+        for ref in refs:
+            queue = ref.queue
+            queue.messages_added += 1
+            queue.add(ref, now=now)
+            if queue.deleted:  # deleted before the transaction that routed it committed
+                queue.purge()
+
+    def admit_held(self, tx_id: int) -> None:
+        """Store transaction `tx_id` is committed: the references routed in it join their queues."""
+        refs = self._held.pop(tx_id, None)
+        if refs:
+            self._admit(refs)
 
     def _take_seq(self, queue: Queue) -> int:
         seq = queue.take_seq()

@@ -191,8 +191,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
         if self.forward_tx:
             self.commit_forwarded()
         for session in self._dirty:
-            if session.sent != session.confirmed and not session.blocked:
-                session.confirmed = session.sent
+            if session.sent != session.confirmed and not session.blocked and not self._closing:
+                session.confirmed = session.sent  # (after an ERROR nothing is confirmed)
                 self._out.append(self.codec.send(SendConfirm(session.id, session.sent)))
         self._dirty.clear()
         out = self._out
