@@ -12,6 +12,8 @@ import os
 import uuid
 from pathlib import Path
 
+from petrel.storage.journal.segment import fsync_dir, make_dirs
+
 MAGIC = b"PTRLOCK1"
 
 
@@ -26,7 +28,8 @@ class ServerLock:
         self.node_id: str = ""
 
     def acquire(self) -> str:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
+        created = not self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -44,6 +47,8 @@ class ServerLock:
             os.pwrite(fd, MAGIC + node.bytes, 0)
             os.fsync(fd)
             self.node_id = str(node)
+        if created:
+            fsync_dir(self.path.parent)  # the file's name is durable before anything relies on it
         self._fd = fd
         return self.node_id
 

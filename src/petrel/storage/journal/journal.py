@@ -27,7 +27,7 @@ from .records import (
     record_size,
 )
 from .recovery import LoadedJournal, recover
-from .segment import FilePool, Layout, SegmentInfo
+from .segment import FilePool, Layout, SegmentInfo, make_dirs
 from .writer import BatchHook, BatchStats, Callback, Pending, Writer
 
 __all__ = ["FileJournal"]
@@ -132,7 +132,7 @@ class FileJournal:
         if self._state != "new":
             raise JournalError("load() can be called once")
         layout = self.layout
-        layout.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(layout.directory, self.datasync)
         self._pool.adopt(layout.free_files())
         if roll_forward(layout, self._writer.release, self.datasync):
             log.info("finished an interrupted compaction in %s", layout.directory)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .records import HEADER_SIZE, decode_segment_header, encode_segment_header
 
-__all__ = ["CONTROL_FILE", "FilePool", "Layout", "SegmentFile", "SegmentInfo", "fsync_dir"]
+__all__ = ["CONTROL_FILE", "FilePool", "Layout", "SegmentFile", "SegmentInfo", "fsync_dir", "make_dirs"]
 
 log = logging.getLogger("petrel.storage.journal")
 
@@ -99,6 +99,28 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dirs(directory: Path, sync: bool = True) -> None:
+    """``mkdir -p`` that makes each directory it creates durable: a new directory's entry lives
+    in its parent, so the parent is fsynced (and the new directory, for what it will hold)."""
+    directory = Path(directory)
+    missing = []
+    at = directory
+    while not at.is_dir():
+        missing.append(at)
+        if at.parent == at:
+            break
+        at = at.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue
+        if sync:
+            fsync_dir(d.parent)
+    if missing and sync:
+        fsync_dir(directory)
 
 
 def pwrite_all(fd: int, data, offset: int) -> None:
