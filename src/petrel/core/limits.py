@@ -65,22 +65,41 @@ class MemoryLimits:
             return True
         return self.global_max_size >= 0 and self.total_bytes >= self.global_max_size
 
-    def throttles(self, address: Address) -> bool:
-        """Consumers are attached but this far behind: slow the producers down."""
+    # -- producer flow control, per queue (see core/flow.py) ------------------------------
+
+    def behind(self, address: Address) -> list[Queue]:
+        """The queues of `address` whose consumers are attached but `flow_control_bytes` behind:
+        they slow the address's producers down (a stalled one no longer does)."""
         limit = self.flow_control_bytes
         if limit < 0 or self.by_address.get(address.name, 0) < limit:
-            return False
-        return any(q.consumers for q in address.anycast) or any(q.consumers for q in address.multicast)
+            return []
+        return [q for queues in (address.anycast, address.multicast) for q in queues
+                if q.memory_bytes >= limit and self._throttling(q)]
 
-    def hot(self, address: str) -> bool:
-        """Still above the point where throttled producers may resume."""
+    def hot(self, address: Address) -> bool:
+        """Some queue of `address` is still above the point where throttled producers may resume."""
         limit = self.flow_control_bytes
-        return limit >= 0 and self.by_address.get(address, 0) >= limit // 2
+        if limit < 0 or self.by_address.get(address.name, 0) < limit // 2:
+            return False
+        return any(q.memory_bytes >= limit // 2 and self._throttling(q)
+                   for queues in (address.anycast, address.multicast) for q in queues)
+
+    def _throttling(self, queue: Queue) -> bool:
+        if not queue.consumers or queue.paging:
+            return False
+        if queue.stalled and queue.memory_bytes < self.flow_control_bytes // 2:
+            queue.stalled = False  # caught up
+        return not queue.stalled
 
     def should_page(self, queue: Queue, address: Address, settings: AddressSettings) -> bool:
-        """PAGE: page for the queues that hold (their share of) the backlog."""
+        """PAGE: page for the queues that hold (their share of) the backlog, and for a stalled
+        queue (core/flow.py) until it has caught up."""
         if queue.paging:
             return True
+        if queue.stalled:
+            if queue.memory_bytes >= self.flow_control_bytes // 2:
+                return True
+            queue.stalled = False
         if not self.is_full(address.name, settings):
             return False
         n = max(len(address.anycast) + len(address.multicast), 1)

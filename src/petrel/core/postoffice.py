@@ -18,6 +18,7 @@ from petrel.core.clustered import Clustering
 from petrel.core.redistribution import Redistributing
 from petrel.core.divert import Divert, Diverting
 from petrel.core.endings import Endings
+from petrel.core.flow import FlowControl
 from petrel.core.errors import RoutingError
 from petrel.core.large_bodies import LargeBodies
 from petrel.core.paging import Paging
@@ -69,7 +70,7 @@ def _records(stored: list[Queue], remote: list[RemoteBinding]) -> int:
     return (1 if stored else 0) + len({id(b.link) for b in remote})
 
 
-class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing, Endings):
+class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing, Endings, FlowControl):
     def __init__(
         self,
         store: Store,
@@ -382,14 +383,9 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             return SendResult(SendOutcome.QUEUED_IN_TX)
         result = self._route(message, routing_type, 0)
         result.blocked = blocked
-        if not blocked and self.limits.flow_control_bytes >= 0 and self.limits.throttles(address):
+        if not blocked and self.limits.flow_control_bytes >= 0 and self.throttles(address):
             result.throttled = True
         return result
-
-    def space_for(self, address: str) -> bool:
-        """Whether blocked or throttled producers of this address may go on."""
-        limits = self.limits
-        return not limits.disk_full and not limits.is_full(address, self.settings_for(address)) and not limits.hot(address)
 
     def _dup_cache(self, address: str, settings: AddressSettings) -> DuplicateIdCache:
         cache = self.dup_caches.get(address)

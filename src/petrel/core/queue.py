@@ -163,6 +163,10 @@ class Queue:
         self.page_cursor_record = 0
         self.depage_waiting = False  # depaging waits for the journal writer to catch up
         self.depage_retry = None  # timer: paged records still on their way to disk
+        # producer flow control (core/flow.py): a check armed while this queue throttles, and
+        # whether it stayed behind (then it no longer throttles, and pages under PAGE)
+        self.stall_check = None
+        self.stalled = False
 
     # -- counters ----------------------------------------------------------------------
 
