@@ -1,17 +1,26 @@
 """Compaction: rewrite the live records of old segments into fewer segments.
 
-Runs in the writer thread (appends keep buffering meanwhile):
+It runs beside the writer (its own thread), which keeps appending to newer
+segments and confirming syncs meanwhile; only the swap holds the writer:
 
-1. Pick the oldest segments up to, not including, the current one and the first
-   one holding records of a transaction that is not resolved inside the set.
-2. Replay them from disk; keep the records the ledger still counts live.
-3. Write those records (each add followed by its updates, in add order, as plain
-   ADD/UPDATE records) into ``<prefix>-<id>.<ext>.cmp`` files, reusing the ids of
-   the segments they replace, so they sort before the current segment.  Sync.
-4. Write ``journal-rename-control.ctr``: the renames and drops to perform, with a
-   CRC.  Sync it and the directory.
-5. Rename each ``.cmp`` over its data name, drop the replaced files that were not
-   reused (to the pool, or deleted), sync the directory, delete the control file.
+1. Snapshot (writer thread): the oldest segments up to, not including, the
+   current one and the first one holding records of a transaction still open.
+   The ledger *watches* them: none is reclaimed, and a record of theirs killed
+   from now on is noted with the segment that killed it.
+2. Prepare (compaction thread): read each segment once, keep the longest prefix
+   that no transaction straddles (one sweep: linear), replay it, and copy the
+   records the ledger still counts live (each add followed by its updates, in add
+   order, as plain ADD/UPDATE records) into new ``<prefix>-<id>.<ext>.cmp`` files,
+   reusing the ids of the segments they replace, so they sort before every
+   segment written since.  Sync them.
+3. Write ``journal-rename-control.ctr``: the renames and drops to perform, with a
+   CRC.  Sync it and the directory.  From here a crash rolls the compaction
+   forward on load; before it, load deletes the ``.cmp`` files.
+4. Swap (writer thread, between batches): rename each ``.cmp`` over its data
+   name, drop the replaced files that were not reused (to the pool, or deleted),
+   sync the directory, delete the control file, switch the ledger.  A copied
+   record killed meanwhile stays dead: its delete, in a later segment, replays
+   after the compacted files, and the ledger counts it dead there.
 
 Load rolls a complete control file forward (every step is idempotent) before it
 reads anything, and deletes a torn control file together with stray ``.cmp``
@@ -22,17 +31,18 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .ledger import Ledger, SegmentState
-from .records import HEADER_SIZE, RecordType, encode_data, record_size
+from .records import HEADER_SIZE, RecordType, encode_data, encode_segment_header, record_size
 from .recovery import Replay, scan
-from .segment import FilePool, Layout, check_header, fsync_dir, read_file
+from .segment import Layout, check_header, fsync_dir, pwrite_all, read_file
 
-__all__ = ["Compactor", "RenamePlan", "clean_strays", "read_control", "roll_forward", "write_control"]
+__all__ = ["BackgroundCompaction", "Compactor", "Prepared", "RenamePlan", "clean_strays", "read_control", "roll_forward", "write_control"]
 
 log = logging.getLogger("petrel.storage.journal")
 
@@ -125,18 +135,70 @@ def clean_strays(layout: Layout) -> None:
         path.unlink()
 
 
+class Cancelled(Exception):
+    """The journal is stopping: the compaction gives up before its control file."""
+
+
+@dataclass(slots=True)
+class Prepared:
+    """What the compaction thread leaves for the swap."""
+
+    replaced: set[int]
+    plan: RenamePlan
+    moved: dict[int, list[int]] = field(default_factory=dict)  # record id -> flat [segment, size, ...]
+    outputs: dict[int, SegmentState] = field(default_factory=dict)
+    records: int = 0
+    extended: set[int] = field(default_factory=set)  # moved records with updates in later segments
+
+
+def _prefix_end(segments: list[int], spans: dict[int, list[int]]) -> int:
+    """How many of ``segments`` (in order) form the longest prefix no transaction straddles.
+
+    ``spans`` maps a transaction to [index of its first segment, index of the
+    segment that ends it, or -1 when none does]; a prefix ending at
+    index p is straddled when first <= p < end.  One sweep over a difference array.
+    """
+    n = len(segments)
+    cover = [0] * (n + 1)
+    for first, end in spans.values():
+        if end < 0:
+            end = n
+        if first < end:
+            cover[first] += 1
+            cover[end] -= 1
+    best = 0
+    depth = 0
+    for p in range(n):
+        depth += cover[p]
+        if depth == 0:
+            best = p + 1
+    return best
+
+
+def write_segment(path: Path, segment_id: int, blob: bytes, file_size: int, sync: bool) -> None:
+    """A new segment file at ``path``: header, ``blob``, zeros to ``file_size``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pwrite_all(fd, encode_segment_header(segment_id) + blob, 0)
+        os.posix_fallocate(fd, 0, file_size)
+        if sync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 class Compactor:
-    def __init__(self, layout: Layout, pool: FilePool, ledger: Ledger, file_size: int, sync: bool,
+    def __init__(self, layout: Layout, ledger: Ledger, file_size: int, sync: bool,
                  release: Callable[[Path], None], checkpoint: Checkpoint = _no_checkpoint,
                  skip_damaged: bool = False) -> None:
         self.layout = layout
-        self.pool = pool
         self.ledger = ledger
         self.file_size = file_size
         self.sync = sync
         self.release = release
         self.checkpoint = checkpoint
         self.skip_damaged = skip_damaged  # damage load was told to skip may be compacted away
+        self.cancelled = False  # set from another thread: give up at the next file
 
     def candidates(self, current: int) -> list[int]:
         blocked = self.ledger.tx_segments()
@@ -144,52 +206,60 @@ class Compactor:
         return [s for s in sorted(self.ledger.segments) if s < min(current, first_blocked)]
 
     def _replay(self, segments: list[int]) -> tuple[list[int], Replay, bool] | None:
-        """Replay ``segments``; shrink them until no transaction is left open inside.
+        """Read ``segments`` once; replay the longest prefix no transaction straddles.
 
-        Each segment is read and decoded once; shrinking replays the cached records.
-        Returns the segments, their replay, and whether skipped damage was seen."""
-        scanned: dict[int, object] = {}
-        first_seen: dict[int, int] = {}  # tx id -> first segment holding one of its records
-        while len(segments) >= 1:
-            replay = Replay()
-            damaged = False
-            for seg in segments:
-                result = scanned.get(seg)
-                if result is None:
-                    buf = read_file(self.layout.data_path(seg))
-                    if check_header(self.layout.data_path(seg), buf, seg) is not None:
-                        return None
-                    result = scanned[seg] = scan(buf, seg)
-                    for _off, code, _ut, _rid, tx_id, _count, _body, _size in result.records:
-                        if code in _TX_RECORDS and tx_id not in first_seen:
-                            first_seen[tx_id] = seg
-                if result.damage or result.torn:
-                    if not self.skip_damaged:
-                        log.warning("not compacting: damage in segment %d", seg)
-                        return None
-                    damaged = True
-                replay.apply_all(result.records, seg)
-            if not replay.txs:
-                return segments, replay, damaged
-            # some transaction is not resolved inside: stop before its first record
-            cut = min((first_seen.get(tx_id, segments[-1]) for tx_id in replay.txs), default=segments[-1])
-            segments = [s for s in segments if s < cut]
-        return None
+        Returns that prefix, its replay, and whether skipped damage was seen."""
+        scanned = []
+        spans: dict[int, list[int]] = {}  # tx id -> [first index, ending index or -1]
+        for index, seg in enumerate(segments):
+            if self.cancelled:
+                raise Cancelled()
+            buf = read_file(self.layout.data_path(seg))
+            if check_header(self.layout.data_path(seg), buf, seg) is not None:
+                return None
+            result = scan(buf, seg)
+            if (result.damage or result.torn) and not self.skip_damaged:
+                log.warning("not compacting: damage in segment %d", seg)
+                segments = segments[:index]
+                break
+            scanned.append(result)
+            for _off, code, _ut, _rid, tx_id, _count, _body, _size in result.records:
+                if code in _TX_RECORDS:
+                    if tx_id not in spans:
+                        spans[tx_id] = [index, -1]
+                elif code == RecordType.COMMIT or code == RecordType.ROLLBACK:
+                    span = spans.get(tx_id)
+                    if span is not None:
+                        span[1] = index
+        end = _prefix_end(segments, spans)
+        if end == 0:
+            return None
+        replay = Replay()
+        damaged = False
+        for seg, result in zip(segments[:end], scanned):
+            damaged = damaged or bool(result.damage or result.torn)
+            replay.apply_all(result.records, seg)
+        return segments[:end], replay, damaged
 
-    def run(self, current: int) -> int:
-        """Compact what can be; returns how many segments were replaced (0: nothing done)."""
-        picked = self._replay(self.candidates(current))
+    def prepare(self, segments: list[int]) -> Prepared | None:
+        """Write the compacted files and the control file (any thread); None: nothing worth doing.
+
+        The ledger must be watching ``segments``."""
+        picked = self._replay(segments)
         if picked is None:
-            return 0
+            return None
         segments, replay, damaged = picked
         replaced = set(segments)
-        live = self.ledger.live
+        live = self.ledger.live  # read beside the writer: only an entry's first segment, set once
         # what to copy, in add order: (type, id, user_type, body)
         items = []
+        extended = set()  # records with updates in later segments too
         for rid, rec in replay.records.items():
             entry = live.get(rid)
             if entry is None or entry[0] not in replaced:
                 continue  # deleted later, or superseded by a newer add
+            if len(entry) != 2 + 2 * len(rec.updates):
+                extended.add(rid)
             items.append((RecordType.ADD, rid, rec.user_type, rec.body))
             for user_type, body in rec.updates:
                 items.append((RecordType.UPDATE, rid, user_type, body))
@@ -207,46 +277,137 @@ class Compactor:
             bins = []
         ids = sorted(segments)
         if len(bins) >= len(ids) and not damaged:
-            return 0  # would not save a file (rewriting damage away is worth it anyway)
-        outputs: dict[int, SegmentState] = {}
-        moved: dict[int, list[int]] = {}
-        cmp_paths = []
-        for seg, records in zip(ids, bins):
-            state = SegmentState(seg)
-            chunks = []
-            for rtype, rid, user_type, body in records:
-                data = encode_data(rtype, seg, user_type, rid, body)
-                chunks.append(data)
-                entry = moved.setdefault(rid, [])
-                entry.append(seg)
-                entry.append(len(data))
-                state.live += 1
-                state.live_bytes += len(data)
-                state.records += 1
-            blob = b"".join(chunks)
-            state.used = HEADER_SIZE + len(blob)
-            path = self.layout.compact_path(seg)
-            f = self.pool.activate(seg, path)
-            try:
-                f.write(blob, HEADER_SIZE)
-                # the file may once have been this very segment: its old records
-                # would read as valid, so nothing may be left after the new ones
-                f.zero(state.used, self.file_size)
-                if self.sync:
-                    os.fdatasync(f.fd)
-            finally:
-                f.close()
-            outputs[seg] = state
-            cmp_paths.append(path)
-        self.checkpoint("compacted files written")
+            return None  # would not save a file (rewriting damage away is worth it anyway)
         plan = RenamePlan(
-            tuple((p.name, self.layout.data_path(seg).name) for p, seg in zip(cmp_paths, ids)),
+            tuple((self.layout.compact_path(seg).name, self.layout.data_path(seg).name)
+                  for seg in ids[:len(bins)]),
             tuple(self.layout.data_path(seg).name for seg in ids[len(bins):]),
         )
-        write_control(self.layout, plan, self.sync)
+        prepared = Prepared(replaced, plan, records=len(items), extended=extended)
+        moved = prepared.moved
+        try:
+            for seg, records in zip(ids, bins):
+                if self.cancelled:
+                    raise Cancelled()
+                state = SegmentState(seg)
+                chunks = []
+                for rtype, rid, user_type, body in records:
+                    data = encode_data(rtype, seg, user_type, rid, body)
+                    chunks.append(data)
+                    entry = moved.setdefault(rid, [])
+                    entry.append(seg)
+                    entry.append(len(data))
+                    state.live += 1
+                    state.live_bytes += len(data)
+                    state.records += 1
+                blob = b"".join(chunks)
+                state.used = HEADER_SIZE + len(blob)
+                write_segment(self.layout.compact_path(seg), seg, blob, self.file_size, self.sync)
+                prepared.outputs[seg] = state
+            self.checkpoint("compacted files written")
+            if self.cancelled:
+                raise Cancelled()
+            write_control(self.layout, plan, self.sync)
+        except BaseException:
+            self.abandon(plan)
+            raise
         self.checkpoint("control file written")
+        return prepared
+
+    def abandon(self, plan: RenamePlan) -> None:
+        """Undo a prepare that did not finish: the control file first, then the ``.cmp`` files."""
+        directory = self.layout.directory
+        try:
+            self.layout.control_path.unlink(missing_ok=True)
+            if self.sync:
+                fsync_dir(directory)
+            for src, _dst in plan.renames:
+                (directory / src).unlink(missing_ok=True)
+        except OSError as e:  # load cleans up: a torn or absent control file, stray .cmp files
+            log.warning("could not clean up an abandoned compaction: %s", e)
+
+    def swap(self, prepared: Prepared) -> int:
+        """Put the compacted files in place and switch the ledger (the writer thread, or load)."""
         roll_forward(self.layout, self.release, self.sync, self.checkpoint)
-        self.ledger.rebase(moved, replaced, outputs)
-        log.info("compacted %d journal segments into %d (%d records)", len(ids), len(bins), len(items),
-                 extra={"event": "journal.compacted"})
-        return len(ids)
+        self.ledger.rebase(prepared.moved, prepared.replaced, prepared.outputs, prepared.extended)
+        log.info("compacted %d journal segments into %d (%d records)", len(prepared.replaced),
+                 len(prepared.outputs), prepared.records, extra={"event": "journal.compacted"})
+        return len(prepared.replaced)
+
+    def run(self, current: int) -> int:
+        """Compact in the calling thread; returns how many segments were replaced (0: nothing done)."""
+        segments = self.candidates(current)
+        self.ledger.watch(set(segments))
+        try:
+            prepared = self.prepare(segments)
+        except BaseException:
+            self.ledger.unwatch()
+            raise
+        if prepared is None:
+            self.ledger.unwatch()
+            return 0
+        return self.swap(prepared)
+
+
+class BackgroundCompaction:
+    """One compaction beside the writer: prepare in its own thread, swap in the writer's.
+
+    ``post`` hands a callable to the writer thread (run between batches);
+    ``finished(replaced)`` is called there once the compaction is over.  ``done``
+    is set then too (``replaced`` segments; ``error`` if it failed).
+    """
+
+    def __init__(self, compactor: Compactor, segments: list[int], post: Callable[[Callable[[], None]], None],
+                 finished: Callable[[int], None], lock: threading.Lock) -> None:
+        self.compactor = compactor
+        self.segments = segments
+        self.post = post
+        self.finished = finished
+        self.lock = lock  # held for the swap (the segment table's introspection lock)
+        self.done = threading.Event()
+        self.replaced = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._prepare, name="petrel-journal-compactor", daemon=True)
+
+    def start(self) -> None:
+        """Snapshot (the writer thread): the ledger watches the segments, the thread starts."""
+        self.compactor.ledger.watch(set(self.segments))
+        self.compactor.checkpoint("snapshot taken")
+        self.thread.start()
+
+    def join(self, cancel: bool = False) -> None:
+        """Wait for the thread (its last step, the swap or the clean-up, then waits for
+        the writer); with ``cancel`` it gives up unless its control file is written."""
+        if cancel:
+            self.compactor.cancelled = True
+        self.thread.join()
+
+    def _prepare(self) -> None:
+        try:
+            prepared = self.compactor.prepare(self.segments)
+        except Cancelled:
+            prepared = None
+        except BaseException as e:
+            log.error("journal compaction failed (the journal carries on uncompacted): %s", e,
+                      exc_info=True, extra={"event": "journal.compaction_failed"})
+            self.error = e
+            prepared = None
+        self.post(lambda: self._swap(prepared))
+
+    def _swap(self, prepared: Prepared | None) -> None:
+        replaced = 0
+        try:
+            if prepared is None:
+                self.compactor.ledger.unwatch()
+            else:
+                with self.lock:
+                    # a failure here leaves disk and ledger apart: it fails the writer,
+                    # and load rolls the control file forward
+                    replaced = self.compactor.swap(prepared)
+        except BaseException as e:
+            self.error = e
+            raise
+        finally:
+            self.replaced = replaced
+            self.finished(replaced)
+            self.done.set()

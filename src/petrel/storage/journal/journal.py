@@ -325,33 +325,37 @@ class FileJournal:
     def compact(self) -> int:
         """Compact now, whatever the thresholds; returns the number of segments replaced.
 
-        Blocks until done (it runs in the writer thread when that is started).
+        Blocks the caller until done; the writer thread goes on confirming appends
+        meanwhile (the compaction runs beside it, see compact.py).  If one is already
+        running, waits for that one.
         """
         self._check()
+        writer = self._writer
         if self._state != "started":
-            return self._writer.maybe_compact(force=True)
-        done = threading.Event()
-        result: list = []
+            return writer.compact_now()
+        started = threading.Event()
+        tasks: list = []
 
         def request() -> None:
             try:
-                result.append(self._writer.maybe_compact(force=True))
-            except BaseException as e:
-                result.append(e)
-                raise
+                tasks.append(writer.maybe_compact(force=True))
             finally:
-                done.set()
+                started.set()
 
-        p = self._pending
-        with p.lock:
-            p.requests.append(request)
-            p.cond.notify()
-        while not done.wait(0.5):
-            if self._writer.failure is not None:
+        writer._post(request)
+        self._wait(started)
+        task = tasks[0] if tasks else None
+        if task is None:
+            return 0
+        self._wait(task.done)
+        if task.error is not None:
+            raise JournalError(f"compaction failed: {task.error}") from task.error
+        return task.replaced
+
+    def _wait(self, event: threading.Event) -> None:
+        while not event.wait(0.5):
+            if self._writer.dead:
                 raise JournalError(f"journal writer failed: {self._writer.failure}")
-        if isinstance(result[0], BaseException):
-            raise JournalError(f"compaction failed: {result[0]}") from result[0]
-        return result[0]
 
     def segments(self) -> list[SegmentInfo]:
         """The data segments: id, path, live records, bytes used."""

@@ -43,6 +43,13 @@ class Ledger:
         self.open_txs: dict[int, list[tuple[int, int, int, int]]] = {}
         self.live_bytes = 0
         self.dirty = False  # something may have become reclaimable
+        # while a compaction runs beside the writer: the segments it reads (never
+        # reclaimed meanwhile), record id -> segment of the record that killed a
+        # record of theirs (its copy is dead on arrival: see rebase), and the ids
+        # of their records updated meanwhile
+        self.watched: frozenset[int] = frozenset()
+        self.killed: dict[int, int] = {}
+        self.touched: set[int] = set()
 
     # segments -------------------------------------------------------------------------
 
@@ -68,6 +75,8 @@ class Ledger:
         for seg in sorted(segments):
             if seg >= current:
                 break
+            if seg in self.watched:
+                continue  # being compacted: kept, and so are the segments referring to it
             state = segments[seg]
             if state.refs:
                 state.refs = {r for r in state.refs if r in segments and r not in gone}
@@ -91,8 +100,10 @@ class Ledger:
             if state.live == 0:
                 self.dirty = True
 
-    def _kill(self, entry: list[int], by: SegmentState) -> None:
+    def _kill(self, rid: int, entry: list[int], by: SegmentState) -> None:
         refs = by.refs
+        if self.watched and entry[0] in self.watched:
+            self.killed[rid] = by.id
         for i in range(0, len(entry), 2):
             seg = entry[i]
             self._uncount(seg, entry[i + 1])
@@ -106,7 +117,7 @@ class Ledger:
         if rtype == ADD:
             old = self.live.get(rid)
             if old is not None:
-                self._kill(old, state)
+                self._kill(rid, old, state)
             self.live[rid] = [seg, size]
         elif rtype == UPDATE:
             entry = self.live.get(rid)
@@ -114,10 +125,12 @@ class Ledger:
                 return  # update of a record that is gone: dead on arrival
             entry.append(seg)
             entry.append(size)
+            if self.watched and entry[0] in self.watched:
+                self.touched.add(rid)
         elif rtype == DELETE:
             entry = self.live.pop(rid, None)
             if entry is not None:
-                self._kill(entry, state)
+                self._kill(rid, entry, state)
             return
         elif rtype == ADD_TX or rtype == UPDATE_TX or rtype == DELETE_TX:
             recs = self.open_txs.get(tx_id)
@@ -145,7 +158,7 @@ class Ledger:
             if rtype == ADD_TX:
                 old = live.get(rid)
                 if old is not None:
-                    self._kill(old, self.segments.get(seg) or state)
+                    self._kill(rid, old, self.segments.get(seg) or state)
                 live[rid] = [seg, size]
             elif rtype == UPDATE_TX:
                 entry = live.get(rid)
@@ -154,11 +167,13 @@ class Ledger:
                 else:
                     entry.append(seg)
                     entry.append(size)
+                    if self.watched and entry[0] in self.watched:
+                        self.touched.add(rid)
             else:  # DELETE_TX
                 self._uncount(seg, size)
                 entry = live.pop(rid, None)
                 if entry is not None:
-                    self._kill(entry, self.segments.get(seg) or state)
+                    self._kill(rid, entry, self.segments.get(seg) or state)
 
     def rollback(self, tx_id: int, state: SegmentState) -> None:
         for _rtype, _rid, seg, size in self.open_txs.pop(tx_id, ()):
@@ -166,27 +181,53 @@ class Ledger:
             if seg != state.id:
                 state.refs.add(seg)
 
-    def rebase(self, moved: dict[int, list[int]], replaced: set[int], outputs: dict[int, SegmentState]) -> None:
+    def watch(self, segments: set[int]) -> None:
+        """A compaction starts reading ``segments``: keep them, note kills of their records."""
+        self.watched = frozenset(segments)
+        self.killed = {}
+        self.touched = set()
+
+    def unwatch(self) -> None:
+        self.watched = frozenset()
+        self.killed = {}
+        self.touched = set()
+        self.dirty = True
+
+    def rebase(self, moved: dict[int, list[int]], replaced: set[int], outputs: dict[int, SegmentState],
+               extended: set[int]) -> None:
         """Swap compacted segments in: ``replaced`` ids go, ``outputs`` come.
 
         ``moved`` maps each record id copied by compaction to its new flat
         [segment, size, ...] entries (add and the updates that were in the
-        replaced segments); updates it had in later segments are kept after them.
+        replaced segments); updates it had in later segments (``extended`` before
+        the compaction started, ``touched`` since) are kept after them.  A copied record killed while the compaction ran (``killed``) is dead in its
+        output segment, and the segment that killed it now refers to that one.
         """
         for seg in replaced:
             state = self.segments.pop(seg, None)
             if state is not None:
                 self.live_bytes -= state.live_bytes
-        for rid, entry in moved.items():
-            old = self.live.get(rid)
-            if old is None:
+        # ``moved`` is ours to consume: what is left after the records killed or
+        # updated meanwhile are dealt with replaces its live entries wholesale
+        live = self.live
+        late_refs = []
+        for rid, killer in self.killed.items():
+            entry = moved.pop(rid, None)
+            if entry is None:
                 continue
-            kept = []
-            for i in range(0, len(old), 2):
-                if old[i] not in replaced:
-                    kept.append(old[i])
-                    kept.append(old[i + 1])
-            self.live[rid] = entry + kept
+            for i in range(0, len(entry), 2):
+                out = outputs[entry[i]]
+                out.live -= 1
+                out.live_bytes -= entry[i + 1]
+                late_refs.append((killer, entry[i]))
+        for rid in self.touched | extended:
+            entry = moved.pop(rid, None)
+            old = live.get(rid)
+            if entry is None or old is None or old[0] not in replaced:
+                continue
+            live[rid] = entry + [x for i in range(0, len(old), 2) if old[i] not in replaced
+                                 for x in (old[i], old[i + 1])]
+        live.update(moved)
         for seg, state in outputs.items():
             self.segments[seg] = state
             self.live_bytes += state.live_bytes
@@ -195,4 +236,8 @@ class Ledger:
         for state in self.segments.values():
             if state.refs and state.id not in outputs:
                 state.refs -= replaced
-        self.dirty = True
+        for killer, seg in late_refs:
+            state = self.segments.get(killer)
+            if state is not None:
+                state.refs.add(seg)
+        self.unwatch()

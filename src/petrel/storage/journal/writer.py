@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from time import monotonic_ns, perf_counter_ns
 
-from .compact import Compactor
+from .compact import BackgroundCompaction, Compactor
 from .errors import JournalError
 from .ledger import Ledger
 from .segment import FilePool, Layout, SegmentFile
@@ -122,6 +122,7 @@ class Writer:
         self._tidy_failed = False
         self.skip_damaged = False  # load skipped damage: compaction may rewrite damaged segments
         self.thread: threading.Thread | None = None
+        self.compaction: BackgroundCompaction | None = None  # running beside this thread
         self._last_flush = 0
         self._compact_tried_at = 0
         # stats
@@ -181,6 +182,8 @@ class Writer:
             self.thread = None
         elif not self.dead:
             self.flush_now()
+        if self.compaction is not None:  # the writer died: nobody will swap it in
+            self.compaction.join(cancel=True)
         self.close()
 
     def close(self) -> None:
@@ -233,6 +236,9 @@ class Writer:
                     request()
                 self._tidy(self._housekeeping)
                 if stopping:
+                    if self.compaction is not None:  # let it finish: its swap comes as a request
+                        self.compaction.join()
+                        continue
                     with p.lock:
                         if not p.busy():
                             break
@@ -414,26 +420,55 @@ class Writer:
             self.reclaimed += 1
             log.debug("reclaimed journal segment %d", seg)
 
-    def maybe_compact(self, force: bool = False) -> int:
-        """Compact when the thresholds say so (or when forced); segments replaced."""
+    def maybe_compact(self, force: bool = False) -> BackgroundCompaction | None:
+        """Start a compaction beside this thread when the thresholds say so (or when
+        forced); the one started or already running, None when there is nothing to do."""
         if self.file is None:
-            return 0
+            return None
+        if self.compaction is not None:
+            return self.compaction
         current = self.file.id
         if not force:
             ledger = self.ledger
             if self.compact_percentage <= 0 or len(ledger.segments) <= self.compact_min_files:
-                return 0
+                return None
             if current <= self._compact_tried_at:
-                return 0  # already tried while this segment was current
+                return None  # already tried while this segment was current
             used = ledger.used_bytes()
             if used <= 0 or ledger.live_bytes * 100 >= used * self.compact_percentage:
-                return 0
+                return None
         self._compact_tried_at = current
-        compactor = Compactor(self.layout, self.pool, self.ledger, self.file_size, self.datasync,
-                              self.release, self.checkpoint, self.skip_damaged)
+        compactor = self._compactor()
+        segments = compactor.candidates(current)
+        if not segments:
+            return None
+        task = BackgroundCompaction(compactor, segments, self._post, self._compacted, self.meta_lock)
+        self.compaction = task
+        task.start()
+        return task
+
+    def compact_now(self) -> int:
+        """Compact in the calling thread (no writer thread running); segments replaced."""
+        if self.file is None:
+            return 0
         with self.meta_lock:
-            replaced = compactor.run(current)
+            replaced = self._compactor().run(self.file.id)
+        self._compacted(replaced)
+        return replaced
+
+    def _compactor(self) -> Compactor:
+        return Compactor(self.layout, self.ledger, self.file_size, self.datasync, self.release,
+                         self.checkpoint, self.skip_damaged)
+
+    def _compacted(self, replaced: int) -> None:
+        self.compaction = None
         if replaced:
             self.compactions += 1
             self.ledger.dirty = True
-        return replaced
+
+    def _post(self, request: Callback) -> None:
+        """Run ``request`` in this thread between batches."""
+        p = self.pending
+        with p.lock:
+            p.requests.append(request)
+            p.cond.notify()
