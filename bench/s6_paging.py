@@ -10,7 +10,8 @@ same STOMP workload from the stompbench load generator:
   RECEIPT per SEND, up to 1,000 unconfirmed (S2/S5 fill's producer);
 - drain: then one consumer takes them all (each broker's stompbench dialect:
   ``ack:auto`` with ``activemq.prefetchSize:1000``, plus Petrel's
-  ``consumer-window-size`` of 2 MiB).
+  ``consumer-window-size`` of 2 MiB; ``--ack client`` acknowledges every 250
+  deliveries instead, cumulatively).
 
 Reported per broker: fill and drain msgs/s, peak RSS (VmHWM of the broker
 process, from its start), broker CPU µs/msg per phase, and at the end of the
@@ -20,6 +21,10 @@ Every run gets a freshly started broker with an empty data directory.
     .venv/bin/python bench/s6_paging.py                      # 1 GiB, 1 run each
     .venv/bin/python bench/s6_paging.py --size-mib 16        # smoke run
     .venv/bin/python bench/s6_paging.py --runs 3 --brokers petrel,activemq
+    .venv/bin/python bench/s6_paging.py --size-mib 64 --brokers petrel --ack client
+
+With client acknowledgements a paged queue drained at 364 msgs/s before depaging stopped
+waiting for acknowledgements (issue 9, bug 12); it now drains at the ack:auto rate.
 
 Results: bench/results/s6-<timestamp>.json and a markdown table on stdout.
 """
@@ -27,6 +32,7 @@ Results: bench/results/s6-<timestamp>.json and a markdown table on stdout.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -187,8 +193,10 @@ def _safe(fn, *args):
         return None
 
 
-def measure(broker, run: int, fill: Phase, drain: Phase, body_size: int, log_line) -> tuple[list[Measurement], RunFigures]:
-    """Start ``broker``, fill, drain, stop it; per-phase Measurements and the run's extras."""
+def measure(broker, run: int, fill: Phase, drain: Phase, body_size: int, log_line, ack: str = "auto"
+            ) -> tuple[list[Measurement], RunFigures]:
+    """Start ``broker``, fill, drain (acknowledging as ``ack`` says), stop it; per-phase
+    Measurements and the run's extras."""
     rows = [Measurement(broker.name, p.row, run, 1) for p in (fill, drain)]
     extra = RunFigures(broker.name, run)
     try:
@@ -206,7 +214,8 @@ def measure(broker, run: int, fill: Phase, drain: Phase, body_size: int, log_lin
                 cpu0[0] = _safe(procstat.cpu_seconds, broker.pid)
 
             t0 = time.monotonic()
-            outcome = run_phase(phase, broker.dialect, broker.host, broker.port, 1, body_size, on_start=started)
+            dialect = broker.dialect if phase is fill else dataclasses.replace(broker.dialect, ack=ack)
+            outcome = run_phase(phase, dialect, broker.host, broker.port, 1, body_size, on_start=started)
             cpu1 = _safe(procstat.cpu_seconds, broker.pid)
             rss = _safe(procstat.peak_rss_mib, broker.pid)
             m.loadavg_1m = procstat.loadavg_1m()
@@ -309,7 +318,8 @@ def markdown(fig: dict, labels: dict[str, str], messages: int, args, started) ->
         f"<= {WINDOW:,} unconfirmed; then one consumer drains them. Medians of {args.runs} run(s), "
         f"a fresh broker per run. Petrel: `max_size_bytes = {args.limit_mib * 1024 * 1024}`, PAGE. "
         f"ActiveMQ: `<memoryUsage limit=\"{args.limit_mib} mb\"/>`, store/temp usage 4 gb, "
-        "KahaDB defaults, JVM -Xmx512M (the package's). Consumers: `ack:auto`, `activemq.prefetchSize:1000` "
+        f"KahaDB defaults, JVM -Xmx512M (the package's). Consumers: `ack:{args.ack}`"
+        f"{' (cumulative, every 250)' if args.ack == 'client' else ''}, `activemq.prefetchSize:1000` "
         "(Petrel also `consumer-window-size:2097152`).",
         "",
         f"| figure | {labels.get('petrel', 'Petrel')} | {labels.get('activemq', 'ActiveMQ')} "
@@ -352,6 +362,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit-mib", type=int, default=64, help="memory limit in MiB on both brokers (default 64)")
     p.add_argument("--runs", type=int, default=1, help="runs per broker; medians (default 1)")
     p.add_argument("--brokers", default="petrel,activemq", help="comma list of petrel, activemq")
+    p.add_argument("--ack", choices=("auto", "client"), default="auto",
+                   help="the drain's acknowledgement mode (default auto)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--results-dir", type=Path, default=BENCH_DIR / "results")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -399,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for run in range(1, args.runs + 1):
             for broker in brokers:
-                rows, extra = measure(broker, run, fill, drain, args.size, log_line)
+                rows, extra = measure(broker, run, fill, drain, args.size, log_line, args.ack)
                 measurements.extend(rows)
                 extras.append(extra)
     except KeyboardInterrupt:

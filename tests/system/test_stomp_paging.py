@@ -6,6 +6,7 @@ import contextlib
 import queue
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,6 +120,28 @@ def test_paging_again_after_a_restart_loses_nothing(tmp_path):
         assert drain(b, "/queue/big", 1) == []  # nothing comes back twice
     finally:
         b.kill9()
+
+
+def test_a_paged_queue_drains_with_client_individual_acks_without_waiting_for_them(broker_factory):
+    """Issue 9, bug 12: depaging waited for acknowledgements, one ~16 KiB page batch per round trip
+    (364 msgs/s against 45,630 with ack:auto). On 2 shared cores these 6,000 took 16.8 s before
+    the fix and 0.3 s after: the bound is over 10x the latter and a quarter of the former."""
+    b = broker_factory(BIG).start()
+    n = 6000
+    send_receipted(b, "/queue/big", 0, n, "x" * 1000)
+    assert pages(b), "the queue should have paged"
+    conn, listener = connect(b)
+    started = time.monotonic()
+    conn.subscribe("/queue/big", id="1", ack="client-individual")
+    got = []
+    for _ in range(n):
+        f = listener.get(timeout=30)
+        got.append(int(f.body[:5]))
+        conn.ack(f.headers["ack"])
+    elapsed = time.monotonic() - started
+    assert got == list(range(n))
+    assert elapsed < 4.0, f"{n} paged messages took {elapsed:.1f} s to drain with client-individual acks"
+    conn.disconnect()
 
 
 def test_block_releases_when_a_consumer_drains(broker_factory):

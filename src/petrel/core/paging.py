@@ -53,8 +53,8 @@ class Paging:
         settings = self.settings_for(queue.address)
         limit = settings.max_size_bytes if settings.max_size_bytes > 0 else 8 * 1024 * 1024
         batch = max(min(limit // 4, 1024 * 1024), 16 * 1024)
-        if queue.memory_bytes > batch:
-            return
+        if queue.memory_bytes - queue.delivering_bytes > batch:
+            return  # enough waits for consumers; what they hold unacknowledged their credit bounds
         store = self.store
         if store.pending_bytes() > DEPAGE_BACKLOG:
             # The journal writer is behind (nothing waits for the disk while a queue drains):

@@ -139,6 +139,7 @@ class Queue:
         self._delivering = False
         self._again = False
         self.delivering_count = 0
+        self.delivering_bytes = 0  # memory of the references out with consumers (their credit bounds it)
         self.messages_added = 0
         self.messages_acked = 0
         self.messages_expired = 0
@@ -330,6 +331,10 @@ class Queue:
             while self._again:
                 self._again = False
                 self._deliver_round()
+                if self.paging:
+                    # Refill from the page files as consumers take messages (their credit bounds
+                    # what is out with them), not only as acknowledgements come back.
+                    self.office.depage(self)
         finally:
             self._delivering = False
 
@@ -463,6 +468,7 @@ class Queue:
         ref.state = DELIVERING
         ref.consumer = consumer
         self.delivering_count += 1
+        self.delivering_bytes += ref.message.size
         if consumer.auto_ack:
             consumer.sink(consumer, ref)
             self.acknowledge(ref)
@@ -487,6 +493,7 @@ class Queue:
             consumer.bytes_in_flight -= ref.message.body_size
         if ref.state == DELIVERING:
             self.delivering_count -= 1
+            self.delivering_bytes -= ref.message.size
         elif ref.state == AVAILABLE:
             self._available -= 1
         ref.state = DONE
@@ -511,6 +518,7 @@ class Queue:
         if ref.state != DELIVERING:
             return
         self.delivering_count -= 1
+        self.delivering_bytes -= ref.message.size
         ref.consumer = None
         if redelivered:
             ref.delivery_count += 1
