@@ -91,6 +91,9 @@ def run(directory: Path, live: int, body_size: int, compactions: int, datasync: 
                 worst = max(worst, b - a)
         return worst
 
+    worst = max(zip(confirmations, confirmations[1:]), key=lambda ab: ab[1] - ab[0])
+    print(f"worst gap: {(worst[1] - worst[0]) * 1000:.1f} ms, "
+          f"{worst[0] - spans[0][0]:+.3f} s from the start of the first compaction")
     for t0, t1, replaced in spans:
         print(f"compaction: {t1 - t0:.3f} s, {replaced} segments replaced, live {live}")
     print(f"confirmations: {len(confirmations)}")

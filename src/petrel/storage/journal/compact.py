@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .ledger import Ledger, SegmentState
+from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import HEADER_SIZE, RecordType, encode_data, encode_segment_header, record_size
-from .recovery import Replay, scan
+from .recovery import _commit_mismatch, _Tx, scan
 from .segment import Layout, check_header, fsync_dir, pwrite_all, read_file
 
 __all__ = ["BackgroundCompaction", "Compactor", "Prepared", "RenamePlan", "clean_strays", "read_control", "roll_forward", "write_control"]
@@ -49,6 +50,7 @@ log = logging.getLogger("petrel.storage.journal")
 _CONTROL_MAGIC = "petrel-journal-rename-control 1"
 
 Checkpoint = Callable[[str], None]
+_ADD, _UPDATE = int(ADD), int(UPDATE)  # plain ints: tuples holding them are not tracked by the GC
 _TX_RECORDS = (RecordType.ADD_TX, RecordType.UPDATE_TX, RecordType.DELETE_TX, RecordType.PREPARE)
 
 
@@ -145,7 +147,7 @@ class Prepared:
 
     replaced: set[int]
     plan: RenamePlan
-    moved: dict[int, list[int]] = field(default_factory=dict)  # record id -> flat [segment, size, ...]
+    moved: dict[int, tuple[int, ...]] = field(default_factory=dict)  # record id -> flat (segment, size, ...)
     outputs: dict[int, SegmentState] = field(default_factory=dict)
     records: int = 0
     extended: set[int] = field(default_factory=set)  # moved records with updates in later segments
@@ -187,6 +189,68 @@ def write_segment(path: Path, segment_id: int, blob: bytes, file_size: int, sync
         os.close(fd)
 
 
+class _Replay:
+    """Load's replay (recovery.Replay) for what compaction needs, in plain tuples.
+
+    Compaction replays a prefix no transaction straddles, so every transaction in
+    it ends in it.  Tuples of ints and bytes are untracked by the garbage
+    collector: a replay of many records adds no work to the full collections
+    that stop every thread (the writer's included).
+    """
+
+    __slots__ = ("records", "updates", "txs")
+
+    def __init__(self) -> None:
+        self.records: dict[int, tuple[int, bytes]] = {}  # id -> (user_type, body), in add order
+        self.updates: dict[int, tuple] = {}  # id -> ((user_type, body), ...)
+        self.txs: dict[int, _Tx] = {}
+
+    def _add(self, rid: int, user_type: int, body: bytes) -> None:
+        records = self.records
+        if rid in records:
+            del records[rid]
+        records[rid] = (user_type, body)
+        self.updates.pop(rid, None)
+
+    def _update(self, rid: int, user_type: int, body: bytes) -> None:
+        if rid in self.records:
+            self.updates[rid] = self.updates.get(rid, ()) + ((user_type, body),)
+
+    def _delete(self, rid: int) -> None:
+        self.records.pop(rid, None)
+        self.updates.pop(rid, None)
+
+    def apply_all(self, raws: list, seg: int) -> None:
+        for _off, code, user_type, rid, tx_id, count, body, _size in raws:
+            if code == ADD:
+                self._add(rid, user_type, body)
+            elif code == UPDATE:
+                self._update(rid, user_type, body)
+            elif code == DELETE:
+                self._delete(rid)
+            elif code == ADD_TX or code == UPDATE_TX or code == DELETE_TX or code == PREPARE:
+                tx = self.txs.get(tx_id)
+                if tx is None:
+                    tx = self.txs[tx_id] = _Tx()
+                if code == PREPARE:
+                    tx.prepared = True
+                else:
+                    tx.records.append((code, rid, user_type, body))
+                    tx.found[seg] = tx.found.get(seg, 0) + 1
+            elif code == COMMIT:
+                tx = self.txs.pop(tx_id, None)
+                if _commit_mismatch(tx, count, body, seg) is None and tx is not None:
+                    for tcode, trid, tuser_type, tbody in tx.records:
+                        if tcode == ADD_TX:
+                            self._add(trid, tuser_type, tbody)
+                        elif tcode == UPDATE_TX:
+                            self._update(trid, tuser_type, tbody)
+                        else:
+                            self._delete(trid)
+            elif code == ROLLBACK:
+                self.txs.pop(tx_id, None)
+
+
 class Compactor:
     def __init__(self, layout: Layout, ledger: Ledger, file_size: int, sync: bool,
                  release: Callable[[Path], None], checkpoint: Checkpoint = _no_checkpoint,
@@ -205,7 +269,7 @@ class Compactor:
         first_blocked = min(blocked) if blocked else current
         return [s for s in sorted(self.ledger.segments) if s < min(current, first_blocked)]
 
-    def _replay(self, segments: list[int]) -> tuple[list[int], Replay, bool] | None:
+    def _replay(self, segments: list[int]) -> tuple[list[int], _Replay, bool] | None:
         """Read ``segments`` once; replay the longest prefix no transaction straddles.
 
         Returns that prefix, its replay, and whether skipped damage was seen."""
@@ -234,7 +298,7 @@ class Compactor:
         end = _prefix_end(segments, spans)
         if end == 0:
             return None
-        replay = Replay()
+        replay = _Replay()
         damaged = False
         for seg, result in zip(segments[:end], scanned):
             damaged = damaged or bool(result.damage or result.torn)
@@ -250,19 +314,22 @@ class Compactor:
             return None
         segments, replay, damaged = picked
         replaced = set(segments)
-        live = self.ledger.live  # read beside the writer: only an entry's first segment, set once
+        live = self.ledger.live  # read beside the writer: entries are tuples, replaced whole
         # what to copy, in add order: (type, id, user_type, body)
         items = []
         extended = set()  # records with updates in later segments too
-        for rid, rec in replay.records.items():
+        no_updates = ()
+        updates = replay.updates
+        for rid, (user_type, body) in replay.records.items():
             entry = live.get(rid)
             if entry is None or entry[0] not in replaced:
                 continue  # deleted later, or superseded by a newer add
-            if len(entry) != 2 + 2 * len(rec.updates):
+            ups = updates.get(rid, no_updates)
+            if len(entry) != 2 + 2 * len(ups):
                 extended.add(rid)
-            items.append((RecordType.ADD, rid, rec.user_type, rec.body))
-            for user_type, body in rec.updates:
-                items.append((RecordType.UPDATE, rid, user_type, body))
+            items.append((_ADD, rid, user_type, body))
+            for up_type, up_body in ups:
+                items.append((_UPDATE, rid, up_type, up_body))
         # pack greedily into as many segments as needed, reusing the replaced ids
         bins: list[list[tuple[int, int, int, bytes]]] = [[]]
         off = HEADER_SIZE
@@ -294,9 +361,7 @@ class Compactor:
                 for rtype, rid, user_type, body in records:
                     data = encode_data(rtype, seg, user_type, rid, body)
                     chunks.append(data)
-                    entry = moved.setdefault(rid, [])
-                    entry.append(seg)
-                    entry.append(len(data))
+                    moved[rid] = moved.get(rid, ()) + (seg, len(data))
                     state.live += 1
                     state.live_bytes += len(data)
                     state.records += 1

@@ -37,8 +37,9 @@ class Ledger:
 
     def __init__(self) -> None:
         self.segments: dict[int, SegmentState] = {}
-        # record id -> flat [segment, size, segment, size, ...] of its add and updates
-        self.live: dict[int, list[int]] = {}
+        # record id -> flat (segment, size, segment, size, ...) of its add and updates
+        # (tuples of ints: the garbage collector does not track them)
+        self.live: dict[int, tuple[int, ...]] = {}
         # tx id -> [(type, record id, segment, size), ...] of durable records of open txs
         self.open_txs: dict[int, list[tuple[int, int, int, int]]] = {}
         self.live_bytes = 0
@@ -100,7 +101,7 @@ class Ledger:
             if state.live == 0:
                 self.dirty = True
 
-    def _kill(self, rid: int, entry: list[int], by: SegmentState) -> None:
+    def _kill(self, rid: int, entry: tuple[int, ...], by: SegmentState) -> None:
         refs = by.refs
         if self.watched and entry[0] in self.watched:
             self.killed[rid] = by.id
@@ -118,13 +119,12 @@ class Ledger:
             old = self.live.get(rid)
             if old is not None:
                 self._kill(rid, old, state)
-            self.live[rid] = [seg, size]
+            self.live[rid] = (seg, size)
         elif rtype == UPDATE:
             entry = self.live.get(rid)
             if entry is None:
                 return  # update of a record that is gone: dead on arrival
-            entry.append(seg)
-            entry.append(size)
+            self.live[rid] = entry + (seg, size)
             if self.watched and entry[0] in self.watched:
                 self.touched.add(rid)
         elif rtype == DELETE:
@@ -159,14 +159,13 @@ class Ledger:
                 old = live.get(rid)
                 if old is not None:
                     self._kill(rid, old, self.segments.get(seg) or state)
-                live[rid] = [seg, size]
+                live[rid] = (seg, size)
             elif rtype == UPDATE_TX:
                 entry = live.get(rid)
                 if entry is None:
                     self._uncount(seg, size)
                 else:
-                    entry.append(seg)
-                    entry.append(size)
+                    live[rid] = entry + (seg, size)
                     if self.watched and entry[0] in self.watched:
                         self.touched.add(rid)
             else:  # DELETE_TX
@@ -193,12 +192,12 @@ class Ledger:
         self.touched = set()
         self.dirty = True
 
-    def rebase(self, moved: dict[int, list[int]], replaced: set[int], outputs: dict[int, SegmentState],
+    def rebase(self, moved: dict[int, tuple[int, ...]], replaced: set[int], outputs: dict[int, SegmentState],
                extended: set[int]) -> None:
         """Swap compacted segments in: ``replaced`` ids go, ``outputs`` come.
 
         ``moved`` maps each record id copied by compaction to its new flat
-        [segment, size, ...] entries (add and the updates that were in the
+        (segment, size, ...) entries (add and the updates that were in the
         replaced segments); updates it had in later segments (``extended`` before
         the compaction started, ``touched`` since) are kept after them.  A copied record killed while the compaction ran (``killed``) is dead in its
         output segment, and the segment that killed it now refers to that one.
@@ -225,8 +224,8 @@ class Ledger:
             old = live.get(rid)
             if entry is None or old is None or old[0] not in replaced:
                 continue
-            live[rid] = entry + [x for i in range(0, len(old), 2) if old[i] not in replaced
-                                 for x in (old[i], old[i + 1])]
+            live[rid] = entry + tuple(x for i in range(0, len(old), 2) if old[i] not in replaced
+                                      for x in (old[i], old[i + 1]))
         live.update(moved)
         for seg, state in outputs.items():
             self.segments[seg] = state
