@@ -9,7 +9,11 @@ redistributed one (marked SYNC_FIRST) only once the store has it on disk togethe
 removal of its original, so a crash here never brings back an original the peer already has.
 A copy is acknowledged here only when the peer confirms it (after its own disk), so a crash
 or a cut link on either side leaves it in the queue; it is then sent again on the next
-connection and the peer's duplicate-ID check drops it if it had already arrived. Reconnects
+connection and the peer's duplicate-ID check drops it if it had already arrived. That check
+must still know every copy that can come again: the peer keeps a cache of the IDs this node
+sent it (`BRIDGE.<this node id>`, its size told at join time), and the bridge never has more
+than half of it in flight, counting a confirmed copy until its removal here is on disk (a
+crash before that sends it again). Reconnects
 follow `retry_interval` x `retry_interval_multiplier`, capped by `max_retry_interval`, for
 `reconnect_attempts` (-1: forever).
 """
@@ -43,14 +47,15 @@ from petrel.codec.core import (
     Topology,
 )
 from petrel.codec.core.cluster import Bindings, ClusterJoin, ClusterMembers, Forward, GroupDecision
+from petrel.core.message import DUPLICATE_ID
 from petrel.core.queue import Consumer, MessageReference
-from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, SYNC_FIRST
+from petrel.core.remote import INSTANCE, KEY_SEPARATOR, ROUTE_TO, SYNC_FIRST, bridge_dup_id
 
 if TYPE_CHECKING:
     from petrel.cluster.connection import ClusterConnection
     from petrel.core.queue import Queue
 
-__all__ = ["Bridge", "sf_queue_name"]
+__all__ = ["Bridge", "sf_queue_name", "in_flight_limit"]
 
 log = logging.getLogger("petrel.cluster.bridge")
 
@@ -61,6 +66,17 @@ MAX_IN_FLIGHT = 65536  # messages, whatever their size (empty bodies cost no win
 
 def sf_queue_name(cluster: str, node_id: str) -> str:
     return f"$.petrel.sf.{cluster}.{node_id}"
+
+
+def in_flight_limit(peer_cache_size: int | None, fallback: int, dedup: bool = True) -> int:
+    """Copies a bridge may have out (sent and not confirmed, or confirmed and not yet removed
+    on disk here): half the peer's duplicate-ID cache for this node, so that everything it may
+    send again after a crash, and the copies that arrive there meanwhile, stay recognised.
+    `fallback`: the cache size to assume of a peer that did not tell (this node's own)."""
+    size = fallback if peer_cache_size is None else peer_cache_size
+    if not dedup or size <= 0:  # no duplicate detection there: nothing to stay within
+        return MAX_IN_FLIGHT
+    return max(1, min(MAX_IN_FLIGHT, size // 2))
 
 
 class Bridge:
@@ -85,6 +101,9 @@ class Bridge:
         self.sent = 0
         self.confirmed = 0
         self.failed: dict[int, str] = {}  # send number -> why the peer refused it
+        self.peer_cache_size: int | None = None  # the peer's duplicate-ID cache for our copies
+        self.window = MAX_IN_FLIGHT  # in messages: see `in_flight_limit`
+        self.removing = 0  # copies confirmed whose removal here is not yet on disk
         self.bindings: dict[str, str] = {}  # the peer's binding key -> ours
         self.attempts = 0
         self.ever_connected = False
@@ -239,7 +258,10 @@ class Bridge:
             if event.code:
                 self._refused(event.code, event.message)
                 return
-            node_id = (event.value or {}).get("node_id", "")
+            value = event.value or {}
+            node_id = value.get("node_id", "")
+            size = value.get("id_cache_size")
+            self.peer_cache_size = size if isinstance(size, int) and not isinstance(size, bool) else None
             if not self.cluster.bridge_identified(self, node_id):
                 self.stop()
                 return
@@ -263,7 +285,10 @@ class Bridge:
         self.failed.clear()
         log.info("bridge to node %s at %s is up", self.node_id, self.connector, extra={"event": "cluster.bridge_up"})
         queue = self.sf_queue
-        self.consumer = Consumer(queue, self._send, window=MAX_IN_FLIGHT, window_bytes=self.model.confirmation_window_size)
+        self.window = in_flight_limit(self.peer_cache_size, self.cluster.office.id_cache_size,
+                                      self.model.use_duplicate_detection)
+        self.consumer = Consumer(queue, self._send, window=max(self.window - self.removing, 0),
+                                 window_bytes=self.model.confirmation_window_size)
         self.cluster.bridge_changed(self)
         queue.add_consumer(self.consumer)
         # The peer's bindings arrived while the link was still joining (not connected), so
@@ -306,6 +331,10 @@ class Bridge:
         if consumer is None or self.sf_queue is None:
             return
         queue = self.sf_queue
+        # A lost link is not a delivery attempt: closed first, so that no cancel below hands a
+        # copy straight back to this consumer, for remove_consumer to count as redelivered
+        # (every reconnect used to add one, and the 10th dead-lettered the copies).
+        consumer.closed = True
         for ref in reversed(list(consumer.delivering.values())):
             queue.cancel(ref, redelivered=False)
         queue.remove_consumer(consumer)
@@ -350,7 +379,9 @@ class Bridge:
         props = dict(message.properties)
         keys = str(props.pop(ROUTE_TO, "")).split(KEY_SEPARATOR)
         props.pop(SYNC_FIRST, None)
-        dup = f"{self.cluster.node_id}:{message.id}" if self.model.use_duplicate_detection else None
+        if DUPLICATE_ID in props:  # which send this is, wherever it goes next (see INSTANCE)
+            props.setdefault(INSTANCE, bridge_dup_id(self.cluster.node_id, message.id))
+        dup = bridge_dup_id(self.cluster.node_id, message.id) if self.model.use_duplicate_detection else None
         rt = int(message.routing_type) if message.routing_type is not None else -1
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
                 message.timestamp, message.scheduled, props)
@@ -390,19 +421,39 @@ class Bridge:
         queue = self.sf_queue
         consumer = self.consumer
         refused = False
+        # the credit of a confirmed copy comes back only once its removal is on disk: lower the
+        # window first (acknowledging hands out more at once)
+        n = min(count - self.confirmed, len(self.in_flight))
+        self._removing(n)
+        removed = 0
         while self.confirmed < count and self.in_flight:
             self.confirmed += 1
             ref = self.in_flight.popleft()
             why = self.failed.pop(self.confirmed, None)
             if why is not None:
                 refused = True
+                self._removing(-1)
                 queue.cancel(ref, redelivered=False)
                 continue
             queue.acknowledge(ref, 0, consumer)
+            removed += 1
+        if removed:
+            self.cluster.office.store.sync(lambda: self._removed(removed))
         if refused and consumer is not None:
             # the peer refused something (full, say): stop sending for a retry interval
             consumer.paused = True
             asyncio.get_running_loop().call_later(self.model.retry_interval / 1000, self._resume, consumer)
+
+    def _removing(self, n: int) -> None:
+        self.removing += n
+        if self.consumer is not None:
+            self.consumer.window = max(self.window - self.removing, 0)
+
+    def _removed(self, n: int) -> None:
+        """`n` confirmed copies are gone from the disk here: their credit comes back."""
+        self._removing(-n)
+        if self.consumer is not None and self.sf_queue is not None:
+            self.sf_queue.deliver()
 
     def _resume(self, consumer: Consumer) -> None:
         if consumer is self.consumer:
@@ -418,6 +469,7 @@ class Bridge:
             "connected": self.connected,
             "backlog": self.backlog,
             "in_flight": len(self.in_flight),
+            "window": self.window,
             "messages_forwarded": self.messages_forwarded,
             "reconnects": self.reconnects,
             "remote_bindings": len(self.bindings),

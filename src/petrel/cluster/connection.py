@@ -75,6 +75,7 @@ class ClusterConnection:
         # cluster-aware from here on.
         office = self.office
         office.balancing = Balancing(model.message_load_balancing)
+        office.node_id = self.node_id
         office.observer = self
         if config.grouping_handler is not None:
             from petrel.cluster.grouping import GroupingHandler

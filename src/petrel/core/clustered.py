@@ -13,6 +13,13 @@ Routing with remote bindings follows Artemis (`BindingsImpl.getNextBinding`):
 A forwarded copy is a new message (its own id, so its own store record and large-message
 file) in the next hop's store-and-forward queue, in the same store transaction as the local
 references of the original, so a crash keeps both or neither.
+
+A message forwarded here is routed at most once per bridge duplicate ID (a copy sent again
+after a cut link or a crash), and a producer's duplicate ID it carries counts as for a send to
+this node: once a send of that ID reached this node (sent here, or forwarded), another send of
+it is dropped, whichever node it came through. So a client's resend after failover is
+delivered once where its copies meet; copies that never meet (the first kept on a node that
+was down, the resend delivered elsewhere) are beyond any one node's cache.
 """
 
 from __future__ import annotations
@@ -24,18 +31,21 @@ from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
 from petrel.core.message import GROUP_ID, Message, RoutingType
 from petrel.core.remote import (
+    INSTANCE,
     KEY_SEPARATOR,
     ROUTE_TO,
     SYNC_FIRST,
     Balancing,
     Link,
     RemoteBinding,
+    bridge_dup_sender,
     local_demand,
 )
 from petrel.core.selector import Selector
 
 if TYPE_CHECKING:
     from petrel.core.address import Address
+    from petrel.core.duplicates import DuplicateIdCache
     from petrel.core.postoffice import PostOffice, SendResult
     from petrel.core.queue import Queue
 
@@ -43,8 +53,13 @@ __all__ = ["Clustering", "BindingObserver", "BRIDGE_CACHE_PREFIX"]
 
 log = logging.getLogger("petrel.core.cluster")
 
-#: Duplicate-ID caches of bridged messages are kept per address under this prefix (Artemis: BRIDGE.).
+#: The duplicate-ID cache of the copies one node's bridge sent here is `BRIDGE.<its node id>`: one
+#: cache per sender, so that no other node's traffic evicts the IDs that catch that bridge's
+#: resends; the bridge keeps at most half of it in flight (see `bridge_cache_size`).
 BRIDGE_CACHE_PREFIX = "BRIDGE."
+#: ... and `INSTANCES.<address>` remembers which send (`INSTANCE`) each producer's duplicate ID
+#: that arrived forwarded belongs to.
+INSTANCES_CACHE_PREFIX = "INSTANCES."
 
 
 class BindingObserver(Protocol):
@@ -68,6 +83,7 @@ class Clustering:
         self.grouping = None  # the cluster's grouping handler (cluster/grouping.py), if any
         self.messages_forwarded = 0
         self.forwarded_duplicates = 0
+        self.node_id = ""  # this node's, once it is in a cluster
         self.init_redistribution()
 
     # -- remote bindings ---------------------------------------------------------------------
@@ -197,25 +213,46 @@ class Clustering:
 
     # -- messages other nodes forwarded here ---------------------------------------------------
 
+    def bridge_cache_size(self: PostOffice, sender: str) -> int:
+        """Entries of the duplicate-ID cache for copies `sender`'s bridge sends here (a bridge
+        learns it when it joins, and keeps at most half of it in flight)."""
+        name = BRIDGE_CACHE_PREFIX + sender
+        return self._dup_cache(name, self.settings_for(name)).size
+
     def receive_forwarded(self: PostOffice, message: Message, keys: list[str], dup_id: str | None,
                           tx_id: int = 0) -> SendResult:
         """Route a bridged message to the bindings its sender named, at most once per `dup_id`
         (an anycast one, `message.routing_type`, whose queues are all gone: to the address's queue).
 
-        Its duplicate ID and its records go in one store transaction: `tx_id` when given (the
+        A producer's duplicate ID it carries counts here as for a send: a second send of that ID
+        arriving through another node (a client's resend after failover) is dropped, as is one
+        sent to this node after it, unless it is the very message that was here before
+        (`INSTANCE`: redistribution may bring a message back to a node it left).
+
+        Its duplicate IDs and its records go in one store transaction: `tx_id` when given (the
         caller commits it, e.g. once for every message of one read), else one of its own."""
         from petrel.core.postoffice import SendOutcome, SendResult
 
-        cache = None
+        remember: list[tuple[DuplicateIdCache, str]] = []
         if dup_id is not None:
-            name = BRIDGE_CACHE_PREFIX + message.address
-            cache = self._dup_cache(name, self.settings_for(message.address))
+            name = BRIDGE_CACHE_PREFIX + bridge_dup_sender(dup_id)
+            cache = self._dup_cache(name, self.settings_for(name))
             if dup_id in cache:
                 self.forwarded_duplicates += 1
                 log.info("bridged message %s to %s already received: not routed again", dup_id, message.address)
                 self.discard(message)
                 return SendResult(SendOutcome.DUPLICATE)
+            remember.append((cache, dup_id))
         settings = self.settings_for(message.address)
+        user_dup = message.duplicate_id
+        if user_dup is not None and self._dup_cache(message.address, settings).size > 0:
+            if self._sent_elsewhere(message, user_dup, settings, remember):
+                self.forwarded_duplicates += 1
+                self.duplicates += 1
+                log.warning("duplicate message %r to %s arrived from another node: not routed", user_dup,
+                            message.address)
+                self.discard(message)
+                return SendResult(SendOutcome.DUPLICATE)
         if self.limits.disk_full or self.limits.is_full(message.address, settings):
             policy = "BLOCK" if self.limits.disk_full else settings.address_full_policy
             if policy in ("FAIL", "BLOCK"):  # the bridge keeps it and tries again after retry_interval
@@ -247,12 +284,31 @@ class Clustering:
             tx_id = self.store.begin()
         paged_before = self.paged_routes
         result = self._route(message, None, tx_id, local, remote=far, own_tx=True, track_dup=False)
-        if cache is not None:  # after its pages, if it paged (see `remember_dup`)
-            self.remember_dup(cache, dup_id, tx_id,
-                              after_pages=message.durable and self.paged_routes != paged_before)
+        after_pages = message.durable and self.paged_routes != paged_before  # see `remember_dup`
+        for cache, key in remember:
+            self.remember_dup(cache, key, tx_id, after_pages=after_pages)
         if own:
             self.commit_store(tx_id)
         return result
+
+    def _sent_elsewhere(self: PostOffice, message: Message, user_dup: str, settings,
+                        remember: list[tuple[DuplicateIdCache, str]]) -> bool:
+        """Whether a forwarded message is another send of a producer's duplicate ID this node has
+        seen (True: drop it); if not, adds the IDs to remember with it to `remember`."""
+        cache = self._dup_cache(message.address, settings)
+        instance = str(message.properties.get(INSTANCE, ""))
+        key = f"{user_dup}{KEY_SEPARATOR}{instance}"
+        instances = self._dup_cache(INSTANCES_CACHE_PREFIX + message.address, settings)
+        if key in instances:
+            return False  # this very message was here before (and left by redistribution)
+        if user_dup in cache:
+            # a send of it reached this node (sent here, or forwarded): only the one this node
+            # accepted itself may come back, by redistribution (no instance entry for it here)
+            return not (self.node_id and instance.startswith(self.node_id + ":"))
+        remember.append((cache, user_dup))
+        if instance:
+            remember.append((instances, key))
+        return False
 
 
 def _next_binding(

@@ -20,14 +20,28 @@ if TYPE_CHECKING:
     from petrel.core.queue import Queue
     from petrel.core.selector import Selector
 
-__all__ = ["Balancing", "Link", "RemoteBinding", "ROUTE_TO", "SYNC_FIRST", "KEY_SEPARATOR", "local_demand",
-           "remote_key"]
+__all__ = ["Balancing", "Link", "RemoteBinding", "ROUTE_TO", "SYNC_FIRST", "INSTANCE", "KEY_SEPARATOR",
+           "bridge_dup_id", "bridge_dup_sender", "local_demand", "remote_key"]
 
 #: Property of a store-and-forward copy: the binding keys on the next hop, joined by KEY_SEPARATOR.
 ROUTE_TO = "_PETREL_ROUTE_TO"
 KEY_SEPARATOR = "\x1f"
 #: ... set on copies the bridge may send only once the store has them on disk (redistribution)
 SYNC_FIRST = "_PETREL_SYNC_FIRST"
+#: Which accepted send a message with a producer's duplicate ID is, "<node id>:<message id>" of
+#: its first forwarded copy; kept as it travels on, so a node tells the same message coming back
+#: (redistribution) from another send of the same duplicate ID (a resend through another node).
+INSTANCE = "_PETREL_INSTANCE"
+
+
+def bridge_dup_id(node_id: str, message_id: int) -> str:
+    """The duplicate ID of a copy a bridge sends: the sending node and the copy's message id."""
+    return f"{node_id}:{message_id}"
+
+
+def bridge_dup_sender(dup_id: str) -> str:
+    """The node that sent a bridged copy (see `bridge_dup_id`)."""
+    return dup_id.rpartition(":")[0]
 
 
 class Balancing(Enum):

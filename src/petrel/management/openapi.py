@@ -120,7 +120,8 @@ def _cluster_schemas() -> dict[str, Any]:
         "node_id": _NSTR, "connector": _STR,
         "state": {"type": "string",
                   "enum": ["idle", "connecting", "joining", "up", "retrying", "refused", "failed", "stopped"]},
-        "connected": _BOOL, "backlog": _INT, "in_flight": _INT, "messages_forwarded": _INT, "reconnects": _INT,
+        "connected": _BOOL, "backlog": _INT, "in_flight": _INT, "window": _INT, "messages_forwarded": _INT,
+        "reconnects": _INT,
         "remote_bindings": _INT, "last_error": _NSTR,
     }, ["connector", "state", "connected", "backlog"])
     binding = _obj({

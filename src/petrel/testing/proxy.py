@@ -10,6 +10,7 @@ break the link on demand (nats ``netProxy``)::
         proxy.heal()    # forward again
         proxy.freeze()  # a silent partition: nothing moves, nothing is closed
         proxy.heal()    # the held bytes flow on
+        proxy.freeze(replies_only=True)  # what the target sends back is held, the rest flows
 
 Every control method returns once the loop has applied it: after ``cut()`` no proxied
 connection is open, after ``freeze()`` no further byte is forwarded.
@@ -76,6 +77,7 @@ class TcpProxy:
         self._links: set[_Link] = set()
         self._cut = False
         self._flowing: asyncio.Event | None = None
+        self._replying: asyncio.Event | None = None  # target -> client (cleared with replies_only)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
@@ -131,9 +133,10 @@ class TcpProxy:
         """Reset every proxied connection, both sides; refuse new ones until `heal()`."""
         self._call(self._do_cut())
 
-    def freeze(self) -> None:
-        """Stop forwarding in both directions without closing anything; data is held."""
-        self._call(self._do_freeze())
+    def freeze(self, *, replies_only: bool = False) -> None:
+        """Stop forwarding in both directions (or only from the target back to the client)
+        without closing anything; data is held."""
+        self._call(self._do_freeze(replies_only))
 
     def heal(self) -> None:
         """Undo `cut()` and `freeze()`: accept, connect and forward again."""
@@ -160,6 +163,8 @@ class TcpProxy:
     async def _open(self) -> None:
         self._flowing = asyncio.Event()
         self._flowing.set()
+        self._replying = asyncio.Event()
+        self._replying.set()
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.listen_port)
         self._port = self._server.sockets[0].getsockname()[1]
 
@@ -175,13 +180,16 @@ class TcpProxy:
         await self._reset_all()
         log.debug("proxy :%d cut", self._port)
 
-    async def _do_freeze(self) -> None:
-        self._flowing.clear()
+    async def _do_freeze(self, replies_only: bool = False) -> None:
+        self._replying.clear()
+        if not replies_only:
+            self._flowing.clear()
         log.debug("proxy :%d frozen", self._port)
 
     async def _do_heal(self) -> None:
         self._cut = False
         self._flowing.set()
+        self._replying.set()
         log.debug("proxy :%d healed", self._port)
 
     async def _reset_all(self) -> None:
@@ -205,22 +213,24 @@ class TcpProxy:
                 log.debug("proxy :%d cannot reach %s:%d: %s", self._port, self.target_host, self.target_port, exc)
                 _reset(writer)
                 return
-            await asyncio.gather(self._pump(reader, link.upstream, link), self._pump(up_reader, writer, link))
+            await asyncio.gather(self._pump(reader, link.upstream, link, self._flowing),
+                                 self._pump(up_reader, writer, link, self._replying))
             link.close()
         except asyncio.CancelledError:
             pass  # reset by cut() or stop(): the sockets are already gone
         finally:
             self._links.discard(link)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link) -> None:
-        """Copy one direction until EOF, pausing (holding the data) while frozen."""
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link,
+                    flowing: asyncio.Event) -> None:
+        """Copy one direction until EOF, pausing (holding the data) while `flowing` is clear."""
         try:
             while True:
-                await self._flowing.wait()
+                await flowing.wait()
                 data = await reader.read(_CHUNK)
                 if not data:
                     break
-                await self._flowing.wait()
+                await flowing.wait()
                 self.bytes_forwarded += len(data)  # before the write: the peer may read it at once
                 writer.write(data)
                 await writer.drain()

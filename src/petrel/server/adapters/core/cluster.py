@@ -2,8 +2,9 @@
 
 A peer that sends CLUSTER_JOIN with the right cluster name and credentials becomes a cluster
 peer of this connection: the cluster sends it the members and bindings it should know, and
-its FORWARD frames are routed to the bindings they name, at most once per bridge duplicate ID,
-and confirmed after the disk like ordinary sends. An anycast message whose queues are all gone
+its FORWARD frames are routed to the bindings they name, at most once per bridge duplicate ID
+(and per producer's duplicate ID, see `core/clustered.py`), and confirmed after the disk like
+ordinary sends. An anycast message whose queues are all gone
 (an auto-created queue deleted when its last consumer left, while the message travelled) is
 kept in the address's anycast queue here rather than dropped; a multicast copy for a
 subscription that is gone is dropped, as it would be had it been sent after the unsubscribe.
@@ -57,7 +58,10 @@ class ClusterFrames:
         cluster.refused.pop(e.node_id, None)
         self.cluster_peer = e.node_id
         # in order: the answer, then the members and bindings peer_joined sends
-        self.cluster_send(Result(e.corr, 0, "", {"node_id": self.broker.node_id}))
+        # with the size of the duplicate-ID cache for its copies: its bridge keeps at most half
+        # of that in flight, so that every copy it may send again is still recognised here
+        self.cluster_send(Result(e.corr, 0, "", {"node_id": self.broker.node_id,
+                                                 "id_cache_size": self.office.bridge_cache_size(e.node_id)}))
         cluster.peer_joined(self, e)
 
     def cluster_send(self: CoreAdapter, event) -> None:
