@@ -145,7 +145,7 @@ records = st.builds(
 
 def _normal(r: Record) -> Record:
     """What decode can give back: fields a type does not carry read as zero."""
-    if r.type in (RecordType.ADD, RecordType.UPDATE, RecordType.DELETE):
+    if r.type in (RecordType.ADD, RecordType.UPDATE, RecordType.DELETE, RecordType.MARK):
         return Record(r.type, r.id, r.user_type, r.body)
     if r.type in (RecordType.ADD_TX, RecordType.UPDATE_TX, RecordType.DELETE_TX):
         return Record(r.type, r.id, r.user_type, r.body, r.tx_id)

@@ -17,7 +17,7 @@ from pathlib import Path
 from .compact import clean_strays, roll_forward
 from .errors import JournalError
 from .ledger import Ledger
-from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
+from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, MARK, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import (
     HEADER_SIZE,
     encode_data,
@@ -35,6 +35,7 @@ __all__ = ["FileJournal"]
 log = logging.getLogger("petrel.storage.journal")
 
 _ADD_SIZE = record_size(ADD, 0)
+_MARK_SIZE = record_size(MARK, 0)
 _DELETE_SIZE = record_size(DELETE, 0)
 _TX_SIZE = record_size(ADD_TX, 0)
 
@@ -77,6 +78,7 @@ class FileJournal:
         self._next_seg = 1
         self._known: set[int] = set()
         self._txs: dict[int, _OpenTx] = {}
+        self._marked = (0, 0)  # the durable position the last MARK recorded
         self._state = "new"  # new -> loaded -> started -> stopped
 
     # replication hook -----------------------------------------------------------------
@@ -146,7 +148,7 @@ class FileJournal:
             seg, off, exists = found.max_segment + 1, HEADER_SIZE, False
         self._writer.open_current(seg, exists)
         self._seg, self._off, self._next_seg = seg, off, max(seg, found.max_segment) + 1
-        self._writer.durable = (seg, off)
+        self._writer.durable = self._marked = (seg, off)
         self._known = set(loaded.records)
         self._state = "loaded"
         for tx_id, _prepared in found.open_txs:  # keep them dead
@@ -166,13 +168,26 @@ class FileJournal:
         if self._state in ("new", "stopped"):
             self._state = "stopped"
             return
+        final = self._final_mark if self._state == "started" and self.datasync else None
         self._state = "stopped"
-        self._writer.stop()
+        self._writer.stop(final)
+
+    def _final_mark(self) -> None:
+        """A clean stop vouches for everything it synced: one last MARK (recovery.py)."""
+        durable = self._writer.durable
+        if durable > self._marked and durable[0] == self._seg:
+            self._mark(durable)
 
     # appends --------------------------------------------------------------------------
 
     def _place(self, size: int) -> tuple[int, int]:
-        """Position for a record of ``size`` bytes, rolling over when it does not fit."""
+        """Position for a record of ``size`` bytes, rolling over when it does not fit.
+
+        The first record placed after the writer reports a sync in this segment is preceded
+        by a MARK of the synced offset (see records.py and recovery.py)."""
+        durable = self._writer.durable
+        if durable > self._marked and durable[0] == self._seg and self.datasync:
+            self._mark(durable)
         off = self._off
         if off + size > self.file_size:
             if size > self.file_size - HEADER_SIZE:
@@ -182,6 +197,14 @@ class FileJournal:
             off = HEADER_SIZE
         self._off = off + size
         return self._seg, off
+
+    def _mark(self, durable: tuple[int, int]) -> None:
+        self._marked = durable
+        seg, off = self._seg, self._off
+        if off + _MARK_SIZE > self.file_size:
+            return  # no room: the next segment starts without one
+        self._off = off + _MARK_SIZE
+        self._push(seg, off, encode_data(MARK, seg, 0, durable[1], b""), (MARK, 0, 0, seg, _MARK_SIZE), None)
 
     def _check(self) -> None:
         if self._state not in ("loaded", "started"):

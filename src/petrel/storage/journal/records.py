@@ -27,10 +27,16 @@ Records follow the header back to back.  Every record starts with a common
 
 Type-specific fields:
 
-    ADD, UPDATE, DELETE               u64 id
+    ADD, UPDATE, DELETE, MARK         u64 id (MARK: a durable offset, see below)
     ADD_TX, UPDATE_TX, DELETE_TX      u64 tx_id, u64 id
     PREPARE, COMMIT                   u64 tx_id, u32 count
     ROLLBACK                          u64 tx_id
+
+A MARK (no body, user type 0) says "everything of this segment before offset ``id``
+was synced when this record was appended": the appender adds one before the first
+record it places after the writer reports a completed sync, so recovery can tell
+a hole a power loss may leave (after the last sync point) from damage to data
+that was synced (see recovery.py).  MARKs are dead on arrival: compaction drops them.
 
 The body is whatever the caller stored.  A COMMIT's body lists, for each segment
 that holds records of the transaction, ``u64 segment id, u32 records`` (see
@@ -110,6 +116,7 @@ class RecordType(IntEnum):
     PREPARE = 17
     COMMIT = 18
     ROLLBACK = 19
+    MARK = 20
 
 
 # The types as plain module globals for the per-record code of the journal, its ledger
@@ -123,6 +130,7 @@ DELETE_TX = RecordType.DELETE_TX
 PREPARE = RecordType.PREPARE
 COMMIT = RecordType.COMMIT
 ROLLBACK = RecordType.ROLLBACK
+MARK = RecordType.MARK
 
 _BY_CODE = {int(t): t for t in RecordType}
 
@@ -163,6 +171,7 @@ _LAYOUT = {
     RecordType.ADD: (_ID, _ID_KIND),
     RecordType.UPDATE: (_ID, _ID_KIND),
     RecordType.DELETE: (_ID, _ID_KIND),
+    RecordType.MARK: (_ID, _ID_KIND),
     RecordType.ADD_TX: (_TX_ID, _TX_KIND),
     RecordType.UPDATE_TX: (_TX_ID, _TX_KIND),
     RecordType.DELETE_TX: (_TX_ID, _TX_KIND),

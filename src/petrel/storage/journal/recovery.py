@@ -9,11 +9,40 @@ Load reads every data segment in id order and replays its records:
   cut short or fails its CRC there.  A torn tail is dropped if no later segment
   holds data (the crash cut the last write; nothing there was confirmed);
   otherwise it is damage.
+* A hole (bytes that do not decode, followed by valid records) in the newest
+  segment holding data is a torn tail too when it lies at or after that
+  segment's last sync point on record; see "Power loss" below.
 * Damage raises :class:`DamagedJournal`, or with ``skip_damaged`` is skipped,
   reported in :attr:`LoadedJournal.skipped` and logged.  A segment whose header
   is unreadable is then renamed ``*.damaged``; damaged bytes inside a segment
   stay until compaction rewrites the segment or it is reclaimed, so until then
   a load without ``skip_damaged`` reports them again.
+
+Power loss
+----------
+A crash that takes the OS page cache with it keeps what was synced and, of what
+was written after the last completed ``fdatasync``, any subset of pages (the
+disk may write them in any order).  So the newest segment may end in a hole
+followed by valid records: they were never confirmed (a confirmed record's sync
+would have made every byte before it durable, hole included), and the region is
+a torn tail to drop.  The same bytes can also be real damage to synced data
+(a bad sector), and then records after it may be confirmed: that must stop the
+broker.  The two are told apart by MARK records: the appender writes, before
+the first record it places after a sync completed, a MARK holding the offset up
+to which the segment was then synced (records.py).  A valid MARK is proof, even
+when it lies after the hole, that everything before its offset was synced.  With
+``M`` the highest offset any valid MARK of the newest segment vouches for and
+``H`` the first hole:
+
+* ``H < M``: the hole is in synced data: damage (file and offset reported).
+* ``H >= M``: no sync on record covers the hole.  Power loss can produce it, so
+  it is treated as a torn tail: records from ``H`` on are dropped (with a
+  warning), the bytes zeroed, and appends resume at ``H``.  What this gives up:
+  real damage inside the last synced batch whose MARK never reached the disk
+  (at most the batches synced after the last durable MARK) reads as a torn tail.
+
+Older segments need no MARKs: one is synced whole before a newer one is written,
+so any hole in a segment followed by data in a later one is damage.
 
 Transactions take effect at their COMMIT.  A COMMIT whose counts do not match the
 records found is dropped; a transaction left open (or only prepared) at the end
@@ -30,7 +59,7 @@ from pathlib import Path
 
 from .errors import DamagedJournal
 from .ledger import Ledger
-from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
+from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, MARK, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import (
     HEADER_SIZE,
     CorruptRecord,
@@ -181,6 +210,8 @@ class Replay:
                 if tx is None:
                     tx = self.txs[tx_id] = _Tx()
                 tx.prepared = True
+            elif code == MARK:
+                pass
             elif code == COMMIT:
                 tx = self.txs.pop(tx_id, None)
                 reason = _commit_mismatch(tx, count, body, seg)
@@ -281,6 +312,33 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         log.warning("journal damage skipped: %s", note, extra={"event": "journal.damage_skipped"})
         skipped.append(note)
 
+    # a hole waiting to learn whether its segment is the newest holding data:
+    # (path, segment, scan, index of the first record after the hole)
+    held: tuple[Path, int, Scan, int] | None = None
+    resume_end = 0
+
+    def judge_held(newest: bool) -> bool:
+        """Settle the held hole; True when it was a torn tail (records after it dropped)."""
+        h_path, h_seg, h_scan, first_after = held
+        hole = h_scan.damage[0].offset
+        vouched = max((raw[3] for raw in h_scan.records if raw[1] == MARK), default=0)
+        if newest and hole >= vouched:
+            dropped = len(h_scan.records) - first_after
+            log.warning("dropping torn tail of %s from offset %d (%s): %d records after it were never "
+                        "synced (a power loss can leave that)", h_path, hole, h_scan.damage[0].reason, dropped,
+                        extra={"event": "journal.torn_tail"})
+            return True
+        reason = h_scan.damage[0].reason
+        if not newest:
+            reason += " (later segments hold data)"
+        else:
+            reason += f" (in data synced up to offset {vouched})"
+        damaged(h_path, hole, reason, f"offset {h_scan.damage[0].resume}")
+        for d in h_scan.damage[1:]:
+            damaged(h_path, d.offset, d.reason, f"offset {d.resume}")
+        replay.apply_all(h_scan.records[first_after:], h_seg)
+        return False
+
     for seg, path in files.items():
         buf = read_file(path)
         problem = check_header(path, buf, seg)
@@ -292,17 +350,37 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
             continue
         result = scan(buf, seg)
         ledger.add_segment(seg, result.end)
+        if result.records and held is not None:
+            judge_held(newest=False)
+            held = None
         if result.records and suspect is not None:
             s_path, s_off, s_reason, _ = suspect
             damaged(s_path, s_off, f"torn record followed by data in later segments: {s_reason}",
                     "the next segment")
             suspect = None
-        for d in result.damage:
-            damaged(path, d.offset, d.reason, f"offset {d.resume}")
-        replay.apply_all(result.records, seg)
+        if result.damage:
+            hole = result.damage[0].offset
+            first_after = next(i for i, raw in enumerate(result.records) if raw[0] > hole)
+            replay.apply_all(result.records[:first_after], seg)
+            held = (path, seg, result, first_after)
+        else:
+            replay.apply_all(result.records, seg)
         if result.torn:
             suspect = (path, result.end, str(result.tail), seg)
         last = (seg, path, result, buf)
+        resume_end = result.end
+
+    if held is not None:
+        torn_hole = judge_held(newest=True)
+        h_path, h_seg, h_scan, _ = held
+        if torn_hole:
+            hole = h_scan.damage[0].offset
+            ledger.segments[h_seg].used = hole
+            _zero_from(h_path, hole, sync)
+            if last is not None and last[0] == h_seg:
+                resume_end = hole
+            if suspect is not None and suspect[3] == h_seg:
+                suspect = None  # the torn record lay after the hole: zeroed with it
 
     if suspect is not None:  # a torn tail nothing follows: the crash cut the last write
         s_path, s_off, s_reason, s_seg = suspect
@@ -313,8 +391,8 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
     resume_segment, resume_offset, resume_exists = 0, HEADER_SIZE, False
     if last is not None and last[0] == max_segment:
         seg, path, result, buf = last
-        resume_segment, resume_offset, resume_exists = seg, result.end, True
-        if suspect is None or suspect[3] != seg:
+        resume_segment, resume_offset, resume_exists = seg, resume_end, True
+        if (suspect is None or suspect[3] != seg) and resume_end == result.end:
             if find_candidate(buf, result.end, seg) >= 0:  # leftovers of an earlier torn tail
                 _zero_from(path, result.end, sync)
 
@@ -342,5 +420,6 @@ def read_segments(directory: str | Path, prefix: str = "petrel-data",
             yield SegmentInfo(seg, path, None, 0, 0), iter(())
             continue
         result = scan(buf, seg)
-        info = SegmentInfo(seg, path, None, result.end, len(result.records))
-        yield info, iter([(raw[0], as_record(raw)) for raw in result.records])
+        records = [raw for raw in result.records if raw[1] != MARK]  # bookkeeping, not data
+        info = SegmentInfo(seg, path, None, result.end, len(records))
+        yield info, iter([(raw[0], as_record(raw)) for raw in records])

@@ -43,6 +43,7 @@ from time import monotonic_ns, perf_counter_ns
 from .compact import BackgroundCompaction, Compactor
 from .errors import JournalError
 from .ledger import Ledger
+from .records import MARK
 from .segment import FilePool, Layout, SegmentFile
 
 __all__ = ["Pending", "Writer"]
@@ -172,7 +173,9 @@ class Writer:
         self.thread = threading.Thread(target=self._run, name="petrel-journal-writer", daemon=True)
         self.thread.start()
 
-    def stop(self) -> None:
+    def stop(self, final: Callable[[], None] | None = None) -> None:
+        """Write everything pending, stop the thread, close; ``final`` may append last records
+        (the journal's closing MARK), written and synced after everything else."""
         p = self.pending
         with p.cond:
             p.stopping = True
@@ -184,6 +187,14 @@ class Writer:
             self.flush_now()
         if self.compaction is not None:  # the writer died: nobody will swap it in
             self.compaction.join(cancel=True)
+        if final is not None and self.failure is None:
+            final()
+            with p.lock:
+                chunks, p.chunks, p.items = p.chunks, [], []
+            try:
+                self._write(chunks)
+            except OSError as e:
+                log.warning("journal %s: the closing mark was not written: %s", self.layout.directory, e)
         self.close()
 
     def close(self) -> None:
@@ -337,13 +348,16 @@ class Writer:
                         extra={"event": "journal.write_resumed"})
             self.failure = None
         apply = self.ledger.apply
+        marks = 0
         for item in items:
+            if item[0] == MARK:
+                marks += 1
             apply(*item)
         self.batches += 1
-        self.records += len(items)
+        self.records += len(items) - marks  # MARKs are the journal's own bookkeeping
         self.bytes += written
-        if len(items) > self.max_batch:
-            self.max_batch = len(items)
+        if len(items) - marks > self.max_batch:
+            self.max_batch = len(items) - marks
         hook = self.before_durable
         if hook is not None and chunks:
             try:
