@@ -7,6 +7,7 @@ with a filler file beside it on the same file system to take the space away and 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -188,5 +189,34 @@ def test_a_fast_producer_is_blocked_before_the_disk_fills(tmp_path, tmpfs):
         conn.disconnect()
         assert "cannot write" not in b.log()
         assert health(b)[0] == 200
+    finally:
+        b.kill9()
+
+
+def test_core_producer_on_a_full_disk_gets_an_error_naming_the_cause(tmp_path, tmpfs):
+    from petrel.client import ClientError, connect as core_connect
+
+    b = make_broker(tmp_path, tmpfs, "max_disk_usage = 100\njournal_file_size = 1048576\n"
+                                     "journal_pool_files = 1\n")
+    b.start()
+    try:
+        wait_for(lambda: health(b)[0] == 200, 60)
+        fill(tmpfs, 3 * MiB)
+
+        async def go() -> tuple[int, str]:
+            async with await core_connect(f"tcp://127.0.0.1:{b.port}", user="guest", password="guest") as conn:
+                session = await conn.session()
+                producer = session.producer("queue://core.full")
+                confirmed = 0
+                try:
+                    for n in range(100_000):
+                        await producer.send(body(n).encode(), durable=True, wait=True)
+                        confirmed += 1
+                except ClientError as e:
+                    return confirmed, str(e)
+            return confirmed, ""
+
+        confirmed, error = asyncio.run(asyncio.wait_for(go(), 120))
+        assert confirmed > 0 and ("No space left" in error or "Errno 28" in error), error
     finally:
         b.kill9()

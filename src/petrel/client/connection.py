@@ -124,6 +124,7 @@ class AsyncConnection(AdminRequests):
         self.topology: list[Member] = []
         self.large_message_size = DEFAULT_LARGE_MESSAGE_SIZE
         self.failovers = 0
+        self._broker_error: str | None = None  # the last ERROR frame's message: why we were cut off
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transport: Transport | None = None
         self._handshakes: dict[Transport, asyncio.Future] = {}
@@ -374,7 +375,9 @@ class AsyncConnection(AdminRequests):
         if self.plan.reconnects or self.plan.redirect is not None:
             self._spawn(self._reconnect())
         else:
-            self._terminate(ConnectionFailed(f"connection to {proto.endpoint} lost"))
+            why, self._broker_error = self._broker_error, None
+            self._terminate(ConnectionFailed(f"connection to {proto.endpoint} lost"
+                                             + (f": the broker reported: {why}" if why else "")))
 
     def _interrupted(self) -> None:
         self._ready.clear()
@@ -545,6 +548,7 @@ class AsyncConnection(AdminRequests):
 
     def _on_error(self, e: Error) -> None:
         log.warning("broker %s reported a fatal error: %s", self.endpoint, e.message)
+        self._broker_error = e.message
         self._transport.abort()
 
     # -- requests -------------------------------------------------------------------------------
