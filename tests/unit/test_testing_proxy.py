@@ -190,6 +190,23 @@ def test_freeze_holds_data_until_heal(proxy):
         assert proxy.bytes_forwarded == forwarded + 18
 
 
+def test_freeze_replies_only_forwards_to_the_target_and_holds_what_comes_back(proxy):
+    with client(proxy) as s:
+        s.sendall(b"before")
+        assert recv_exactly(s, 6) == b"before"
+        forwarded = proxy.bytes_forwarded
+
+        proxy.freeze(replies_only=True)
+        s.sendall(b"one way")
+        # the echo server gets it (counted once), its echo is held
+        wait_for(lambda: proxy.bytes_forwarded == forwarded + 7, 5, message="not forwarded to the target")
+        assert not is_closed(s, timeout=0.3), "the reply must be held, the connection kept"
+
+        proxy.heal()
+        assert recv_exactly(s, 7) == b"one way"
+        assert proxy.bytes_forwarded == forwarded + 14
+
+
 def test_a_connection_opened_while_frozen_flows_after_heal(proxy, echo):
     proxy.freeze()
     with client(proxy) as s:
