@@ -97,6 +97,29 @@ def test_a_crash_before_the_page_is_written_keeps_no_duplicate_id(tmp_path):
     store.close()
 
 
+def test_a_crash_after_the_page_and_before_the_duplicate_id_record_keeps_the_id(tmp_path):
+    office, store, filled = paging_office(tmp_path / "data")
+    assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.ROUTED
+    for journal in (store.pages, store.messages):  # both writers done, but no sync asked yet:
+        written = threading.Event()  # the ID's record waits for one (`add_duplicate_id_after_pages`)
+        journal.sync(written.set)
+        assert written.wait(10)
+    shutil.copytree(tmp_path / "data", tmp_path / "crash")  # the disk at the crash
+    store.close()
+
+    office, store = open_office(tmp_path / "crash", PAGED)
+    # the page record was the send's only home: the ID comes back from it, the resend is dropped
+    assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.DUPLICATE
+    flush(store)
+    bodies = drain(office, "big")
+    assert bodies.count(b"the one") == 1
+    assert len(bodies) == filled + 1
+    store.close()
+    office, store = open_office(tmp_path / "crash", PAGED)  # and the ID is journalled now
+    assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.DUPLICATE
+    store.close()
+
+
 def test_a_paged_sends_duplicate_id_is_journalled_once_its_page_is_durable(tmp_path):
     office, store, filled = paging_office(tmp_path / "data")
     assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.ROUTED

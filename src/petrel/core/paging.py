@@ -32,7 +32,8 @@ class Paging:
         settings = self.settings_for(address.name)
         return settings.address_full_policy == "PAGE" and self.limits.should_page(queue, address, settings)
 
-    def _page(self, queue: Queue, seq: int, message: Message) -> None:
+    def _page(self, queue: Queue, seq: int, message: Message, *, home: bool = False) -> None:
+        """`home`: this page record is the send's only durable home (see `PageStore.append`)."""
         if not queue.paging:
             queue.paging = True
             log.info("queue %s is paging (address %s is full)", queue.name, queue.address,
@@ -42,7 +43,7 @@ class Paging:
 
             queue.page_cursor_record = self.store.create_page_cursor(queue.id)
             queue.page_cursor = PagePosition(0, 0)
-        self.store.page(queue.id, seq, message)
+        self.store.page(queue.id, seq, message, home=home)
         queue.page_backlog += 1
         queue.messages_added += 1
 

@@ -401,7 +401,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         cannot include; the ID is journalled only once those pages are durable (see
         `FileStore.add_duplicate_id_after_pages`), so a crash never keeps the ID without the
         message (a resend would be dropped and the message lost). A crash after the pages and
-        before the ID can let a resend through as a second copy: at least once, never lost."""
+        before the ID can let a resend through as a second copy (at least once, never lost),
+        unless its one page record is the send's only home: then recovery takes the ID from it."""
         record_id = self.store.next_id()
         evicted = cache.add(dup_id, record_id)
         if self.persist_id_cache:
@@ -490,16 +491,23 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         # A large message is never paged: in memory it is only its headers, and its file
         # must stay named by a journal record so a restart keeps it.
         can_page = may_page and self.store.supports_paging and message.large is None
-        paged = 0
+        to_page: list[tuple[Queue, int]] = []
         for queue in targets:
             seq = self._take_seq(queue)
             if can_page and self._pages(queue, address if queue.address == message.address
                                         else self.addresses.get(queue.address)):
-                self._page(queue, seq, message)
-                paged += 1
+                to_page.append((queue, seq))
                 continue
             refs.append(MessageReference(message, queue, seq))
+        paged = len(to_page)
         if paged:
+            # One page record that holds the whole send (no journal record, no forwarded copy, no
+            # other page) carries its duplicate ID too: recovery takes the ID from it if the
+            # crash came before the ID's own record (see `remember_dup`), so the resend is dropped.
+            home = (persist_dup and message.durable and paged == 1 and to_page[0][0].durable and not remote
+                    and self.paged_routes == paged_before and not any(r.queue.durable for r in refs))
+            for queue, seq in to_page:
+                self._page(queue, seq, message, home=home)
             self.paged_routes += 1
             stored = [r.queue for r in refs if r.queue.durable] if message.durable else []
         if dup_id is not None:

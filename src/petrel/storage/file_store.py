@@ -155,7 +155,34 @@ class FileStore:
                 self._remove_when_durable(self.pages.delete_queue(qid))
         for qid, (_, position) in rec.page_cursors.items():
             self._remove_when_durable(self.pages.release(qid, position))  # read before a crash
+        self._dup_ids_from_pages(rec)
         return rec
+
+    def _dup_ids_from_pages(self, rec: Recovered) -> None:
+        """Duplicate IDs of paged sends whose page was durable and their ID record not yet
+        (`add_duplicate_id_after_pages`; a crash between the two): taken from the page records
+        that are their send's only home, and journalled now, so a resend is still dropped."""
+        known = {(address, dup_id) for _, address, dup_id in rec.duplicate_ids}
+        found = []  # (message id: when it was sent, record id, address, dup id)
+        for qid, (_, position) in rec.page_cursors.items():
+            while True:
+                batch = self.pages.read(qid, position, 1 << 20)
+                if not batch:
+                    break
+                position = batch[-1].position
+                for item in batch:
+                    dup_id = item.message.duplicate_id if item.home else None
+                    if dup_id is None or (item.message.address, dup_id) in known:
+                        continue
+                    known.add((item.message.address, dup_id))
+                    record_id = self.next_id()
+                    self.messages.add(record_id, RecordKind.DUPLICATE_ID, pack((item.message.address, dup_id)))
+                    found.append((item.message.id, record_id, item.message.address, dup_id))
+        if found:
+            # in the order they were sent among the others, so each cache keeps its newest IDs
+            entries = [(rid, rid, address, dup_id) for rid, address, dup_id in rec.duplicate_ids] + found
+            entries.sort(key=lambda e: e[0])
+            rec.duplicate_ids = [(rid, address, dup_id) for _, rid, address, dup_id in entries]
 
     def close(self) -> None:
         self.pages.stop()
@@ -326,8 +353,8 @@ class FileStore:
 
     supports_paging = True
 
-    def page(self, queue_id: int, seq: int, message: Message) -> None:
-        self.pages.append(queue_id, seq, message)
+    def page(self, queue_id: int, seq: int, message: Message, *, home: bool = False) -> None:
+        self.pages.append(queue_id, seq, message, home=home)
         self._pages_appended += 1
         if self.disk_watch is not None:
             self.disk_watch.appended(message.size)

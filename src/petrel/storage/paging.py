@@ -54,6 +54,7 @@ class PagedMessage:
     position: PagePosition  # where the record after this one starts
     seq: int
     message: Message
+    home: bool = False  # the record is its send's only durable home (see `PageStore.append`)
 
 
 class _QueuePages:
@@ -142,11 +143,14 @@ class PageStore:
 
     # -- writing (event loop thread) ---------------------------------------------------
 
-    def append(self, queue_id: int, seq: int, message: Message) -> PagePosition:
+    def append(self, queue_id: int, seq: int, message: Message, *, home: bool = False) -> PagePosition:
+        """`home`: this record is the only durable home of its send (no journal record, no other
+        page record), so recovery may take the message's duplicate ID from it (a fifth field)."""
         pages = self._queues.get(queue_id)
         if pages is None:
             pages = self._queues[queue_id] = _QueuePages(queue_id, self.dir / str(queue_id))
-        payload = _enc.encode((seq, message.durable, message.id, encode_message(message)))
+        fields = (seq, message.durable, message.id, encode_message(message))
+        payload = _enc.encode(fields + (True,) if home else fields)
         record = _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
         if pages.fd is None:
             self._open(pages)
@@ -341,10 +345,10 @@ class PageStore:
                         if zlib.crc32(payload) != crc:
                             break
                         pos = stop
-                        seq, durable, message_id, encoded = _dec.decode(payload)
+                        seq, durable, message_id, encoded, *home = _dec.decode(payload)
                         if durable or f >= after_restart_from:
                             message = decode_message(message_id, encoded)
-                            out.append(PagedMessage(PagePosition(f, offset + pos), seq, message))
+                            out.append(PagedMessage(PagePosition(f, offset + pos), seq, message, bool(home)))
                             total += length
                             if total >= max_bytes:
                                 break
@@ -357,11 +361,11 @@ class PageStore:
                                 length, crc = _HEAD.unpack_from(big, 0)
                                 payload = big[8:]
                                 if zlib.crc32(payload) == crc:
-                                    seq, durable, message_id, encoded = _dec.decode(payload)
+                                    seq, durable, message_id, encoded, *home = _dec.decode(payload)
                                     offset += want_more
                                     if durable or f >= after_restart_from:
                                         out.append(PagedMessage(PagePosition(f, offset), seq,
-                                                                decode_message(message_id, encoded)))
+                                                                decode_message(message_id, encoded), bool(home)))
                                         total += length
                                     continue
                         break
