@@ -1,6 +1,14 @@
-"""Per-address circular caches of duplicate IDs, persisted one record per entry."""
+"""Per-address circular caches of duplicate IDs, persisted one record per entry, and how the
+post office remembers them."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from petrel.core.message import Message
+    from petrel.core.postoffice import PostOffice
+    from petrel.core.settings import AddressSettings
 
 
 class DuplicateIdCache:
@@ -44,3 +52,42 @@ class DuplicateIdCache:
             if e is not None:
                 out.append(e)
         return out
+
+
+class DuplicateDetection:
+    """A mixin of `PostOffice`: its caches (`dup_caches`) and how an ID is journalled."""
+
+    def _dup_cache(self: PostOffice, address: str, settings: AddressSettings) -> DuplicateIdCache:
+        cache = self.dup_caches.get(address)
+        if cache is None:
+            size = settings.id_cache_size if settings.id_cache_size is not None else self.id_cache_size
+            cache = self.dup_caches[address] = DuplicateIdCache(address, size)
+        return cache
+
+    def remember_dup(self: PostOffice, cache: DuplicateIdCache, dup_id: str, tx_id: int, *,
+                     after_pages: bool = False) -> None:
+        """Add `dup_id` to `cache`, journalled (with the eviction it causes) in `tx_id`.
+
+        `after_pages`: the message went (in part) to page files, which a journal transaction
+        cannot include; the ID is journalled only once those pages are durable (see
+        `FileStore.add_duplicate_id_after_pages`), so a crash never keeps the ID without the
+        message (a resend would be dropped and the message lost). A crash after the pages and
+        before the ID can let a resend through as a second copy (at least once, never lost),
+        unless its one page record is the send's only home: then recovery takes the ID from it."""
+        record_id = self.store.next_id()
+        evicted = cache.add(dup_id, record_id)
+        if self.persist_id_cache:
+            if evicted is not None:
+                self.store.delete_duplicate_id(tx_id, evicted)
+            if after_pages:
+                self.store.add_duplicate_id_after_pages(record_id, cache.address, dup_id)
+            else:
+                self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
+
+    def _remember_sent(self: PostOffice, address: str, dup_id: str, tx_id: int, message: Message,
+                       paged_before: int) -> None:
+        """Remember a routed message's duplicate ID; after its pages when any of it was paged
+        (here or in a store-and-forward copy: `paged_routes` moved)."""
+        cache = self._dup_cache(address, self.settings_for(address))
+        self.remember_dup(cache, dup_id, tx_id,
+                          after_pages=message.durable and self.paged_routes != paged_before)

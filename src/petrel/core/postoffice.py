@@ -23,7 +23,7 @@ from petrel.core.errors import RoutingError
 from petrel.core.large_bodies import LargeBodies
 from petrel.core.paging import Paging
 from petrel.core.recovery import SEQ_RESERVATION, Recovery
-from petrel.core.duplicates import DuplicateIdCache
+from petrel.core.duplicates import DuplicateDetection, DuplicateIdCache
 from petrel.core.limits import AddressFull, MemoryLimits
 from petrel.core.message import LargeBody, Message, RoutingType, now_ms
 from petrel.core.queue import Consumer, MessageReference, Queue
@@ -70,7 +70,8 @@ def _records(stored: list[Queue], remote: list[RemoteBinding]) -> int:
     return (1 if stored else 0) + len({id(b.link) for b in remote})
 
 
-class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing, Endings, FlowControl):
+class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing, Endings, FlowControl,
+                 DuplicateDetection):
     def __init__(
         self,
         store: Store,
@@ -386,38 +387,6 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         if not blocked and self.limits.flow_control_bytes >= 0 and self.throttles(address):
             result.throttled = True
         return result
-
-    def _dup_cache(self, address: str, settings: AddressSettings) -> DuplicateIdCache:
-        cache = self.dup_caches.get(address)
-        if cache is None:
-            size = settings.id_cache_size if settings.id_cache_size is not None else self.id_cache_size
-            cache = self.dup_caches[address] = DuplicateIdCache(address, size)
-        return cache
-
-    def remember_dup(self, cache: DuplicateIdCache, dup_id: str, tx_id: int, *, after_pages: bool = False) -> None:
-        """Add `dup_id` to `cache`, journalled (with the eviction it causes) in `tx_id`.
-
-        `after_pages`: the message went (in part) to page files, which a journal transaction
-        cannot include; the ID is journalled only once those pages are durable (see
-        `FileStore.add_duplicate_id_after_pages`), so a crash never keeps the ID without the
-        message (a resend would be dropped and the message lost). A crash after the pages and
-        before the ID can let a resend through as a second copy (at least once, never lost),
-        unless its one page record is the send's only home: then recovery takes the ID from it."""
-        record_id = self.store.next_id()
-        evicted = cache.add(dup_id, record_id)
-        if self.persist_id_cache:
-            if evicted is not None:
-                self.store.delete_duplicate_id(tx_id, evicted)
-            if after_pages:
-                self.store.add_duplicate_id_after_pages(record_id, cache.address, dup_id)
-            else:
-                self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
-
-    def _remember_sent(self, address: str, dup_id: str, tx_id: int, message: Message, paged_before: int) -> None:
-        """Remember a routed message's duplicate ID; after its pages when any of it was paged
-        (here or in a store-and-forward copy: `paged_routes` moved)."""
-        cache = self._dup_cache(address, self.settings_for(address))
-        self.remember_dup(cache, dup_id, tx_id, after_pages=message.durable and self.paged_routes != paged_before)
 
     def drop(self, address: str, message: Message) -> SendResult:
         """DROP policy: the message is counted and let go."""

@@ -1,8 +1,8 @@
 """Page files: the backlog of a queue that does not fit in memory.
 
 Each paging queue has a directory `paging/<queue id>/` of page files `NNNNNNNNN.page`, each a
-run of records `u32 length | u32 crc32 | payload` with payload = msgpack (seq, durable,
-encoded message). Writes are appended by one writer thread and made durable together
+run of records `u32 length | u32 crc32 | payload` with payload = msgpack (seq, durable, message
+id, encoded message[, True when the record is its send's only home, see `append`]). Writes are appended by one writer thread and made durable together
 (`sync(done)`, like the journal's group commit); reads happen where the queue drains.
 
 A queue's read position (its cursor) lives in the message journal, written in the same
