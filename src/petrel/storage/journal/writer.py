@@ -121,6 +121,7 @@ class Writer:
         self.durable: tuple[int, int] = (0, 0)  # (segment, offset): all before it is written and synced
         self._retry_ns = 0  # pause before the next retry of a failed batch
         self._tidy_failed = False
+        self._tidy_next = 0
         self.skip_damaged = False  # load skipped damage: compaction may rewrite damaged segments
         self.thread: threading.Thread | None = None
         self.compaction: BackgroundCompaction | None = None  # running beside this thread
@@ -263,14 +264,18 @@ class Writer:
             self.close()
 
     def _tidy(self, step: Callable[[], None]) -> None:
-        """Housekeeping that may meet a full disk: logged, tried again after the next batch."""
+        """Housekeeping that may meet a full disk: logged once, tried again a second later (not
+        after every batch: preallocating a spare file would fill what space is left each time)."""
+        if self._tidy_failed and monotonic_ns() < self._tidy_next:
+            return
         try:
             step()
         except OSError as e:
-            if not self._tidy_failed:  # once, not after every batch while the disk is full
+            if not self._tidy_failed:
                 log.warning("journal %s: housekeeping failed, will retry: %s", self.layout.directory, e,
                             extra={"event": "journal.housekeeping_failed"})
             self._tidy_failed = True
+            self._tidy_next = monotonic_ns() + _RETRY_MAX_NS
         else:
             self._tidy_failed = False
 
