@@ -120,6 +120,30 @@ def test_a_crash_after_the_page_and_before_the_duplicate_id_record_keeps_the_id(
     store.close()
 
 
+def test_a_message_read_back_from_its_page_before_its_id_is_journalled_takes_the_id_along(tmp_path):
+    office, store, filled = paging_office(tmp_path / "data")
+    assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.ROUTED
+    written = threading.Event()
+    store.pages.sync(written.set)  # the page is written; the sync that journals the ID not asked yet
+    assert written.wait(10)
+    q = office.queues["big"]
+    sink = Sink()
+    q.add_consumer(Consumer(q, sink, window=1_000_000))
+    while not any(ref.message.body == b"the one" for ref in sink.got):  # read back into the journal
+        assert sink.got, "the paged message never came back"
+        q.acknowledge(sink.got.pop(0))
+    journal = threading.Event()
+    store.messages.sync(journal.set)
+    assert journal.wait(10)
+    shutil.copytree(tmp_path / "data", tmp_path / "crash")  # the disk at the crash
+    store.close()
+
+    office, store = open_office(tmp_path / "crash", PAGED)
+    assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.DUPLICATE
+    assert drain(office, "big").count(b"the one") == 1
+    store.close()
+
+
 def test_a_paged_sends_duplicate_id_is_journalled_once_its_page_is_durable(tmp_path):
     office, store, filled = paging_office(tmp_path / "data")
     assert send(office, "big", b"the one", dup="d-1").outcome == SendOutcome.ROUTED
@@ -158,18 +182,16 @@ class Crash(Exception):
     pass
 
 
-def test_a_crash_between_the_appends_of_a_send_to_a_remote_subscriber_keeps_both_or_neither(tmp_path):
-    """The only durable target is the store-and-forward copy: the duplicate ID and the copy
-    are one journal transaction. A crash leaves a prefix of the appends: try every prefix."""
-    appends = 0
+def every_crash(tmp_path, setup, send_it, holders):
+    """Run `send_it` once per prefix of its journal appends (a crash leaves a prefix: the k-th
+    append and every later one never happen), recover, and return [(duplicate ID known,
+    bodies `holders(office)` finds)] per prefix, the whole send last."""
+    outcomes = []
     k = 1
     while True:
         path = tmp_path / f"run{k}"
         office, store = open_office(path)
-        link = FakeLink(office)
-        office.create_address("feed", {MULTI})
-        office.add_remote_binding(RemoteBinding("sub@B", "sub", "sub", "feed", MULTI, None, origin="B",
-                                                distance=1, link=link, consumer_count=1))
+        setup(office)
         flush(store)
         journal = store.messages
         calls = [0]
@@ -181,7 +203,7 @@ def test_a_crash_between_the_appends_of_a_send_to_a_remote_subscriber_keeps_both
             def append(*args, **kw):
                 calls[0] += 1
                 if calls[0] == k:
-                    raise Crash  # the process dies: this append and the later ones never happen
+                    raise Crash
                 return original(*args, **kw)
 
             return append
@@ -189,7 +211,7 @@ def test_a_crash_between_the_appends_of_a_send_to_a_remote_subscriber_keeps_both
         for name in ("add", "add_tx", "update", "update_tx", "delete", "delete_tx", "commit"):
             setattr(journal, name, crashing(name))
         try:
-            send(office, "feed", b"the one", MULTI, dup="d-1")
+            send_it(office)
             crashed = False
         except Crash:
             crashed = True
@@ -197,15 +219,43 @@ def test_a_crash_between_the_appends_of_a_send_to_a_remote_subscriber_keeps_both
             setattr(journal, name, original)
         flush(store)
         store.close()
-
         office, store = open_office(path)
-        copies = [r.message.body for r in office.queues[SF].iter_refs()]
-        known = "feed" in office.dup_caches and "d-1" in office.dup_caches["feed"]
-        assert copies in ([], [b"the one"])
-        assert known == bool(copies), f"crash after {k - 1} appends: duplicate ID {known}, copies {copies}"
+        known = any("d-1" in cache for cache in office.dup_caches.values())
+        outcomes.append((known, holders(office)))
         store.close()
         if not crashed:
-            appends = k - 1
-            break
+            return outcomes
         k += 1
-    assert appends >= 2  # the copy and the duplicate ID at least
+
+
+def test_a_crash_between_the_appends_of_a_send_to_a_remote_subscriber_keeps_both_or_neither(tmp_path):
+    """The only durable target is the store-and-forward copy: the duplicate ID and the copy
+    are one journal transaction."""
+
+    def setup(office):
+        link = FakeLink(office)
+        office.create_address("feed", {MULTI})
+        office.add_remote_binding(RemoteBinding("sub@B", "sub", "sub", "feed", MULTI, None, origin="B",
+                                                distance=1, link=link, consumer_count=1))
+
+    outcomes = every_crash(tmp_path, setup, lambda office: send(office, "feed", b"the one", MULTI, dup="d-1"),
+                           lambda office: [r.message.body for r in office.queues[SF].iter_refs()])
+    assert len(outcomes) >= 3  # the copy and the duplicate ID at least
+    for k, (known, copies) in enumerate(outcomes):
+        assert copies in ([], [b"the one"])
+        assert known == bool(copies), f"crash after {k} appends: duplicate ID {known}, copies {copies}"
+    assert outcomes[-1] == (True, [b"the one"])
+
+
+def test_a_crash_between_the_appends_of_a_diverted_send_keeps_both_or_neither(tmp_path):
+    def setup(office):
+        office.create_queue("archive", "archive", ANY)
+        office.create_queue("orders", "orders", ANY)
+        office.create_divert("keep", "orders", "archive", exclusive=True)
+
+    outcomes = every_crash(tmp_path, setup, lambda office: send(office, "orders", b"the one", dup="d-1"),
+                           lambda office: [r.message.body for r in office.queues["archive"].iter_refs()])
+    for k, (known, copies) in enumerate(outcomes):
+        assert copies in ([], [b"the one"])
+        assert known == bool(copies), f"crash after {k} appends: duplicate ID {known}, copies {copies}"
+    assert outcomes[-1] == (True, [b"the one"])

@@ -87,7 +87,11 @@ class FileStore:
         self.disk_watch = None  # a storage.disk.DiskWatch told of the bytes appended
         self._pages_appended = 0  # page records appended
         self._pages_durable = 0  # page records a completed page sync covered
-        self._dup_after_pages: dict[int, bytes] = {}  # duplicate-ID records waiting for their pages
+        # duplicate-ID records waiting for their pages: record id -> ((address, id), body), and
+        # (address, id) -> record id
+        self._dup_after_pages: dict[int, tuple[tuple[str, str], bytes]] = {}
+        self._dup_waiting: dict[tuple[str, str], int] = {}  # ... of sends whose one page is their home
+        self._dup_homes: set[tuple[str, str]] = set()  # paged as their send's only home, ID to come
         self._dup_waits = 0  # syncs waiting for the page writer before appending those
         self._next_id = 1
         self._reserved = 0
@@ -298,8 +302,21 @@ class FileStore:
         if tx_id:
             self._tx_with_records.add(tx_id)
             self.messages.add_tx(tx_id, message.id, RecordKind.MESSAGE, body)
+            if self._dup_waiting:
+                self._dup_id_with(tx_id, message)
         else:
             self.messages.add(message.id, RecordKind.MESSAGE, body)
+
+    def _dup_id_with(self, tx_id: int, message: Message) -> None:
+        """A message paged as its send's only home, whose duplicate ID still waits for the page
+        (`add_duplicate_id_after_pages`), reaches the journal (read back from its page before
+        the page writer's sync came back): the ID goes in the same transaction, so a crash never
+        keeps the message (now only in the journal, the page being behind the cursor) without it."""
+        dup_id = message.duplicate_id
+        record_id = None if dup_id is None else self._dup_waiting.pop((message.address, dup_id), None)
+        if record_id is not None:
+            _, body = self._dup_after_pages.pop(record_id)
+            self.messages.add_tx(tx_id, record_id, RecordKind.DUPLICATE_ID, body)
 
     def ack(self, tx_id: int, message_id: int, queue_id: int) -> None:
         if tx_id:
@@ -331,16 +348,26 @@ class FileStore:
         include a page write, so the ID is appended to the journal only once the page writer
         has made everything paged so far durable (see `sync`). Journalled before, a crash could
         keep the ID without the message, and the client's resend would be dropped as a duplicate."""
-        self._dup_after_pages[record_id] = pack((address, dup_id))
+        key = (address, dup_id)
+        self._dup_after_pages[record_id] = (key, pack(key))
+        if key in self._dup_homes:  # its one page record holds the whole send (`page`)
+            self._dup_homes.discard(key)
+            self._dup_waiting[key] = record_id
 
     def _append_dup_ids(self, record_ids: list[int]) -> None:
         for record_id in record_ids:
-            body = self._dup_after_pages.pop(record_id, None)
-            if body is not None:  # not evicted from its cache meanwhile
+            waiting = self._dup_after_pages.pop(record_id, None)
+            if waiting is not None:  # not evicted from its cache (nor journalled) meanwhile
+                key, body = waiting
+                if self._dup_waiting.get(key) == record_id:
+                    del self._dup_waiting[key]
                 self.messages.add(record_id, RecordKind.DUPLICATE_ID, body)
 
     def delete_duplicate_id(self, tx_id: int, record_id: int) -> None:
-        if self._dup_after_pages.pop(record_id, None) is not None:
+        waiting = self._dup_after_pages.pop(record_id, None)
+        if waiting is not None:
+            if self._dup_waiting.get(waiting[0]) == record_id:
+                del self._dup_waiting[waiting[0]]
             return  # evicted from its cache before it was journalled
         if tx_id:
             self._tx_with_records.add(tx_id)
@@ -355,6 +382,8 @@ class FileStore:
 
     def page(self, queue_id: int, seq: int, message: Message, *, home: bool = False) -> None:
         self.pages.append(queue_id, seq, message, home=home)
+        if home:
+            self._dup_homes.add((message.address, message.duplicate_id))
         self._pages_appended += 1
         if self.disk_watch is not None:
             self.disk_watch.appended(message.size)
