@@ -86,7 +86,7 @@ def test_failed_write_fails_waiters_then_heals_without_losing_or_doubling(tmp_pa
 
     disk.broken.set()
     for rid in range(2, 40):
-        journal.add(rid, 0, b"x" * 500)  # crosses into a new segment on the way
+        journal.add(rid, 0, b"x" * 2000)  # crosses into a new segment on the way
     failing = Waiter()
     journal.sync(failing)
     assert failing.done.wait(10), "a waiter hung on a failed write"
@@ -107,6 +107,7 @@ def test_failed_write_fails_waiters_then_heals_without_losing_or_doubling(tmp_pa
     healed = Waiter()
     journal.sync(healed)
     assert healed.done.wait(10) and healed.ok
+    assert len(journal.segments()) >= 2  # the retried batch rolled over
     journal.stop()
 
     loaded = reload(tmp_path, file_size=SIZE)
