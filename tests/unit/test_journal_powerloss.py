@@ -202,6 +202,8 @@ def one_seed(path, monkeypatch, seed: int) -> None:
                 if rng.random() < 0.7:  # a sync: what it covers is confirmed once it returns
                     journal._writer.flush_now()
                     confirmed = len(ops)
+                    if rng.random() < 0.5:  # reclaim dead segments: their files come back with stale records
+                        journal._writer._housekeeping()
         except Crash:
             pass
         journal._writer.close()
