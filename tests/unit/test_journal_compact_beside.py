@@ -277,3 +277,115 @@ def test_operations_interleaved_with_compaction_leave_the_live_state(first, seco
             assert loaded_state(crashed.load()) == at_crash.state()
             crashed.stop()
 
+
+
+def pipelined_sends(journal, model, first: int, count: int, confirmed: list | None = None) -> None:
+    """What a broker writes for pipelined sends with duplicate IDs: each send a transaction
+    (message + duplicate ID) committed only after the next one has begun, so a transaction
+    is open across every segment boundary; older messages acknowledged (deleted)."""
+    tick = None if confirmed is None else (lambda: confirmed.append(1))
+    for i in range(first, first + count):
+        do(journal, model, ("add_tx", i, 2 * i, 1, b"message %d" % i + b"m" * 300))
+        do(journal, model, ("add_tx", i, 2 * i + 1, 2, b"dup-%d" % i))
+        if i - 10 >= first:  # a redelivery counted in the transaction
+            do(journal, model, ("update_tx", i, 2 * (i - 10), 3, b"delivery"))
+        if i > first:
+            do(journal, model, ("commit", i - 1), tick)
+        if i % 3 and i - 40 >= first:  # two in three messages consumed
+            do(journal, model, ("delete", 2 * (i - 40)))
+    do(journal, model, ("commit", first + count - 1), tick)
+
+
+def straddled(path: Path, segments: int = 0) -> bool:
+    """Whether some transaction is open across every boundary between the data segments."""
+    from petrel.storage.journal import read_segments
+    from petrel.storage.journal.records import RecordType
+    spans: dict[int, list[int]] = {}
+    ids = []
+    for info, records in read_segments(path):
+        ids.append(info.id)
+        for _off, rec in records:
+            if rec.type in (RecordType.ADD_TX, RecordType.UPDATE_TX, RecordType.DELETE_TX):
+                spans.setdefault(rec.tx_id, [info.id, None])
+            elif rec.type in (RecordType.COMMIT, RecordType.ROLLBACK) and rec.tx_id in spans:
+                spans[rec.tx_id][1] = info.id
+    open_at = {s for first, end in spans.values() if end is not None for s in range(first, end)}
+    return all(s in open_at for s in ids[:-1])
+
+
+def test_transactions_open_across_every_segment_boundary_do_not_stop_compaction(tmp_path):
+    live = tmp_path / "live"
+    journal, _ = started(live, compact_percentage=0)
+    model = Model()
+    pipelined_sends(journal, model, 1, 1500)
+    synced(journal)
+    idle(journal)
+    crash_image(live, tmp_path / "before")
+    assert straddled(tmp_path / "before"), "the workload left a boundary no transaction crosses"
+    hold = Hold("control file written")
+    journal._writer.checkpoint = hold
+    compaction = Background(journal)
+    assert hold.reached.wait(60)
+    confirmed: list = []
+    pipelined_sends(journal, model, 5000, 200, confirmed)  # confirmed while the compaction is held
+    wait_for(lambda: len(confirmed) == 200, timeout=60)
+    hold.release.set()
+    assert compaction.finish() > 10
+    assert_ledger_matches_disk(journal, live, tmp_path / "scratch")
+    churn(journal, model, 300)
+    journal.stop()
+    assert loaded_state(reload(live)) == model.state()
+
+
+class Filler:
+    """Records that come and go, written until the journal reaches a given place."""
+
+    def __init__(self, journal, model) -> None:
+        self.journal, self.model, self.next = journal, model, 40_000_000
+
+    def one(self) -> None:
+        self.next += 1
+        do(self.journal, self.model, ("add", self.next, 0, b"f" * 200))
+        do(self.journal, self.model, ("delete", self.next))
+
+    def to_next_segment(self) -> None:
+        seg = self.journal.position[0]
+        while self.journal.position[0] == seg:
+            self.one()
+
+    def until_room_left(self, room: int) -> None:
+        while self.journal.position[1] < self.journal.file_size - room:
+            self.one()
+
+
+def test_the_commit_of_a_carried_transaction_outlives_the_segment_it_was_carried_in(tmp_path):
+    """A transaction straddling the end of what is compacted is carried in a file that keeps
+    its segment id; the later segment holding its COMMIT (nothing else live there) must not
+    be reclaimed before that file, or a load would roll the transaction back."""
+    journal, _ = started(tmp_path / "live", compact_percentage=0)
+    model = Model()
+    fill = Filler(journal, model)
+    for rid in range(1, 5):  # segments with one live record each: worth compacting
+        do(journal, model, ("add", rid, 1, b"kept %d" % rid))
+        fill.to_next_segment()
+    do(journal, model, ("add", 5, 1, b"kept 5"))
+    fill.until_room_left(600)
+    carried_in = journal.position[0]
+    do(journal, model, ("add_tx", 77, 500, 1, b"carried"))  # T starts at the end of segment L
+    fill.to_next_segment()
+    do(journal, model, ("add_tx", 88, 600, 1, b"open"))  # U, open through the compaction: it stops at L
+    fill.to_next_segment()
+    do(journal, model, ("commit", 77))  # T's COMMIT, in a segment holding nothing else live
+    fill.to_next_segment()
+    fill.to_next_segment()
+    synced(journal)
+    assert journal.compact() == carried_in
+    assert carried_in in [s.id for s in journal.segments()]
+    fill.to_next_segment()  # what can be reclaimed is, now
+    synced(journal)
+    idle(journal)
+    crash_image(tmp_path / "live", tmp_path / "image")
+    assert loaded_state(reload(tmp_path / "image")) == model.state()
+    do(journal, model, ("commit", 88))
+    journal.stop()
+    assert loaded_state(reload(tmp_path / "live")) == model.state()

@@ -151,29 +151,34 @@ class Prepared:
     outputs: dict[int, SegmentState] = field(default_factory=dict)
     records: int = 0
     extended: set[int] = field(default_factory=set)  # moved records with updates in later segments
+    # the last replaced segment's id, kept for the records of transactions straddling its end:
+    # (segment, bytes used, transactions, {id: (pieces, bytes) of copied records that were in it})
+    carried: tuple[int, int, int, dict[int, tuple[int, int]]] | None = None
 
 
-def _prefix_end(segments: list[int], spans: dict[int, list[int]]) -> int:
-    """How many of ``segments`` (in order) form the longest prefix no transaction straddles.
+def _cut(n: int, spans: dict[int, list[int]]) -> int:
+    """Index of the last of ``n`` segments (in order) where compaction can stop, or -1.
 
     ``spans`` maps a transaction to [index of its first segment, index of the
-    segment that ends it, or -1 when none does]; a prefix ending at
-    index p is straddled when first <= p < end.  One sweep over a difference array.
+    segment that ends it, or -1 when none of the ``n`` does].  Compaction may stop
+    at the end of segment p when every transaction with records up to p that ends
+    after p starts in p itself: those records are then carried, unchanged, in a
+    file that keeps p's id, so its COMMIT still finds them where it counted them.
+    One sweep over a difference array of the forbidden stops [first + 1, end - 1].
     """
-    n = len(segments)
-    cover = [0] * (n + 1)
+    forbid = [0] * (n + 1)
     for first, end in spans.values():
         if end < 0:
             end = n
-        if first < end:
-            cover[first] += 1
-            cover[end] -= 1
-    best = 0
+        if first + 1 <= end - 1:
+            forbid[first + 1] += 1
+            forbid[end] -= 1
+    best = -1
     depth = 0
     for p in range(n):
-        depth += cover[p]
+        depth += forbid[p]
         if depth == 0:
-            best = p + 1
+            best = p
     return best
 
 
@@ -192,8 +197,8 @@ def write_segment(path: Path, segment_id: int, blob: bytes, file_size: int, sync
 class _Replay:
     """Load's replay (recovery.Replay) for what compaction needs, in plain tuples.
 
-    Compaction replays a prefix no transaction straddles, so every transaction in
-    it ends in it.  Tuples of ints and bytes are untracked by the garbage
+    Transactions that straddle the end of the prefix stay in ``txs``: their
+    records are carried as they are (see Compactor.prepare).  Tuples of ints and bytes are untracked by the garbage
     collector: a replay of many records adds no work to the full collections
     that stop every thread (the writer's included).
     """
@@ -201,31 +206,32 @@ class _Replay:
     __slots__ = ("records", "updates", "txs")
 
     def __init__(self) -> None:
-        self.records: dict[int, tuple[int, bytes]] = {}  # id -> (user_type, body), in add order
-        self.updates: dict[int, tuple] = {}  # id -> ((user_type, body), ...)
+        # id -> (user_type, body, segment, size) of its add, in add order
+        self.records: dict[int, tuple[int, bytes, int, int]] = {}
+        self.updates: dict[int, tuple] = {}  # id -> ((user_type, body, segment, size), ...)
         self.txs: dict[int, _Tx] = {}
 
-    def _add(self, rid: int, user_type: int, body: bytes) -> None:
+    def _add(self, rid: int, user_type: int, body: bytes, seg: int, size: int) -> None:
         records = self.records
         if rid in records:
             del records[rid]
-        records[rid] = (user_type, body)
+        records[rid] = (user_type, body, seg, size)
         self.updates.pop(rid, None)
 
-    def _update(self, rid: int, user_type: int, body: bytes) -> None:
+    def _update(self, rid: int, user_type: int, body: bytes, seg: int, size: int) -> None:
         if rid in self.records:
-            self.updates[rid] = self.updates.get(rid, ()) + ((user_type, body),)
+            self.updates[rid] = self.updates.get(rid, ()) + ((user_type, body, seg, size),)
 
     def _delete(self, rid: int) -> None:
         self.records.pop(rid, None)
         self.updates.pop(rid, None)
 
     def apply_all(self, raws: list, seg: int) -> None:
-        for _off, code, user_type, rid, tx_id, count, body, _size in raws:
+        for _off, code, user_type, rid, tx_id, count, body, size in raws:
             if code == ADD:
-                self._add(rid, user_type, body)
+                self._add(rid, user_type, body, seg, size)
             elif code == UPDATE:
-                self._update(rid, user_type, body)
+                self._update(rid, user_type, body, seg, size)
             elif code == DELETE:
                 self._delete(rid)
             elif code == ADD_TX or code == UPDATE_TX or code == DELETE_TX or code == PREPARE:
@@ -235,16 +241,16 @@ class _Replay:
                 if code == PREPARE:
                     tx.prepared = True
                 else:
-                    tx.records.append((code, rid, user_type, body))
+                    tx.records.append((code, rid, user_type, body, seg, size))
                     tx.found[seg] = tx.found.get(seg, 0) + 1
             elif code == COMMIT:
                 tx = self.txs.pop(tx_id, None)
                 if _commit_mismatch(tx, count, body, seg) is None and tx is not None:
-                    for tcode, trid, tuser_type, tbody in tx.records:
+                    for tcode, trid, tuser_type, tbody, tseg, tsize in tx.records:
                         if tcode == ADD_TX:
-                            self._add(trid, tuser_type, tbody)
+                            self._add(trid, tuser_type, tbody, tseg, tsize)
                         elif tcode == UPDATE_TX:
-                            self._update(trid, tuser_type, tbody)
+                            self._update(trid, tuser_type, tbody, tseg, tsize)
                         else:
                             self._delete(trid)
             elif code == ROLLBACK:
@@ -269,10 +275,12 @@ class Compactor:
         first_blocked = min(blocked) if blocked else current
         return [s for s in sorted(self.ledger.segments) if s < min(current, first_blocked)]
 
-    def _replay(self, segments: list[int]) -> tuple[list[int], _Replay, bool] | None:
-        """Read ``segments`` once; replay the longest prefix no transaction straddles.
+    def _replay(self, segments: list[int]) -> tuple[list[int], _Replay, bool, bytes, set[int]] | None:
+        """Read ``segments`` once; replay the longest prefix that can be compacted.
 
-        Returns that prefix, its replay, and whether skipped damage was seen."""
+        Returns that prefix, its replay, whether skipped damage was seen, and the
+        records of the transactions straddling its end (all in its last segment),
+        as they are on disk, and their ids."""
         scanned = []
         spans: dict[int, list[int]] = {}  # tx id -> [first index, ending index or -1]
         for index, seg in enumerate(segments):
@@ -291,19 +299,26 @@ class Compactor:
                 if code in _TX_RECORDS:
                     if tx_id not in spans:
                         spans[tx_id] = [index, -1]
-                elif code == RecordType.COMMIT or code == RecordType.ROLLBACK:
+                elif code == COMMIT or code == ROLLBACK:
                     span = spans.get(tx_id)
                     if span is not None:
                         span[1] = index
-        end = _prefix_end(segments, spans)
-        if end == 0:
+        last = _cut(len(segments), spans)
+        if last < 0:
             return None
+        straddling = {tx_id for tx_id, (first, end) in spans.items() if first == last and (end < 0 or end > last)}
         replay = _Replay()
         damaged = False
-        for seg, result in zip(segments[:end], scanned):
+        for seg, result in zip(segments[:last + 1], scanned):
             damaged = damaged or bool(result.damage or result.torn)
             replay.apply_all(result.records, seg)
-        return segments[:end], replay, damaged
+        carried = b""
+        if straddling:
+            buf = read_file(self.layout.data_path(segments[last]))
+            carried = b"".join(bytes(buf[off:off + size])
+                               for off, code, _ut, _rid, tx_id, _count, _body, size in scanned[last].records
+                               if code in _TX_RECORDS and tx_id in straddling)
+        return segments[:last + 1], replay, damaged, carried, straddling
 
     def prepare(self, segments: list[int]) -> Prepared | None:
         """Write the compacted files and the control file (any thread); None: nothing worth doing.
@@ -312,15 +327,17 @@ class Compactor:
         picked = self._replay(segments)
         if picked is None:
             return None
-        segments, replay, damaged = picked
+        segments, replay, damaged, carried, straddling = picked
         replaced = set(segments)
+        last = segments[-1]
         live = self.ledger.live  # read beside the writer: entries are tuples, replaced whole
         # what to copy, in add order: (type, id, user_type, body)
         items = []
         extended = set()  # records with updates in later segments too
+        in_last: dict[int, tuple[int, int]] = {}  # id -> (pieces, bytes) the copy takes out of the last segment
         no_updates = ()
         updates = replay.updates
-        for rid, (user_type, body) in replay.records.items():
+        for rid, (user_type, body, seg, size) in replay.records.items():
             entry = live.get(rid)
             if entry is None or entry[0] not in replaced:
                 continue  # deleted later, or superseded by a newer add
@@ -328,8 +345,14 @@ class Compactor:
             if len(entry) != 2 + 2 * len(ups):
                 extended.add(rid)
             items.append((_ADD, rid, user_type, body))
-            for up_type, up_body in ups:
+            pieces, nbytes = (1, size) if seg == last else (0, 0)
+            for up_type, up_body, up_seg, up_size in ups:
                 items.append((_UPDATE, rid, up_type, up_body))
+                if up_seg == last:
+                    pieces += 1
+                    nbytes += up_size
+            if pieces and carried:
+                in_last[rid] = (pieces, nbytes)
         # pack greedily into as many segments as needed, reusing the replaced ids
         bins: list[list[tuple[int, int, int, bytes]]] = [[]]
         off = HEADER_SIZE
@@ -343,14 +366,16 @@ class Compactor:
         if not items:
             bins = []
         ids = sorted(segments)
-        if len(bins) >= len(ids) and not damaged:
+        kept = ids[:len(bins)] + ([last] if carried else [])  # the last id never goes to a bin then
+        if len(kept) >= len(ids) and not damaged:
             return None  # would not save a file (rewriting damage away is worth it anyway)
         plan = RenamePlan(
-            tuple((self.layout.compact_path(seg).name, self.layout.data_path(seg).name)
-                  for seg in ids[:len(bins)]),
-            tuple(self.layout.data_path(seg).name for seg in ids[len(bins):]),
+            tuple((self.layout.compact_path(seg).name, self.layout.data_path(seg).name) for seg in kept),
+            tuple(self.layout.data_path(seg).name for seg in ids if seg not in kept),
         )
         prepared = Prepared(replaced, plan, records=len(items), extended=extended)
+        if carried:
+            prepared.carried = (last, HEADER_SIZE + len(carried), len(straddling), in_last)
         moved = prepared.moved
         try:
             for seg, records in zip(ids, bins):
@@ -369,6 +394,8 @@ class Compactor:
                 state.used = HEADER_SIZE + len(blob)
                 write_segment(self.layout.compact_path(seg), seg, blob, self.file_size, self.sync)
                 prepared.outputs[seg] = state
+            if carried:
+                write_segment(self.layout.compact_path(last), last, carried, self.file_size, self.sync)
             self.checkpoint("compacted files written")
             if self.cancelled:
                 raise Cancelled()
@@ -394,9 +421,10 @@ class Compactor:
     def swap(self, prepared: Prepared) -> int:
         """Put the compacted files in place and switch the ledger (the writer thread, or load)."""
         roll_forward(self.layout, self.release, self.sync, self.checkpoint)
-        self.ledger.rebase(prepared.moved, prepared.replaced, prepared.outputs, prepared.extended)
+        self.ledger.rebase(prepared.moved, prepared.replaced, prepared.outputs, prepared.extended,
+                           prepared.carried)
         log.info("compacted %d journal segments into %d (%d records)", len(prepared.replaced),
-                 len(prepared.outputs), prepared.records, extra={"event": "journal.compacted"})
+                 len(prepared.plan.renames), prepared.records, extra={"event": "journal.compacted"})
         return len(prepared.replaced)
 
     def run(self, current: int) -> int:

@@ -193,15 +193,34 @@ class Ledger:
         self.dirty = True
 
     def rebase(self, moved: dict[int, tuple[int, ...]], replaced: set[int], outputs: dict[int, SegmentState],
-               extended: set[int]) -> None:
+               extended: set[int], carried: tuple[int, int, int, dict[int, tuple[int, int]]] | None = None) -> None:
         """Swap compacted segments in: ``replaced`` ids go, ``outputs`` come.
 
         ``moved`` maps each record id copied by compaction to its new flat
         (segment, size, ...) entries (add and the updates that were in the
         replaced segments); updates it had in later segments (``extended`` before
-        the compaction started, ``touched`` since) are kept after them.  A copied record killed while the compaction ran (``killed``) is dead in its
-        output segment, and the segment that killed it now refers to that one.
+        the compaction started, ``touched`` since) are kept after them.  A copied
+        record killed while the compaction ran (``killed``) is dead in its output
+        segment, and the segment that killed it now refers to that one.
+
+        ``carried``: the last replaced segment's id stays, for the records of the
+        transactions straddling its end, copied as they were; what it holds live is
+        what it held, less the records copied out of it (those not killed).  The
+        segments whose COMMIT or ROLLBACK refer to it keep referring to it.
         """
+        killed = self.killed
+        keep_refs: set[int] = set()
+        if carried is not None:
+            seg, used, records, in_last = carried
+            old = self.segments[seg]
+            state = outputs[seg] = SegmentState(seg, used)
+            state.records = records
+            state.live, state.live_bytes = old.live, old.live_bytes
+            for rid, (pieces, nbytes) in in_last.items():
+                if rid not in killed:
+                    state.live -= pieces
+                    state.live_bytes -= nbytes
+            keep_refs.add(seg)
         for seg in replaced:
             state = self.segments.pop(seg, None)
             if state is not None:
@@ -210,7 +229,7 @@ class Ledger:
         # updated meanwhile are dealt with replaces its live entries wholesale
         live = self.live
         late_refs = []
-        for rid, killer in self.killed.items():
+        for rid, killer in killed.items():
             entry = moved.pop(rid, None)
             if entry is None:
                 continue
@@ -224,17 +243,17 @@ class Ledger:
             old = live.get(rid)
             if entry is None or old is None or old[0] not in replaced:
                 continue
-            live[rid] = entry + tuple(x for i in range(0, len(old), 2) if old[i] not in replaced
-                                      for x in (old[i], old[i + 1]))
+            live[rid] = entry + old[len(entry):]  # its first pieces are the copied ones, in order
         live.update(moved)
         for seg, state in outputs.items():
             self.segments[seg] = state
             self.live_bytes += state.live_bytes
         # deletes in later segments that pointed into the replaced ones killed
         # records compaction did not copy: those references are done with
+        gone = replaced - keep_refs
         for state in self.segments.values():
             if state.refs and state.id not in outputs:
-                state.refs -= replaced
+                state.refs -= gone
         for killer, seg in late_refs:
             state = self.segments.get(killer)
             if state is not None:
