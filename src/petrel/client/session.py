@@ -104,6 +104,10 @@ class AsyncSession:
         for entry in self._unconfirmed:
             _resolve(entry, self._failure)
         self._wake()
+        # none of them will be confirmed now: wake a flush() waiting for them, which raises
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
         for consumer in list(self._consumers.values()):
             consumer._terminate(self._failure)
 
