@@ -230,7 +230,8 @@ class BrokerConfig(BaseModel):
     global_max_size: int = Field(
         -1, ge=-1, description="bytes of messages all addresses may hold in memory (-1 = a quarter of the machine's memory)")
     producer_flow_control_bytes: int = Field(
-        8 * MIB, ge=-1, description="bytes an address's consumers may fall behind before its producers are slowed (-1 = off)")
+        8 * MIB, ge=-1, description="bytes a queue's consumers may fall behind before the address's producers are "
+        "slowed; a queue that stays behind (a stalled subscriber) stops slowing them and pages instead (-1 = off)")
     max_disk_usage: int = Field(
         90, ge=0, le=100, description="percent of the data disk in use above which producers are blocked")
     disk_scan_period: int = Field(5000, ge=100, description="ms between disk usage checks")
