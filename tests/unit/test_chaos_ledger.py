@@ -146,3 +146,12 @@ def test_non_durable_messages_may_go_with_a_restart_only():
     ledger.confirmed(["p0-0"])
     assert ledger.check(restarted=True).ok
     assert ledger.check(restarted=False).lost == 1
+
+
+def test_a_dropped_auto_ack_stomp_consumer_may_lose_what_was_on_the_wire():
+    ledger = Ledger()
+    history(ledger, 1)
+    assert ledger.check().lost == 1
+    ledger.at_most_once("q")
+    v = ledger.check()
+    assert v.ok and v.in_flight == 1

@@ -162,6 +162,12 @@ class stomp_producer:
             self.confirmed(mids)
 
     def send(self, batch: list[Spec]) -> None:
+        try:
+            self._send(batch)
+        except (stomp.exception.StompException, OSError) as exc:
+            raise ChannelError(f"send failed: {exc!r}") from None
+
+    def _send(self, batch: list[Spec]) -> None:
         conn, rids = self.s.conn, []
         tx = f"tx-{next(_ids)}" if self.transacted else None
         if tx:

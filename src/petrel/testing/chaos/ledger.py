@@ -61,6 +61,7 @@ class Verdict:
     reordered: int = 0
     unknown: int = 0
     dropped_non_durable: int = 0  # non-durable messages gone after a broker restart (allowed)
+    in_flight: int = 0  # gone on the wire to an auto-acknowledging STOMP consumer that dropped (allowed)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -85,6 +86,7 @@ class Ledger:
         self._ack_sent: set[tuple[str, str]] = set()
         self._ack_confirmed: dict[tuple[str, str], int] = {}
         self._resent: set[str] = set()
+        self._at_most_once: set[str] = set()
         self._by_stream: dict[str, list[tuple[str, bool]]] = defaultdict(list)  # (mid, redelivered) in order
 
     def _tick(self) -> int:
@@ -125,6 +127,13 @@ class Ledger:
             for mid in mids:
                 self._ack_sent.add((stream, mid))
                 self._ack_confirmed.setdefault((stream, mid), t)
+
+    def at_most_once(self, stream: str) -> None:
+        """A consumer of `stream` whose broker acknowledges on sending (STOMP ack=auto) lost its
+        connection: what was on the wire to it is gone by contract, so a confirmed message of
+        `stream` that never arrives is counted as `in_flight`, not LOST."""
+        with self._lock:
+            self._at_most_once.add(stream)
 
     def drained(self, stream: str | None, mid: str) -> None:
         with self._lock:
@@ -198,6 +207,8 @@ class Ledger:
                 if sent.confirmed and not settled:
                     if not sent.durable and restarted:
                         v.dropped_non_durable += 1
+                    elif stream in self._at_most_once:
+                        v.in_flight += 1
                     else:
                         v.lost += 1
                         flag("lost", f"{stream}:{mid}")

@@ -10,6 +10,9 @@ from petrel.testing.chaos.runner import RunResult
 
 __all__ = ["Totals", "print_table"]
 
+NAMES = ("confirmed", "lost", "duplicated", "redelivered", "reordered", "in_doubt", "unknown",
+         "dropped_non_durable", "in_flight")
+
 
 class Totals:
     def __init__(self, results: Sequence[RunResult]) -> None:
@@ -22,8 +25,7 @@ class Totals:
             for kind in r.skipped:
                 self.skipped[kind] += 1
             v = r.verdict
-            for name in ("confirmed", "in_doubt", "lost", "duplicated", "redelivered", "reordered", "unknown",
-                         "dropped_non_durable"):
+            for name in NAMES:
                 self.counts[name] += getattr(v, name)
         self.failed = [r for r in self.results if not r.ok]
 
@@ -35,8 +37,7 @@ class Totals:
             if self.skipped[kind]:
                 value += f" ({self.skipped[kind]} skipped)"
             rows.append((label, value))
-        for name in ("confirmed", "lost", "duplicated", "redelivered", "reordered", "in_doubt", "unknown",
-                     "dropped_non_durable"):
+        for name in NAMES:
             rows.append((f"messages {name.replace('_', ' ')}", f"{self.counts[name]:,}"))
         return rows
 

@@ -69,6 +69,7 @@ class _Worker(threading.Thread):
                         return
                 except ChannelError as exc:
                     self.failures += 1
+                    self.failed()
                     self.timeline.note(f"{self.name} on node {self.ports.node}: {exc}")
                     self.stopping.wait(0.2)
         except BaseException as exc:  # noqa: BLE001 - reported by the runner
@@ -78,6 +79,9 @@ class _Worker(threading.Thread):
     def session(self) -> bool:
         """One connection's work; True when the worker is done."""
         raise NotImplementedError
+
+    def failed(self) -> None:
+        """The connection failed (after the timeline has it)."""
 
 
 class Producer(_Worker):
@@ -162,6 +166,10 @@ class Consumer(_Worker):
         self._hold = hold
         self._drop.set()
 
+    def failed(self) -> None:
+        if self.plan.ack == "auto" and self.plan.protocol == "STOMP":
+            self.ledger.at_most_once(self.stream)
+
     def _delivered(self, d) -> None:
         self.received += 1
         self.ledger.delivered(self.stream, d.mid, redelivered=d.redelivered)
@@ -194,6 +202,7 @@ class Consumer(_Worker):
                         self._drop.clear()
                         self.timeline.note(f"{self.name} drops its connection with {len(batch)} unacknowledged")
                         channel.abort()
+                        self.failed()
                         self.stopping.wait(self._hold)
                         return False
                     channel.ack(batch, self._ack_sent)
