@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from petrel.storage.journal import FileJournal
+from petrel.storage.journal import FileJournal, JournalError
 
 from journal_harness import reload, run_all, started, wait_for
 from test_journal_property import OPTIONS, Model, loaded_state, make_ops, op_specs, perform
@@ -389,3 +389,26 @@ def test_the_commit_of_a_carried_transaction_outlives_the_segment_it_was_carried
     do(journal, model, ("commit", 88))
     journal.stop()
     assert loaded_state(reload(tmp_path / "live")) == model.state()
+
+
+@pytest.mark.parametrize("step", THREAD_STEPS)
+def test_a_compaction_that_fails_beside_the_writer_leaves_the_journal_as_it_was(tmp_path, step):
+    journal, _ = started(tmp_path, file_size=BIG, compact_percentage=0)
+    model = Model()
+    fill(journal, model, live=3_000)
+    synced(journal)
+
+    def fail(name):
+        if name == step:
+            raise OSError(5, "Input/output error")
+
+    journal._writer.checkpoint = fail
+    with pytest.raises(JournalError, match="compaction failed"):
+        journal.compact()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith((".cmp", ".ctr"))]
+    journal._writer.checkpoint = lambda name: None
+    do(journal, model, ("add", 9_999_999, 0, b"after"))
+    synced(journal)
+    assert journal.compact() > 0  # the next one goes through
+    journal.stop()
+    assert loaded_state(reload(tmp_path, file_size=BIG)) == model.state()

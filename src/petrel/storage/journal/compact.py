@@ -269,6 +269,7 @@ class Compactor:
         self.checkpoint = checkpoint
         self.skip_damaged = skip_damaged  # damage load was told to skip may be compacted away
         self.cancelled = False  # set from another thread: give up at the next file
+        self.plan: RenamePlan | None = None  # the files prepare is writing
 
     def candidates(self, current: int) -> list[int]:
         blocked = self.ledger.tx_segments()
@@ -373,41 +374,43 @@ class Compactor:
             tuple((self.layout.compact_path(seg).name, self.layout.data_path(seg).name) for seg in kept),
             tuple(self.layout.data_path(seg).name for seg in ids if seg not in kept),
         )
+        self.plan = plan  # from here on there may be files to clean up (see abandon)
         prepared = Prepared(replaced, plan, records=len(items), extended=extended)
         if carried:
             prepared.carried = (last, HEADER_SIZE + len(carried), len(straddling), in_last)
         moved = prepared.moved
-        try:
-            for seg, records in zip(ids, bins):
-                if self.cancelled:
-                    raise Cancelled()
-                state = SegmentState(seg)
-                chunks = []
-                for rtype, rid, user_type, body in records:
-                    data = encode_data(rtype, seg, user_type, rid, body)
-                    chunks.append(data)
-                    moved[rid] = moved.get(rid, ()) + (seg, len(data))
-                    state.live += 1
-                    state.live_bytes += len(data)
-                    state.records += 1
-                blob = b"".join(chunks)
-                state.used = HEADER_SIZE + len(blob)
-                write_segment(self.layout.compact_path(seg), seg, blob, self.file_size, self.sync)
-                prepared.outputs[seg] = state
-            if carried:
-                write_segment(self.layout.compact_path(last), last, carried, self.file_size, self.sync)
-            self.checkpoint("compacted files written")
+        for seg, records in zip(ids, bins):
             if self.cancelled:
                 raise Cancelled()
-            write_control(self.layout, plan, self.sync)
-        except BaseException:
-            self.abandon(plan)
-            raise
+            state = SegmentState(seg)
+            chunks = []
+            for rtype, rid, user_type, body in records:
+                data = encode_data(rtype, seg, user_type, rid, body)
+                chunks.append(data)
+                moved[rid] = moved.get(rid, ()) + (seg, len(data))
+                state.live += 1
+                state.live_bytes += len(data)
+                state.records += 1
+            blob = b"".join(chunks)
+            state.used = HEADER_SIZE + len(blob)
+            write_segment(self.layout.compact_path(seg), seg, blob, self.file_size, self.sync)
+            prepared.outputs[seg] = state
+        if carried:
+            write_segment(self.layout.compact_path(last), last, carried, self.file_size, self.sync)
+        self.checkpoint("compacted files written")
+        if self.cancelled:
+            raise Cancelled()
+        write_control(self.layout, plan, self.sync)
         self.checkpoint("control file written")
         return prepared
 
-    def abandon(self, plan: RenamePlan) -> None:
-        """Undo a prepare that did not finish: the control file first, then the ``.cmp`` files."""
+    def abandon(self) -> None:
+        """Undo a prepare that will not be swapped in: the control file first (so that no
+        load rolls it forward), then the ``.cmp`` files.  (An exception out of prepare
+        itself leaves the files as a crash would: load cleans up either way.)"""
+        plan = self.plan
+        if plan is None:
+            return
         directory = self.layout.directory
         try:
             self.layout.control_path.unlink(missing_ok=True)
@@ -478,13 +481,13 @@ class BackgroundCompaction:
     def _prepare(self) -> None:
         try:
             prepared = self.compactor.prepare(self.segments)
-        except Cancelled:
-            prepared = None
         except BaseException as e:
-            log.error("journal compaction failed (the journal carries on uncompacted): %s", e,
-                      exc_info=True, extra={"event": "journal.compaction_failed"})
-            self.error = e
+            self.compactor.abandon()
             prepared = None
+            if not isinstance(e, Cancelled):
+                log.error("journal compaction failed (the journal carries on uncompacted): %s", e,
+                          exc_info=True, extra={"event": "journal.compaction_failed"})
+                self.error = e
         self.post(lambda: self._swap(prepared))
 
     def _swap(self, prepared: Prepared | None) -> None:
