@@ -10,7 +10,11 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from conftest import connect
+
+pytestmark = pytest.mark.system
 
 N = 20_000
 BODY = "x" * 1000
@@ -57,27 +61,35 @@ def read_messages(s: socket.socket, want: int, timeout: float) -> list[int]:
     return seqs
 
 
-def test_a_stalled_topic_subscriber_pages_while_the_producer_and_a_healthy_one_keep_flowing(broker):
-    stuck = stalled_subscriber(broker)
+def produce_and_read_healthy(broker) -> tuple:
+    """Subscribe a healthy consumer, send N with periodic receipts: every receipt and every
+    message to the healthy one arrive. Returns the connections to close."""
     healthy, got = connect(broker)
     healthy.subscribe("/topic/t", id="healthy", ack="auto", headers={"receipt": "sub-healthy"})
     assert got.receipts.get(timeout=30) == "sub-healthy"
     producer, plis = connect(broker)
-    try:
-        for i in range(N):
-            headers = {"receipt": f"r{i}"} if i % 1000 == 999 else {}
-            producer.send("/topic/t", body(i), headers=headers)
-        last = None
-        deadline = time.monotonic() + 180
-        while last != f"r{N - 1}" and time.monotonic() < deadline:
-            last = plis.receipts.get(timeout=max(deadline - time.monotonic(), 0.1))
-        assert last == f"r{N - 1}", "the producer was held back by the stalled subscriber"
+    for i in range(N):
+        headers = {"receipt": f"r{i}"} if i % 1000 == 999 else {}
+        producer.send("/topic/t", body(i), headers=headers)
+    last = None
+    deadline = time.monotonic() + 180
+    while last != f"r{N - 1}" and time.monotonic() < deadline:
+        last = plis.receipts.get(timeout=max(deadline - time.monotonic(), 0.1))
+    assert last == f"r{N - 1}", "the producer was held back by the stalled subscriber"
 
-        seen = []
-        deadline = time.monotonic() + 180
-        while len(seen) < N and time.monotonic() < deadline:
-            seen.append(int(got.get(timeout=max(deadline - time.monotonic(), 0.1)).body[:6]))
-        assert seen == list(range(N)), f"the healthy subscriber got {len(seen)} of {N}"
+    seen = []
+    deadline = time.monotonic() + 180
+    while len(seen) < N and time.monotonic() < deadline:
+        seen.append(int(got.get(timeout=max(deadline - time.monotonic(), 0.1)).body[:6]))
+    assert seen == list(range(N)), f"the healthy subscriber got {len(seen)} of {N}"
+    return producer, healthy
+
+
+def test_a_stalled_topic_subscriber_pages_while_the_producer_and_a_healthy_one_keep_flowing(broker):
+    stuck = stalled_subscriber(broker)
+    producer = healthy = None
+    try:
+        producer, healthy = produce_and_read_healthy(broker)
 
         # the stalled one reads again: every message, in order (from memory, then its pages)
         seqs = read_messages(stuck, N, timeout=180)
@@ -87,5 +99,27 @@ def test_a_stalled_topic_subscriber_pages_while_the_producer_and_a_healthy_one_k
     finally:
         stuck.close()
         for c in (producer, healthy):
-            if c.is_connected():
+            if c is not None and c.is_connected():
+                c.disconnect()
+
+
+def test_a_subscriber_that_stops_acknowledging_pages_while_the_others_keep_flowing(broker):
+    """The other stalled client: client acknowledgements, its prefetch window exhausted."""
+    slow, lis = connect(broker)
+    slow.subscribe("/topic/t", id="slow", ack="client-individual",
+                   headers={"activemq.prefetchSize": "100", "receipt": "sub-slow"})
+    assert lis.receipts.get(timeout=30) == "sub-slow"
+    producer = healthy = None
+    try:
+        producer, healthy = produce_and_read_healthy(broker)
+        seen = []
+        deadline = time.monotonic() + 180
+        while len(seen) < N and time.monotonic() < deadline:
+            frame = lis.get(timeout=max(deadline - time.monotonic(), 0.1))
+            seen.append(int(frame.body[:6]))
+            slow.ack(frame.headers["ack"])  # it reads (and acknowledges) again
+        assert seen == list(range(N)), f"the slow subscriber got {len(seen)} of {N} once it acknowledged"
+    finally:
+        for c in (producer, healthy, slow):
+            if c is not None and c.is_connected():
                 c.disconnect()
