@@ -167,21 +167,20 @@ class FileStore:
         (`add_duplicate_id_after_pages`; a crash between the two): taken from the page records
         that are their send's only home, and journalled now, so a resend is still dropped."""
         known = {(address, dup_id) for _, address, dup_id in rec.duplicate_ids}
+        oldest: dict[str, int] = {}  # address -> its oldest journalled ID (its cache's oldest entry)
+        for record_id, address, _ in rec.duplicate_ids:
+            oldest[address] = min(oldest.get(address, record_id), record_id)
         found = []  # (message id: when it was sent, record id, address, dup id)
         for qid, (_, position) in rec.page_cursors.items():
-            while True:
-                batch = self.pages.read(qid, position, 1 << 20)
-                if not batch:
-                    break
-                position = batch[-1].position
-                for item in batch:
-                    dup_id = item.message.duplicate_id if item.home else None
-                    if dup_id is None or (item.message.address, dup_id) in known:
-                        continue
-                    known.add((item.message.address, dup_id))
-                    record_id = self.next_id()
-                    self.messages.add(record_id, RecordKind.DUPLICATE_ID, pack((item.message.address, dup_id)))
-                    found.append((item.message.id, record_id, item.message.address, dup_id))
+            for message in self.pages.homes_after(qid, position):
+                dup_id = message.duplicate_id
+                key = (message.address, dup_id)
+                if dup_id is None or key in known or message.id < oldest.get(message.address, 0):
+                    continue  # journalled, or older than its cache's oldest entry: evicted since
+                known.add(key)
+                record_id = self.next_id()
+                self.messages.add(record_id, RecordKind.DUPLICATE_ID, pack(key))
+                found.append((message.id, record_id, message.address, dup_id))
         if found:
             # in the order they were sent among the others, so each cache keeps its newest IDs
             entries = [(rid, rid, address, dup_id) for rid, address, dup_id in rec.duplicate_ids] + found

@@ -28,7 +28,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -413,6 +413,31 @@ class PageStore:
         paths = [pages.path(f) for f in pages.files]
         pages.files = []
         return paths
+
+    def homes_after(self, queue_id: int, cursor: PagePosition) -> Iterator[Message]:
+        """The durable messages of the records after `cursor` that are their send's only home
+        (`append`; recovery takes their duplicate IDs from them), one file in memory at a time."""
+        pages = self._queues.get(queue_id)
+        if pages is None:
+            return
+        for f in list(pages.files):
+            if f < cursor.file:
+                continue
+            try:
+                data = pages.path(f).read_bytes()
+            except FileNotFoundError:
+                continue
+            pos = cursor.offset if f == cursor.file else 0
+            while pos + 8 <= len(data):
+                length, crc = _HEAD.unpack_from(data, pos)
+                stop = pos + 8 + length
+                if length == 0 or stop > len(data) or zlib.crc32(memoryview(data)[pos + 8 : stop]) != crc:
+                    break
+                if data[pos + 8] == 0x95:  # a msgpack array of five: the home flag is there
+                    _seq, durable, message_id, encoded, _home = _dec.decode(data[pos + 8 : stop])
+                    if durable:
+                        yield decode_message(message_id, encoded)
+                pos = stop
 
     def count_after(self, queue_id: int, cursor: PagePosition) -> int:
         """How many records follow the cursor (recovery: the queue's paged backlog)."""
