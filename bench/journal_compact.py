@@ -8,7 +8,7 @@ longest gap between two sync confirmations while compaction runs and outside it,
 and how long each compaction took against the live data it copied.
 
     .venv/bin/python bench/journal_compact.py [--live 200000] [--body 256] [--compactions 3]
-                                              [--dir DIR] [--no-datasync]
+                                              [--dir DIR] [--no-datasync] [--pipelined] [--between S]
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 from petrel.storage.journal import FileJournal
 
 
-def run(directory: Path, live: int, body_size: int, compactions: int, datasync: bool, file_size: int) -> None:
+def run(directory: Path, live: int, body_size: int, compactions: int, datasync: bool, file_size: int,
+        pipelined: bool, between: float) -> None:
     shutil.rmtree(directory, ignore_errors=True)
     journal = FileJournal(directory, file_size=file_size, datasync=datasync, compact_percentage=0)
     journal.load()
@@ -61,7 +62,10 @@ def run(directory: Path, live: int, body_size: int, compactions: int, datasync: 
             tx[0] += 1
             journal.add_tx(t, rid, 1, body)
             journal.add_tx(t, rid + 1, 3, b"dup-%d" % rid)  # the duplicate ID, in the message's tx
-            journal.commit(t, done)
+            if not pipelined:
+                journal.commit(t, done)
+            elif t > 1:  # committed once the next send has begun: one is always open
+                journal.commit(t - 1, done)
             inflight.append(rid)
             if len(inflight) > 2000:  # acked: the message goes, its duplicate ID stays
                 old = inflight.pop(0)
@@ -73,7 +77,7 @@ def run(directory: Path, live: int, body_size: int, compactions: int, datasync: 
     time.sleep(2.0)
     spans = []
     for _ in range(compactions):
-        time.sleep(1.0)  # let dead records pile up
+        time.sleep(between)  # let dead records pile up
         t0 = time.perf_counter()
         replaced = journal.compact()
         t1 = time.perf_counter()
@@ -109,10 +113,14 @@ def main() -> None:
     parser.add_argument("--file-size", type=int, default=10 * 1024 * 1024)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--no-datasync", action="store_true")
+    parser.add_argument("--between", type=float, default=1.0, help="seconds of load before each compaction")
+    parser.add_argument("--pipelined", action="store_true",
+                        help="commit each send after the next one has begun (a transaction open across every boundary)")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="petrel-compact-bench-"))
     try:
-        run(directory / "journal", args.live, args.body, args.compactions, not args.no_datasync, args.file_size)
+        run(directory / "journal", args.live, args.body, args.compactions, not args.no_datasync, args.file_size,
+            args.pipelined, args.between)
     finally:
         if args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)
