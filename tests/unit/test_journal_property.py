@@ -151,6 +151,19 @@ def perform(journal, op, done):
         journal.rollback(op[1], done=done)
 
 
+def crash_copy(live: Path, crashed: Path) -> None:
+    """What a crash now leaves.  A compaction may be writing beside the writer: its
+    control file is written only once its compacted files are synced, so the control
+    file is taken first (then they are complete, or it is absent and they are strays)."""
+    crashed.mkdir()
+    names = sorted(os.listdir(live), key=lambda name: name != "journal-rename-control.ctr")
+    for name in names:
+        try:
+            shutil.copy2(live / name, crashed / name)
+        except FileNotFoundError:  # a spare file being made, renamed meanwhile
+            pass
+
+
 def tear(directory: Path, batch, cut: int, mode: str, rng: random.Random) -> tuple[int, int]:
     """Undo the bytes of ``batch`` from its ``cut``-th byte on; returns the cut position."""
     seen = 0
@@ -196,7 +209,7 @@ def test_crash_anywhere_loads_a_confirmed_prefix(specs, crash_at, mode, fraction
 
         def hook(batch):
             if armed.is_set() and not snapshot:
-                shutil.copytree(live, crashed)
+                crash_copy(live, crashed)
                 snapshot.append(batch)
 
         journal.before_durable = hook
