@@ -208,11 +208,22 @@ def _port_free(port: int) -> bool:
 
 
 def _health(node: Node, timeout: float = 1.0) -> bool:
+    return _not_ready_reason(node, timeout) is None
+
+
+def _not_ready_reason(node: Node, timeout: float = 1.0) -> str | None:
+    """None when the node's /health answers 200, else why not (the broker's own reason on a 503)."""
     try:
         with urllib.request.urlopen(f"{node.http_url}/health", timeout=timeout) as resp:
-            return resp.status == 200
+            return None if resp.status == 200 else f"/health answered {resp.status}"
+    except urllib.error.HTTPError as exc:
+        try:
+            body = json.loads(exc.read() or b"{}")
+        except ValueError:
+            body = {}
+        return body.get("reason") or body.get("status") or f"/health answered {exc.code}"
     except (urllib.error.URLError, OSError, ValueError):
-        return False
+        return "no answer from /health"
 
 
 def _cluster_view(node: Node, timeout: float = 2.0) -> dict | None:
@@ -412,12 +423,16 @@ class LocalCluster:
         pending = list(nodes)
         next_report = started + 5.0
         while pending:
+            reasons: dict[str, str] = {}
             for node in list(pending):
-                if _health(node):
+                reason = _not_ready_reason(node)
+                if reason is None:
                     pending.remove(node)
                     progress(f"{node.name} ready at {node.url} ({time.monotonic() - started:.1f} s, "
                              f"{len(nodes) - len(pending)}/{len(nodes)})")
-                elif not process_alive(node.pid, node.config):
+                    continue
+                reasons[node.name] = reason
+                if not process_alive(node.pid, node.config):
                     tail = _log_tail(node.log)
                     raise PetrelError(f"{node.name} exited during start; see {node.log}"
                                       + (f": {tail}" if tail else ""))
@@ -425,11 +440,10 @@ class LocalCluster:
                 return
             now = time.monotonic()
             if now > deadline:
-                names = ", ".join(n.name for n in pending)
-                raise PetrelError(f"{names} not ready within {timeout:g} s (no 200 from /health); "
-                                  f"see {pending[0].log}")
+                why = "; ".join(f"{n.name}: {reasons.get(n.name, 'no answer from /health')}" for n in pending)
+                raise PetrelError(f"not ready within {timeout:g} s ({why}); see {pending[0].log}")
             if now >= next_report:
-                progress(f"waiting for {', '.join(n.name for n in pending)} "
+                progress(f"waiting for {', '.join(f'{n.name} ({reasons.get(n.name)})' for n in pending)} "
                          f"({now - started:.0f} s of {timeout:g} s)")
                 next_report = now + 5.0
             time.sleep(0.1)
