@@ -142,14 +142,26 @@ def _drain_queue(conn: Connection, name: str, stream: str | None, ledger: Ledger
     session = conn.session()
     consumer = session.consumer(name, ack="client")
     taken = 0
+    batch: list[str] = []
+    last = None  # received, not yet acknowledged
     try:
         while True:
             m = consumer.receive(1.0)
+            if m is not None:
+                if last is not None:
+                    last.ack()  # batched, sent before the confirmed one below
+                last = m
+                mid = body_mid(m.body)
+                ledger.drained(stream, mid)
+                batch.append(mid)
+                taken += 1
+            if last is not None and (m is None or len(batch) >= 100):
+                session._run(consumer._async.ack(last))  # returns once this and the earlier acks are on disk
+                if stream is not None:
+                    ledger.ack_confirmed(stream, batch)
+                batch, last = [], None
             if m is None:
                 return taken
-            ledger.drained(stream, body_mid(m.body))
-            taken += 1
-            session._run(consumer._async.ack(m))
     finally:
         consumer.close()
         session.close()
