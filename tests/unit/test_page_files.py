@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -168,3 +169,31 @@ def test_recovery_removes_files_before_the_cursor_and_files_without_a_cursor(tmp
     assert not (tmp_path / "paging" / "8").exists()
     assert [m.seq for m in again.read_pages(4, read[10].position, 1 << 20)] == list(range(11, 20))
     again.close()
+
+
+def test_a_read_does_not_pass_a_file_whose_last_records_are_still_being_written(tmp_path):
+    """A read that found the end of file 1 not yet written went on to file 2, whose records the
+    writer had meanwhile written: the cursor then moved past the rest of file 1, lost."""
+    pages = PageStore(tmp_path, page_size=4096, datasync=False)
+    pages.recover()  # the writer is not started: this test writes the batch itself, in part
+    positions = [pages.append(2, i, message(i)) for i in range(6)]
+    assert positions[-1].file > positions[0].file
+    first_file = positions[0].file
+    fds = {}
+    for fd, data, _qid in pages._pending:
+        if data:
+            fds.setdefault(fd, []).append(data)
+    # the writer wrote the first record of file 1 and everything of file 2, not yet the rest of file 1
+    (fd1, records1), (fd2, records2) = list(fds.items())[:2]
+    os.write(fd1, records1[0])
+    for data in records2:
+        os.write(fd2, data)
+    got = pages.read(2, PagePosition(0, 0), 1 << 20)
+    assert [m.seq for m in got] == [0]
+    assert got[-1].position.file == first_file
+    for data in records1[1:]:
+        os.write(fd1, data)
+    rest = pages.read(2, got[-1].position, 1 << 20)
+    assert [m.seq for m in rest] == list(range(1, 1 + len(records1) - 1 + len(records2)))
+    for fd in fds:
+        os.close(fd)

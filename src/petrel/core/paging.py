@@ -69,10 +69,13 @@ class Paging:
 
                 store.after_written(caught_up)
             return
+        # Asked before reading: a record written between the read and the question would be
+        # neither read nor in flight, and ending the paging would drop it.
+        in_flight = store.pages_in_flight(queue.id)
         paged = store.read_pages(queue.id, queue.page_cursor, batch)
         if not paged:
-            if not store.pages_in_flight(queue.id):
-                self._end_paging(queue)  # everything written has been read back
+            if not in_flight:
+                self._end_paging(queue)  # everything paged was written, and has been read back
             elif queue.depage_retry is None:
                 # records still on their way to disk: look again shortly
                 def retry() -> None:

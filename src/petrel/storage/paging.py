@@ -58,7 +58,7 @@ class PagedMessage:
 
 
 class _QueuePages:
-    __slots__ = ("queue_id", "dir", "write_file", "write_offset", "fd", "files")
+    __slots__ = ("queue_id", "dir", "write_file", "write_offset", "fd", "files", "ends")
 
     def __init__(self, queue_id: int, directory: Path) -> None:
         self.queue_id = queue_id
@@ -67,6 +67,7 @@ class _QueuePages:
         self.write_offset = 0
         self.fd: int | None = None
         self.files: list[int] = []
+        self.ends: dict[int, int] = {}  # file -> where its last record ends (the files this run filled)
 
     def path(self, file: int) -> Path:
         return self.dir / f"{file:09d}.page"
@@ -158,6 +159,7 @@ class PageStore:
             with self._lock:
                 self._pending.append((pages.fd, b"", 0))  # the writer closes it after its last write
             pages.fd = None
+            pages.ends[pages.write_file] = pages.write_offset
             pages.write_file += 1
             pages.write_offset = 0
             self._open(pages)
@@ -320,7 +322,7 @@ class PageStore:
             if f < cursor.file:
                 continue
             offset = cursor.offset if f == cursor.file else 0
-            end = pages.write_offset if f == pages.write_file else None
+            end = pages.write_offset if f == pages.write_file else pages.ends.get(f)
             path = pages.path(f)
             try:
                 fh = open(path, "rb")
@@ -370,8 +372,8 @@ class PageStore:
                                     continue
                         break
                     offset += pos
-            if total >= max_bytes:
-                break
+            if total >= max_bytes or (end is not None and offset < end):
+                break  # (the rest of this file is still on its way to disk: the next file waits)
         return out
 
     def release(self, queue_id: int, cursor: PagePosition) -> list[Path]:
@@ -383,6 +385,7 @@ class PageStore:
         done = [f for f in pages.files if f < cursor.file and f != pages.write_file]
         for f in done:
             pages.files.remove(f)
+            pages.ends.pop(f, None)
         return [pages.path(f) for f in done]
 
     def reset(self, queue_id: int) -> list[Path]:
@@ -412,6 +415,7 @@ class PageStore:
             pages.fd = None
         paths = [pages.path(f) for f in pages.files]
         pages.files = []
+        pages.ends.clear()
         return paths
 
     def homes_after(self, queue_id: int, cursor: PagePosition) -> Iterator[Message]:
