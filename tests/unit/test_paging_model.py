@@ -325,9 +325,11 @@ class PagingModel(RuleBasedStateMachine):
                 for name in QUEUES:  # everything confirmed is still there, in order
                     self.consume(name, 10_000)
         finally:
-            if self.store is not None:
-                self.store.close()
-            shutil.rmtree(self.root, ignore_errors=True)
+            try:
+                if self.store is not None:
+                    self.store.close()
+            finally:
+                shutil.rmtree(self.root, ignore_errors=True)
 
 
 PagingModel.TestCase.settings = settings(
