@@ -223,3 +223,41 @@ def test_core_producer_on_a_full_disk_gets_an_error_naming_the_cause(tmp_path, t
         assert confirmed > 0 and ("No space left" in error or "Errno 28" in error), error
     finally:
         b.kill9()
+
+
+def test_a_core_large_message_on_a_full_disk_is_refused_cleanly(tmp_path, tmpfs):
+    """A large body whose file cannot be written: the client hears [Errno 28], the broker logs
+    one line (no traceback), keeps no partial file, and takes large messages again once there
+    is room."""
+    from petrel.client import ClientError, connect as core_connect
+
+    b = make_broker(tmp_path, tmpfs, "max_disk_usage = 100\nmin_large_message_size = 65536\n")
+    b.start()
+    try:
+        wait_for(lambda: health(b)[0] == 200, 60)
+        filler = fill(tmpfs, 2 * MiB)
+        big = b"L" * (8 * MiB)
+
+        async def send_large() -> str:
+            async with await core_connect(f"tcp://127.0.0.1:{b.port}", user="guest", password="guest") as conn:
+                session = await conn.session()
+                producer = session.producer("queue://core.large")
+                try:
+                    await producer.send(big, durable=True, wait=True)
+                except ClientError as e:
+                    return str(e)
+            return ""
+
+        error = asyncio.run(asyncio.wait_for(send_large(), 120))
+        assert "No space left" in error or "Errno 28" in error, error
+        log = b.log_path.read_text(errors="replace")
+        assert "cannot store a large message body" in log, log[-3000:]
+        assert "internal error handling a CORE frame" not in log, log[-3000:]
+        large_dir = b.data_dir / "large-messages"
+        assert not [p for p in large_dir.glob("*") if p.is_file()], "a partial body file was left behind"
+
+        filler.unlink()
+        wait_for(lambda: health(b)[0] == 200, 60)
+        assert asyncio.run(asyncio.wait_for(send_large(), 120)) == ""
+    finally:
+        b.kill9()

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from petrel.codec.core import CoreConnection, Deliver, DeliverChunk, ErrorCode, Send
+from petrel.server.adapters.core.session import Fatal
 from petrel.storage.large import BodyReader, LargeBodyMissing, LargeWriter
 
 if TYPE_CHECKING:
@@ -36,26 +37,37 @@ BODY_MISSING = "petrel-body-missing"
 
 def start(adapter: CoreAdapter, session: ServerSession, e: Send) -> None:
     """The first frame of a large message: its body begins a file."""
-    writer = adapter.broker.large.create(adapter.broker.store.next_id())
+    try:
+        writer = adapter.broker.large.create(adapter.broker.store.next_id())
+    except OSError as exc:
+        raise _cannot_store(adapter, exc) from exc
     session.large = e
     session.large_writer = writer
-    try:
-        writer.write(e.body)
-    except BaseException:
-        abort(session)
-        raise
+    _write(adapter, session, e.body)
     if not e.more:
         _finish(adapter, session)
 
 
 def chunk(adapter: CoreAdapter, session: ServerSession, data: bytes, more: bool) -> None:
+    _write(adapter, session, data)
+    if not more:
+        _finish(adapter, session)
+
+
+def _write(adapter: CoreAdapter, session: ServerSession, data: bytes) -> None:
     try:
         session.large_writer.write(data)
+    except OSError as exc:  # a full or failing disk: the client hears why, the file goes
+        abort(session)
+        raise _cannot_store(adapter, exc) from exc
     except BaseException:
         abort(session)
         raise
-    if not more:
-        _finish(adapter, session)
+
+
+def _cannot_store(adapter: CoreAdapter, exc: OSError) -> Fatal:
+    log.error("cannot store a large message body from %s: %s", adapter.conn.peer, exc)
+    return Fatal(ErrorCode.INTERNAL, f"cannot store the body: {exc}")
 
 
 def abort(session: ServerSession) -> None:
