@@ -24,6 +24,7 @@ __all__ = ["ChannelError", "Delivery", "Spec", "core_consumer", "core_producer",
            "stomp_producer"]
 
 CONFIRM_TIMEOUT = 60.0  # a receipt later than this is reported as a hang
+ABORT_TIMEOUT = 10.0  # how long an abort waits for stomp.py's receiver thread to let go of the socket
 _ids = count()
 
 
@@ -124,15 +125,29 @@ class _Stomp:
         listener.wait(lambda: listener.connected, 15, "CONNECTED")
 
     def abort(self) -> None:
-        """Drop the connection at once (a TCP reset), nothing acknowledged or said."""
+        """Drop the connection at once (a TCP reset), nothing acknowledged or said.
+
+        stomp.py's receiver thread sits in a blocking recv() on the socket. On Linux, closing
+        the descriptor does not wake that recv, and the socket lives on (still ESTABLISHED,
+        no RST, no FIN) for as long as the recv holds it: until the broker happens to write
+        again, which an idle consumer's broker never does. The broker then keeps the
+        consumer, and its unacknowledged messages, to the next restart. So shut the reading
+        side down first: the recv returns at once, and the last close sends the reset."""
         sock = getattr(self.conn.transport, "socket", None)
         if sock is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.shutdown(socket.SHUT_RD)  # wakes the receiver thread; sends nothing yet
+            except OSError:
+                pass
+            try:
                 sock.close()
             except OSError:
                 pass
         self.close(graceful=False)
+        if sock is not None:  # the receiver thread has left recv(), releasing the socket, once it reports
+            with self.listener.cond:
+                self.listener.cond.wait_for(lambda: self.listener.closed, ABORT_TIMEOUT)
 
     def close(self, graceful: bool = True) -> None:
         try:
