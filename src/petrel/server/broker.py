@@ -210,6 +210,7 @@ class Broker:
         if full:
             log.warning("disk %.1f%% full (max_disk_usage %d%%): producers are blocked until space frees",
                         percent, self.config.max_disk_usage, extra={"event": "disk.full"})
+            self._look_again_soon()
         else:
             log.info("disk back under max_disk_usage: producers resume", extra={"event": "disk.ok"})
             limits.wake(lambda a: not self.office.space_for(a))
@@ -228,7 +229,16 @@ class Broker:
         period = self.config.disk_scan_period / 1000
         if watch.check():
             period = min(period, 0.5)
+        if self._disk_timer is not None:
+            self._disk_timer.cancel()  # one chain of looks, even when the check above rescheduled
         self._disk_timer = asyncio.get_running_loop().call_later(period, self._schedule_disk_check)
+
+    def _look_again_soon(self) -> None:
+        """The write path found the disk full: look every 0.5 s from now on, not only after the
+        rest of ``disk_scan_period``, so producers resume as soon as space comes back."""
+        if self._disk_timer is not None and not self._stopping:
+            self._disk_timer.cancel()
+            self._disk_timer = asyncio.get_running_loop().call_later(0.5, self._schedule_disk_check)
 
     def cannot_persist(self) -> str | None:
         """Why persistent messages cannot be taken now (a failing disk, a full one), or None."""
