@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import stomp
 
-from petrel.testing.process import BrokerProcess
+from petrel.testing.process import BrokerProcess, wait_for
 
 
 @pytest.fixture
@@ -129,3 +129,21 @@ def stop_nodes():
     started = []
     yield started.extend
     stop_all(started)
+
+
+def receive_each_once(listener: Listener, n: int, *, confirmed: int, timeout: float = 180) -> None:
+    """Messages whose bodies start with a 5-digit id 0..n-1 arrive on ``listener``: each exactly
+    once (``confirmed``: how many sends had been receipted before a crash, for the message)."""
+    got: list[int] = []
+
+    def drained() -> bool:
+        while not listener.messages.empty():
+            got.append(int(listener.messages.get().body[:5]))
+        return len(got) >= n
+
+    wait_for(drained, timeout, message=f"the queue drained ({len(got)} of {n})")
+    assert listener.nothing_within(1.0), "more than one copy of some message"
+    missing = sorted(set(range(n)) - set(got))
+    twice = sorted({i for i in got if got.count(i) > 1})
+    assert not missing, f"{len(missing)} messages lost (e.g. {missing[:5]}), {confirmed} were confirmed"
+    assert not twice, f"{len(twice)} messages twice (e.g. {twice[:5]})"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import connect
+from conftest import connect, receive_each_once
 from petrel.testing.process import wait_for
 
 pytestmark = pytest.mark.system
@@ -72,17 +72,5 @@ def test_receipts_and_messages_survive_compaction_under_load_and_a_kill_9(broker
              message=f"receipts for the resends ({len(resent)} of {N})")
 
     conn.subscribe("/queue/keep", id="keep", ack="auto")
-    got: list[int] = []
-
-    def drained() -> bool:
-        while not listener.messages.empty():
-            got.append(int(listener.messages.get().body[:5]))
-        return len(got) >= N
-
-    wait_for(drained, 180, message=f"the queue drained ({len(got)} of {N})")
-    assert listener.nothing_within(1.0), "more than one copy of some message"
-    missing = sorted(set(range(N)) - set(got))
-    twice = sorted({i for i in got if got.count(i) > 1})
-    assert not missing, f"{len(missing)} messages lost (e.g. {missing[:5]}), {len(confirmed)} were confirmed"
-    assert not twice, f"{len(twice)} messages twice (e.g. {twice[:5]})"
+    receive_each_once(listener, N, confirmed=len(confirmed))
     conn.disconnect()

@@ -57,7 +57,7 @@ def test_page_file_numbers_only_grow_across_resets_and_restarts(tmp_path):
 
 def test_a_new_page_file_and_its_directory_are_fsynced_before_the_sync_completes(tmp_path, monkeypatch):
     synced = []
-    monkeypatch.setattr(paging, "_fsync_dir", synced.append)
+    monkeypatch.setattr(paging, "fsync_dir", synced.append)
     pages = PageStore(tmp_path / "paging", datasync=True)
     pages.recover()
     pages.start()

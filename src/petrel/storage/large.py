@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.message import LargeBody
+from petrel.storage.journal.segment import fsync_dir
 
 if TYPE_CHECKING:
     from petrel.storage.store import Recovered, Store
@@ -97,7 +98,7 @@ class LargeMessageStore:
                 _fsync_file(tmp)
             os.replace(tmp, dst)
         if durable and self.sync:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         return new
 
     # -- reading ------------------------------------------------------------------------
@@ -151,7 +152,7 @@ class LargeMessageStore:
             removed += 1
             log.info("%s %s removed", why, name, extra={"event": "large.orphan_removed"})
         if removed and self.sync:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         return removed
 
 
@@ -187,7 +188,7 @@ class LargeWriter:
         body = LargeBody.for_message(self.message_id, self.size)
         os.replace(self.tmp, self.store.path(body))
         if sync:
-            _fsync_dir(self.store._dir)
+            fsync_dir(self.store._dir)
         return body
 
     def abort(self) -> None:
@@ -265,14 +266,6 @@ def reconcile(large: LargeMessageStore, recovered: Recovered, store: Store, extr
 
 def _fsync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:

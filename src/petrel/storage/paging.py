@@ -35,6 +35,7 @@ from pathlib import Path
 import msgspec
 
 from petrel.core.message import Message, decode_message, encode_message
+from petrel.storage.journal.segment import fsync_dir
 
 log = logging.getLogger("petrel.storage.paging")
 
@@ -271,7 +272,7 @@ class PageStore:
             for fd in touched:
                 os.fdatasync(fd)
             for directory in dirs:
-                _fsync_dir(directory)
+                fsync_dir(directory)
         rewind.clear()
         return closing, written
 
@@ -495,12 +496,6 @@ def remove(paths: list[Path]) -> None:
                 log.warning("cannot remove %s: %s", path, exc)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _run_all(callbacks: list[Callable[[], None]]) -> None:
