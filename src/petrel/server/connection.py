@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -27,6 +28,23 @@ FLUSH_AT = 256 * 1024  # bytes gathered before they go to the transport without 
 STOMP_PREFIXES = (b"CONNECT", b"STOMP")
 CORE_MAGIC = b"PETREL"  # petrel.codec.core.MAGIC
 DETECT_BYTES = 8
+
+# TCP keepalive on every accepted socket: a peer whose host died (no FIN, no RST) is found
+# within about KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES seconds, and the messages
+# its consumers held go back to their queues, while a live client that is merely silent (a
+# STOMP consumer without heart-beats) is kept: its kernel answers the probes.
+KEEPALIVE_IDLE = 30
+KEEPALIVE_INTERVAL = 10
+KEEPALIVE_PROBES = 3
+
+
+def keep_alive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES)):
+        option = getattr(socket, name, None)
+        if option is not None:  # Linux names; other systems keep their defaults
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 class BodySource(Protocol):
@@ -83,6 +101,12 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                keep_alive(sock)
+            except OSError as exc:  # not a TCP socket, or options refused: the connection still works
+                log.debug("no TCP keepalive for %s: %s", self.peer, exc)
         self.broker.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
