@@ -8,6 +8,10 @@ it re-creates every session and consumer, re-sends requests that are safe to rep
 every message not yet confirmed (durable ones carry a duplicate id, so the broker drops a
 repeat), and lets waiting calls continue. A commit in flight fails with
 `TransactionRolledBack`; other requests in flight fail with `FailoverInterrupted`.
+
+This module holds the connection's state, its lifecycle, pings, the dispatch of incoming
+frames and requests; `reconnect` the connecting, losing and failing over (a mixin), and
+`failover` the plan it follows.
 """
 
 from __future__ import annotations
@@ -20,27 +24,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from petrel import __version__
-from petrel.client.errors import (
-    ClientError,
-    ConnectionClosed,
-    ConnectionFailed,
-    FailoverInterrupted,
-    TransactionRolledBack,
-    error_for,
-)
+from petrel.client.errors import ClientError, ConnectionClosed, ConnectionFailed, error_for
 from petrel.client.admin import AdminRequests
 from petrel.client.failover import ReconnectPlan
+from petrel.client.reconnect import Reconnecting
 from petrel.client.session import AsyncSession
 from petrel.client.transport import Transport
 from petrel.client.url import ClientURL, Endpoint, option, parse_url
 from petrel.codec.errors import ProtocolError
 from petrel.codec.core import (
-    CAPABILITIES,
     DEFAULT_LARGE_MESSAGE_SIZE,
-    PROTOCOL_VERSIONS,
     BrowseResult,
-    Connect,
     Connected,
     Deliver,
     DeliverChunk,
@@ -74,7 +68,7 @@ class _Pending:
 
 
 
-class AsyncConnection(AdminRequests):
+class AsyncConnection(Reconnecting, AdminRequests):
     """A CORE connection to a broker (or, with a failover URL, to whichever broker is up).
 
     Use :func:`connect` (or ``async with AsyncConnection(url) as conn``). Options given as
@@ -222,222 +216,6 @@ class AsyncConnection(AdminRequests):
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # -- connecting -------------------------------------------------------------------------------
-
-    async def _open(self, endpoint: Endpoint) -> tuple[Transport, Connected]:
-        loop = self._loop
-        proto = Transport(self._on_event, self._on_lost, endpoint)
-        handshake = loop.create_future()
-        self._handshakes[proto] = handshake
-        try:
-            await asyncio.wait_for(
-                loop.create_connection(lambda: proto, endpoint.host, endpoint.port), self.connect_timeout)
-            proto.send(Connect(
-                list(PROTOCOL_VERSIONS), list(CAPABILITIES), self.user, self.password, self.client_id,
-                self.connection_ttl, self.connection_id, f"petrel-python/{__version__}",
-            ))
-            connected = await asyncio.wait_for(handshake, self.connect_timeout)
-        except BaseException:
-            proto.abort()
-            raise
-        finally:
-            self._handshakes.pop(proto, None)
-        return proto, connected
-
-    async def _reconnect(self, *, startup: bool = False) -> None:
-        plan = self.plan
-        allowed = plan.max_attempts(startup)
-        if not startup and not plan.reconnects and plan.redirect is not None:
-            allowed = 1  # a plain URL still follows one redirect
-        delays = plan.delays()
-        rounds = 0
-        last: BaseException | None = None
-        tried: set[Endpoint] = set()
-        while not self._closing:
-            if allowed >= 0 and rounds >= allowed:
-                break
-            if rounds:
-                await asyncio.sleep(next(delays))
-                if self._closing:
-                    return
-            rounds += 1
-            candidates = plan.candidates()
-            if not plan.reconnects and plan.redirect is not None and not startup:
-                candidates = [plan.redirect]
-            for endpoint in candidates:
-                tried.add(endpoint)
-                try:
-                    proto, connected = await self._open(endpoint)
-                except (OSError, asyncio.TimeoutError, ClientError) as exc:
-                    last = exc
-                    log.debug("cannot connect to %s: %s", endpoint, exc)
-                    continue
-                if self._closing:
-                    proto.close()
-                    return
-                self._install(proto, connected, startup=startup)
-                return
-        if not self._closing:
-            names = ", ".join(sorted(str(e) for e in tried)) or "no broker"
-            reason = f": {last}" if last else ""
-            self._terminate(ConnectionFailed(f"could not connect to {names} after {rounds} attempt(s){reason}"))
-
-    def _install(self, proto: Transport, connected: Connected, *, startup: bool) -> None:
-        self._transport = proto
-        self.endpoint = proto.endpoint
-        self.node_id = connected.node_id
-        self.server = connected.server
-        self._server_ttl = connected.ttl
-        self.large_message_size = connected.large_message_size or DEFAULT_LARGE_MESSAGE_SIZE
-        self._epoch += 1
-        self.plan.redirect = None
-        if not startup:
-            self.failovers += 1
-            log.info("reconnected to %s (node %s)", proto.endpoint, connected.node_id,
-                     extra={"event": "client.failover"})
-        self._restore()
-        self._start_pinger()
-        self._ready.set()
-        if self._priority_task is not None:
-            self._priority_task.cancel()
-            self._priority_task = None
-        if (self.plan.options.priority_backup and self.plan.reconnects
-                and not self.plan.is_priority(proto.endpoint)):
-            self._priority_task = self._spawn(self._priority_backup())
-        if not startup:
-            for callback in list(self.on_resumed):
-                callback()
-
-    def _restore(self) -> None:
-        """Re-create sessions and consumers, repeat safe requests, re-send unconfirmed messages."""
-        t = self._transport
-        sessions = list(self._sessions.values())
-        for s in sessions:
-            if s._created:
-                t.send(s._create_event(self._internal(s._recreated)))
-        for s in sessions:
-            for c in list(s._consumers.values()):
-                if c._created:
-                    t.send(c._create_event(self._internal(c._recreated)))
-        for corr in sorted(self._pending):
-            p = self._pending[corr]
-            if p.retry and p.future is not None:
-                t.send(p.event)
-        for s in sessions:
-            s._resend()
-
-    def _internal(self, callback: Callable[[BaseException | None, Any], None]) -> int:
-        corr = next(self._corrs)
-        self._pending[corr] = _Pending(None, Event(), False, "internal", callback)
-        return corr
-
-    async def _priority_backup(self) -> None:
-        """priorityBackup: keep trying the preferred broker; switch to it when it answers."""
-        delays = self.plan.delays()
-        while not self._closing and self._transport is not None:
-            await asyncio.sleep(max(next(delays), 0.05))
-            current = self._transport
-            if current is None or self.plan.is_priority(current.endpoint):
-                return
-            for endpoint in self.plan.priority():
-                try:
-                    proto, connected = await self._open(endpoint)
-                except (OSError, asyncio.TimeoutError, ClientError):
-                    continue
-                if self._closing or self._transport is not current:
-                    proto.close()
-                    return
-                log.info("switching back to priority broker %s", endpoint, extra={"event": "client.failback"})
-                self._transport = None
-                self._interrupted()
-                current.send(Disconnect(int(DisconnectCode.NORMAL), "switching to the priority broker"))
-                current.close()
-                self._install(proto, connected, startup=False)
-                return
-
-    # -- losing the connection ---------------------------------------------------------------------
-
-    def _on_lost(self, proto: Transport, exc: BaseException | None) -> None:
-        handshake = self._handshakes.get(proto)
-        if handshake is not None:
-            if not handshake.done():
-                handshake.set_exception(
-                    ConnectionFailed(f"connection to {proto.endpoint} lost during the handshake"))
-            return
-        if proto is not self._transport:
-            return
-        self._transport = None
-        if self._closing:
-            return
-        log.info("connection to %s lost%s", proto.endpoint, f": {exc}" if exc else "",
-                 extra={"event": "client.connection_lost"})
-        self._interrupted()
-        if self.plan.reconnects or self.plan.redirect is not None:
-            self._spawn(self._reconnect())
-        else:
-            why, self._broker_error = self._broker_error, None
-            self._terminate(ConnectionFailed(f"connection to {proto.endpoint} lost"
-                                             + (f": the broker reported: {why}" if why else "")))
-
-    def _interrupted(self) -> None:
-        self._ready.clear()
-        self._stop_pinger()
-        for s in list(self._sessions.values()):
-            s._interrupted()
-        for corr, p in list(self._pending.items()):
-            if p.retry:
-                continue
-            del self._pending[corr]
-            if p.callback is not None:
-                continue
-            if p.future.done():
-                continue
-            if p.kind == "commit":
-                p.future.set_exception(TransactionRolledBack(
-                    "the connection failed during commit: the transaction is rolled back unless the broker "
-                    "finished it first; send again (duplicate ids make repeats safe)"))
-            elif p.kind == "rollback":
-                p.future.set_result(None)  # a lost connection rolls back anyway
-            else:
-                p.future.set_exception(FailoverInterrupted(
-                    f"{type(p.event).__name__} was interrupted by a connection failure; its outcome is unknown"))
-        for callback in list(self.on_interrupted):
-            callback()
-
-    def _terminate(self, exc: ClientError) -> None:
-        """No more connection: fail everything waiting."""
-        if self._failure is None:
-            self._failure = exc
-        self._stop_pinger()
-        for p in list(self._pending.values()):
-            if p.future is not None and not p.future.done():
-                p.future.set_exception(self._failure)
-        self._pending.clear()
-        for s in list(self._sessions.values()):
-            s._terminate(self._failure)
-        if self._ready is not None:
-            self._ready.set()  # wake waiters; they see the failure
-
-    async def _wait_ready(self) -> Transport:
-        while True:
-            if self._failure is not None:
-                raise self._failure
-            t = self._transport
-            if t is not None and not t.closed:
-                return t
-            if self._ready.is_set():
-                # the socket is closing but its loss is not handled yet: let the loop get to it
-                await asyncio.sleep(0.005)
-                continue
-            timeout = self.plan.options.timeout
-            try:
-                if timeout >= 0:
-                    await asyncio.wait_for(self._ready.wait(), timeout / 1000)
-                else:
-                    await self._ready.wait()
-            except asyncio.TimeoutError:
-                raise ConnectionFailed(f"no connection within the failover timeout of {timeout} ms") from None
-
     # -- pings and TTL ---------------------------------------------------------------------------
 
     def _start_pinger(self) -> None:
@@ -567,6 +345,11 @@ class AsyncConnection(AdminRequests):
         if then is not None:
             then()
         return await future
+
+    def _internal(self, callback: Callable[[BaseException | None, Any], None]) -> int:
+        corr = next(self._corrs)
+        self._pending[corr] = _Pending(None, Event(), False, "internal", callback)
+        return corr
 
     def _next_dup_id(self) -> str:
         return f"{self._dup_prefix}{next(self._dup_ids)}"
