@@ -37,6 +37,12 @@ KEEPALIVE_IDLE = 30
 KEEPALIVE_INTERVAL = 10
 KEEPALIVE_PROBES = 3
 
+# A closing connection sends FIN after its last bytes, then reads and drops what the client
+# still sends for up to LINGER seconds before it lets go of the socket. Closing with the
+# client's data unread would send RST instead, and a client still sending (a large body)
+# could lose the last frame it was sent, the ERROR that says why.
+LINGER = 2.0
+
 
 def keep_alive(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -94,6 +100,7 @@ class Connection(asyncio.Protocol):
         self._backlog: deque | None = None
         self._pump_scheduled = False
         self._close_when_drained = False
+        self._linger: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -110,6 +117,8 @@ class Connection(asyncio.Protocol):
         self.broker.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return  # lingering: what the client still sends is dropped
         adapter = self.adapter
         if adapter is not None:
             adapter.data_received(data)
@@ -131,11 +140,18 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._linger is not None:
+            self._linger.cancel()
+        self._release()
+
+    def _release(self) -> None:
+        """The broker forgets the connection: its adapter cleans up (once)."""
         self._drop_backlog()
         self.broker.connections.discard(self)
-        if self.adapter is not None:
+        adapter, self.adapter = self.adapter, None
+        if adapter is not None:
             try:
-                self.adapter.connection_lost()
+                adapter.connection_lost()
             except Exception:
                 log.exception("error cleaning up connection %s", self.peer)
 
@@ -249,7 +265,10 @@ class Connection(asyncio.Protocol):
                 item.close()
 
     def close(self, *, after_flush: bool = True) -> None:
+        transport = self.transport
         if self.closed:
+            if not after_flush and self._linger is not None and transport is not None:
+                transport.abort()  # stop lingering now (the broker is stopping)
             return
         if after_flush and self._backlog is not None:
             self._close_when_drained = True  # after the streamed body and what follows it
@@ -258,11 +277,16 @@ class Connection(asyncio.Protocol):
             self.flush()
         self.closed = True
         self._drop_backlog()
-        if self.transport is not None:
-            if after_flush:
-                self.transport.close()
-            else:
-                self.transport.abort()
+        if transport is None:
+            return
+        if not after_flush:
+            transport.abort()
+        elif transport.can_write_eof() and not transport.is_closing():
+            transport.write_eof()  # FIN after what is written; the client's close ends it (eof_received)
+            self._linger = self._loop.call_later(LINGER, transport.abort)
+            self._loop.call_soon(self._release)  # as soon as after a plain close, not after the linger
+        else:
+            transport.close()
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
         return self._loop.call_later(delay, fn)
