@@ -111,3 +111,32 @@ def test_a_durable_subscription_behind_a_cut_link_gets_every_receipted_message(t
     wait_for(lambda: bridge_to(a, c_id)["backlog"] == 0, 60, 0.1, "A's store-and-forward queue did not empty")
     receive_all(c, sent)
     assert queue_count(c, QUEUE) == 0
+
+
+def test_a_restarted_node_routes_to_a_durable_subscription_of_a_node_it_cannot_reach_yet(
+        tmp_path, teardown) -> None:
+    # chaos seed 29: the producers' node restarted while its link to the subscriber's node was
+    # frozen; it knew no remote binding until its bridge joined again, and 27 receipted messages
+    # published meanwhile never reached the durable subscription.
+    listen = free_port()
+    a, c = make_cluster(tmp_path, 2, via={(0, 1): listen}, connection_ttl=1000)
+    proxy = TcpProxy("127.0.0.1", c.port, listen_port=listen).start()
+    teardown(proxy)
+    teardown(a)
+    teardown(c)
+    start_all([a, c])
+    wait_connected([a, c])
+    c_id = cluster_view(c)["node_id"]
+    conn, _ = subscribe(c)
+    conn.disconnect()
+    wait_bindings(a, QUEUE)
+    proxy.cut()
+    a.stop()
+    a.start()  # its bridge to C cannot join: it knows C's subscription from before the restart only
+    assert [b["via"] for b in cluster_view(a)["remote_bindings"] if b["name"] == QUEUE] == [c_id]
+    sent = send_receipted(a, "/topic/events", N)
+    proxy.heal()
+    wait_bridge(a, c_id, up=True)
+    wait_for(lambda: bridge_to(a, c_id)["backlog"] == 0, 60, 0.1, "A's store-and-forward queue did not empty")
+    receive_all(c, sent)
+    assert queue_count(c, QUEUE) == 0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from petrel.cluster.advertise import AddressFilter, advertised, binding_info
 from petrel.cluster.bridge import Bridge, sf_queue_name
+from petrel.cluster import remembered
 from petrel.cluster.config import DEFAULT_CLUSTER_PASSWORD, DEFAULT_CLUSTER_USER, ClusterConnectionModel
 from petrel.codec.core import Member
 from petrel.codec.core.cluster import BindingInfo, Bindings, ClusterJoin, ClusterMember, ClusterMembers
@@ -82,6 +83,12 @@ class ClusterConnection:
 
             self.grouping = GroupingHandler(self, config.grouping_handler)
             office.grouping = self.grouping
+        # the peers' bindings known before a restart, routed to until their bridges join
+        self.absent: dict[str, remembered.Absent] = {}
+        self._remembered_path = config.data_dir / remembered.FILE_NAME
+        self._remembered: list[dict] = []
+        self._save_scheduled = False
+        self._restore()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -168,6 +175,13 @@ class ClusterConnection:
         if queue is None:
             queue = self.office.create_queue(name, name, RoutingType.ANYCAST, durable=True)
         bridge.sf_queue = queue
+        absent = self.absent.pop(node_id, None)
+        if absent is not None:  # bindings remembered from before a restart: through this bridge now
+            for their_key, ours in absent.bindings.items():
+                binding = self.office.remote_bindings.get(ours)
+                if binding is not None and binding.link is absent:
+                    binding.link = bridge
+                    bridge.bindings.setdefault(their_key, ours)
         member = self.known.get(node_id)
         if member is not None:
             bridge.http = member.http
@@ -261,6 +275,7 @@ class ClusterConnection:
             binding = office.remote_bindings.get(ours) if ours else None
             if binding is not None and binding.link is bridge:
                 office.remove_remote_binding(ours)
+        self._remember_soon()
 
     def _upsert(self, bridge: Bridge, info: BindingInfo) -> str | None:
         if info.origin == self.node_id:
@@ -296,6 +311,49 @@ class ClusterConnection:
             distance=info.distance + 1, link=bridge, consumer_count=info.consumer_count,
             consumer_selectors=consumer_selectors))
         return key
+
+    # -- bindings remembered across a restart (see remembered.py) ------------------------------
+
+    def _restore(self) -> None:
+        office = self.office
+        entries = remembered.load(self._remembered_path)
+        for e in entries:
+            try:
+                via, origin = str(e["via"]), str(e["origin"])
+                if not via or via == self.node_id or origin == self.node_id or e["key"] in office.remote_bindings:
+                    continue
+                selector = compile_selector(e["filter"]) if e.get("filter") else None
+                absent = self.absent.get(via)
+                if absent is None:
+                    name = sf_queue_name(self.name, via)
+                    queue = office.queues.get(name) or office.create_queue(name, name, RoutingType.ANYCAST,
+                                                                            durable=True)
+                    absent = self.absent[via] = remembered.Absent(via, queue)
+                absent.bindings[e["remote_key"]] = e["key"]
+                office.add_remote_binding(RemoteBinding(
+                    e["key"], e["remote_key"], e["name"], e["address"], RoutingType(e["routing_type"]), selector,
+                    origin=origin, distance=int(e["distance"]), link=absent))
+            except (KeyError, TypeError, ValueError, SelectorError) as exc:
+                log.warning("remembered cluster binding %r skipped: %s", e, exc)
+        self._remembered = entries
+        if entries:
+            log.info("%d remote binding(s) of %d node(s) remembered from before the restart: routed to until "
+                     "their nodes join", len(office.remote_bindings), len(self.absent),
+                     extra={"event": "cluster.bindings_remembered"})
+
+    def _remember_soon(self) -> None:
+        if not self._save_scheduled:
+            self._save_scheduled = True
+            asyncio.get_running_loop().call_soon(self._remember)
+
+    def _remember(self) -> None:
+        """Write the remote bindings down when the set of them changed (not for consumer counts)."""
+        self._save_scheduled = False
+        entries = sorted((remembered.entry(b) for b in self.office.remote_bindings.values() if b.link.node_id),
+                         key=lambda e: e["key"])
+        if entries != self._remembered:
+            self._remembered = entries
+            remembered.save(self._remembered_path, entries)
 
     # -- what we tell peers (the post office's BindingObserver) ----------------------------------------
 
