@@ -199,6 +199,16 @@ def drain(brokers: _Brokers, ledger: Ledger, timeline: Timeline, timeout: float 
         time.sleep(0.5)
 
 
+def _wait_subscriptions(workload: Workload, brokers: _Brokers) -> None:
+    """Every producer's node routes to every durable subscription before the first send: a
+    subscription made on another node is known there once its binding arrives (a message
+    published before that is not for it, as in any cluster)."""
+    for c in workload.consumers:
+        for p in workload.producers:
+            if p.ports.node != c.ports.node:
+                wait_bindings(brokers.nodes[p.ports.node], c.stream, timeout=30)
+
+
 def run_seed(seed: int, workdir: Path, *, scale: float = 1.0) -> RunResult:
     return run_plan(make_plan(seed, scale=scale), workdir, scale=scale)
 
@@ -223,6 +233,8 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
                 except TimeoutError:
                     timeline.note(f"node 0 saw no remote consumer of {QUEUE} ({c.name})")
                 break
+        elif plan.nodes > 1:
+            _wait_subscriptions(workload, brokers)
         timeline.note("workload starts")
         t0 = time.monotonic()
         workload.start_producers()

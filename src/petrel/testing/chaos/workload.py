@@ -222,9 +222,10 @@ class Consumer(_Worker):
 
 
 class Workload:
-    """`ports[n]`: where node n listens. Producers go to the first nodes, consumers to the last
-    (so a cluster forwards); a durable topic in a cluster keeps its subscribers on node 0 with
-    the producers (a subscription on a node that is down or cut off is not routed to, by design)."""
+    """`ports[n]`: where node n listens. Producers go to the first nodes, consumers (and durable
+    subscribers) to the last, so a cluster forwards. A durable subscription whose node is down or
+    cut off still gets every message: the producers' nodes keep its binding while their bridge
+    to that node reconnects, and its copies wait in their store-and-forward queue."""
 
     def __init__(self, plan: Plan, ledger: Ledger, timeline: Timeline, ports: list[Ports]) -> None:
         self.plan = plan
@@ -235,7 +236,7 @@ class Workload:
         if topic:
             dest = f"/topic/{TOPIC}" if plan.protocol == "STOMP" else f"topic://{TOPIC}"
         self.producers = [
-            Producer(i, dest, plan, ledger, timeline, ports[0 if topic else i % n],
+            Producer(i, dest, plan, ledger, timeline, ports[i % n],
                      random.Random(rng.random()))
             for i in range(plan.producers)
         ]
@@ -244,7 +245,7 @@ class Workload:
             for k in range(plan.subscriptions):
                 client_id, sub = subscriber(k)
                 self.consumers.append(Consumer(k, dest, f"{client_id}.{sub}", client_id, sub, plan, ledger, timeline,
-                                               ports[0], random.Random(rng.random())))
+                                               ports[(n - 1 - k) % n], random.Random(rng.random())))
         else:
             for k in range(plan.consumers):
                 self.consumers.append(Consumer(k, dest, QUEUE, None, None, plan, ledger, timeline,
