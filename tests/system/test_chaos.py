@@ -17,7 +17,9 @@ from petrel.testing.chaos import DIMENSIONS, FAULT_KINDS, make_plan
 from petrel.testing.chaos.faults import can_mount_tmpfs
 from petrel.testing.chaos.runner import run_seed
 
-SEEDS = [2291, 2810, 2163, 1501, 2545, 2900, 1589, 571]
+# 29: a durable subscriber's node cut off while the producers' node restarts (it must remember the
+# subscription: 27 receipted messages were lost before)
+SEEDS = [2291, 2810, 2163, 1501, 2545, 2900, 1589, 571, 29]
 
 
 def covered(seeds: list[int]) -> set[tuple]:
