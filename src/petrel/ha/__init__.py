@@ -1,0 +1,1 @@
+"""High availability: node managers (shared store), replication, the lock manager, activation."""
