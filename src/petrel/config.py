@@ -47,6 +47,7 @@ from petrel.cluster.config import (
 )
 from petrel.core.settings import AddressSettingsRepository
 from petrel.errors import ConfigError
+from petrel.ha.config import HaPolicyModel
 
 __all__ = [
     "AddressSettingsModel",
@@ -256,6 +257,8 @@ class BrokerConfig(BaseModel):
         default_factory=list, description="at most one: how this node joins a cluster")
     grouping_handler: GroupingHandlerModel | None = Field(
         None, description="clustered message grouping: LOCAL on one node, REMOTE on the others")
+    ha_policy: HaPolicyModel = Field(
+        default_factory=HaPolicyModel, description="live-backup pairing: shared_store, replication or live_only")
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:
@@ -267,6 +270,11 @@ class BrokerConfig(BaseModel):
                 raise ValueError(
                     f"{field}: {port} + port_offset {self.port_offset} is above 65535")
         self._check_cluster()
+        if self.ha_policy.replication and not self.cluster_connections:
+            raise ValueError("ha_policy: replication finds the other half of its pair through "
+                             "[[cluster_connections]]; add one (static_connectors or a discovery_group)")
+        if self.ha_policy.replication and not self.persistence_enabled:
+            raise ValueError("ha_policy: replication needs persistence_enabled = true")
         return self
 
     def _check_cluster(self) -> None:
@@ -337,7 +345,7 @@ class BrokerConfig(BaseModel):
 
 # Fields that environment variables may not set.
 _NOT_FROM_ENV = frozenset({"address_settings", "connectors", "broadcast_groups", "discovery_groups",
-                           "cluster_connections", "grouping_handler"})
+                           "cluster_connections", "grouping_handler", "ha_policy"})
 
 
 def load_config(

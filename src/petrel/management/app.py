@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from petrel.core.selector import SelectorError
-from petrel.management import address_api, broker_api, cluster_api, message_api, queue_api
+from petrel.management import address_api, broker_api, cluster_api, ha_api, message_api, queue_api
 from petrel.management.errors import ApiError
 from petrel.management.keys import BROKER, SERVER
 from petrel.management.metrics import CONTENT_TYPE
@@ -66,8 +66,17 @@ async def health(request: web.Request) -> web.Response:
     server = request.app[SERVER]
     reason = None if server.stopping or broker.office is None else broker.cannot_persist()
     ready = not server.stopping and broker.office is not None and reason is None
+    if server.stopping:
+        status = "stopping"
+    elif broker.office is None:
+        # not serving (yet): starting, a backup waiting for its live, a node giving way
+        ha = ha_api.ha_view(broker)
+        status = ha["state"] if ha["state"] != "live" else "starting"
+        reason = f"{ha['policy']} {ha['role']}: {status}"
+    else:
+        status = "ok" if ready else "cannot persist"
     body = {
-        "status": "ok" if ready else ("cannot persist" if reason else "stopping"),
+        "status": status,
         "live": True,
         "ready": ready,
         "name": broker.config.name,
@@ -96,6 +105,6 @@ def create_app(server: ManagementServer) -> web.Application:
     app[BROKER] = server.broker
     app[SERVER] = server
     for table in (routes, broker_api.routes, address_api.routes, queue_api.routes, message_api.routes,
-                  cluster_api.routes):
+                  cluster_api.routes, ha_api.routes):
         app.router.add_routes(table)
     return app

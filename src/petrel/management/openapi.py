@@ -108,6 +108,13 @@ def _schemas() -> dict[str, Any]:
                           "bytes_in_flight": _INT, "window": _INT, "window_bytes": _INT, "auto_ack": _BOOL,
                           "paused": _BOOL}, ["id", "queue"]),
         **_cluster_schemas(),
+        "Ha": _obj({"policy": {"type": "string", "enum": ["live_only", "shared_store", "replication"]},
+                    "role": {"type": "string", "enum": ["live", "primary", "backup"]},
+                    "state": {"type": "string", "enum": ["starting", "live", "backup", "failing-back", "syncing",
+                                                         "stopped"]},
+                    "since": _STR, "node_id": _STR, "failovers": _INT, "failover_on_shutdown": _BOOL,
+                    "allow_failback": _BOOL, "replication": {"type": "object"}},
+                   ["policy", "role", "state", "node_id"]),
         "FilterBody": _obj({"filter": _NSTR}),
         "MoveBody": _obj({"to": _STR, "filter": _NSTR}, ["to"]),
     }
@@ -192,6 +199,9 @@ def _paths() -> dict[str, Any]:
             "Scale this broker down, handing its messages to another (not available yet)",
             _error("never answered yet"), status="501")},
         **_cluster_paths(),
+        "/api/v1/ha": {"get": _op(
+            "This node's part in its live-backup pair: policy, role, state, failovers, and with replication "
+            "the sync state and lag", _json(_ref("Ha"), "the HA state"), tag="cluster")},
         "/api/v1/connections": {"get": _op("Client connections", _json(_obj({
             "connections": {"type": "array", "items": _ref("Connection")}, "count": _INT}), "connections"))},
         "/api/v1/consumers": {"get": _op(

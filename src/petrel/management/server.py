@@ -46,7 +46,6 @@ class ManagementServer:
             await runner.cleanup()
             raise PetrelError(f"cannot listen on {host}:{port} (http): {exc.strerror}") from None
         self.port = runner.addresses[0][1]
-        self.metrics.attach()
         log.debug("management API on %s:%d", host, self.port)
         return self.port
 

@@ -22,7 +22,6 @@ from petrel.core.postoffice import PostOffice
 from petrel.errors import PetrelError
 from petrel.storage.disk import DiskWatch
 from petrel.storage.large import LargeMessageStore, reconcile
-from petrel.storage.server_lock import DataDirLocked, ServerLock
 from petrel.storage.store import NullStore
 from petrel.server.connection import Connection
 
@@ -49,11 +48,12 @@ class Broker:
         self.ports: dict[str, int] = {}
         self.node_id = ""
         self.started_at = 0.0
-        self._lock: ServerLock | None = None
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._disk_timer: asyncio.TimerHandle | None = None
         self.disk_watch: DiskWatch | None = None
         self._stopping = False
+        self._stopped = False
+        self.activation = None  # how this node becomes live (petrel.ha.activation)
         self.store = None
         self.large: LargeMessageStore | None = None  # large-message files
         self.office: PostOffice | None = None
@@ -63,22 +63,40 @@ class Broker:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start as the HA policy says: live at once, or a backup waiting in the background."""
+        from petrel.ha.activation import activation_for
+
+        config = self.config
+        http_port = config.listen_http_port()
+        if http_port >= 0:
+            from petrel.management.server import ManagementServer
+
+            self.management = ManagementServer(self)
+            self.ports["http"] = await self.management.start(config.host, http_port)
+        self.activation = activation_for(self)
+        try:
+            await self.activation.start()
+        except BaseException:
+            if self.management is not None:
+                await self.management.stop()
+            raise
+
+    async def activate(self) -> None:
+        """Serve: recover the store, open the post office, listen, join the cluster.
+
+        The caller (an activation) holds whatever lock makes this node the live one."""
         config = self.config
         loop = asyncio.get_running_loop()
         data_dir = Path(config.data_dir)
-        self._lock = ServerLock(data_dir)
+        self._stopping = False
+        self.store = self._make_store(loop, data_dir)
+        t0 = time.monotonic()
         try:
-            self.node_id = self._lock.acquire()
-        except DataDirLocked as exc:
-            raise PetrelError(str(exc)) from None
-        try:
-            self.store = self._make_store(loop, data_dir)
-            t0 = time.monotonic()
             recovered = await loop.run_in_executor(None, self.store.recover)
             self.large = LargeMessageStore(config.large_messages_dir, sync=config.journal_datasync)
             reconcile(self.large, recovered, self.store)
         except Exception as exc:
-            self._lock.release()
+            self.store = None
             if type(exc).__module__.startswith("petrel.storage"):
                 raise PetrelError(str(exc)) from None
             raise
@@ -108,12 +126,8 @@ class Broker:
         stomp_port = config.listen_stomp_port()
         if stomp_port >= 0:
             await self._listen("stomp", stomp_port, ("stomp",))
-        http_port = config.listen_http_port()
-        if http_port >= 0:
-            from petrel.management.server import ManagementServer
-
-            self.management = ManagementServer(self)
-            self.ports["http"] = await self.management.start(config.host, http_port)
+        if self.management is not None:
+            self.management.metrics.attach()
         if self.cluster is not None:
             await self.cluster.start()
         self._schedule_expiry_scan()
@@ -253,11 +267,26 @@ class Broker:
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Stop accepting, close connections, finish in-flight syncs, release the data directory."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.management is not None:
+            await self.management.stop()
+        if self.activation is not None:
+            await self.activation.stop(timeout)
+        else:
+            await self.deactivate(timeout)
+        log.info("Petrel stopped", extra={"event": "broker.stopped"})
+
+    async def deactivate(self, timeout: float = 10.0, *, reason: str = "the broker is shutting down",
+                         code: int | None = None) -> None:
+        """Stop serving: leave the cluster, close listeners and connections, close the store.
+
+        The data directory's lock is the activation's to release; a backup that gave way to its
+        primary (failback) can activate again later."""
         if self._stopping:
             return
         self._stopping = True
-        if self.management is not None:
-            await self.management.stop()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
         if self._disk_timer is not None:
@@ -271,7 +300,7 @@ class Broker:
             if disconnect is not None:
                 # CORE: confirmations still waiting for the disk go out first, then a
                 # DISCONNECT tells the client to fail over.
-                disconnect("the broker is shutting down")
+                disconnect(reason, code=code)
             else:
                 conn.close()
         deadline = time.monotonic() + timeout
@@ -282,12 +311,19 @@ class Broker:
         for server in self.servers:
             await server.wait_closed()
         if self.store is not None:
+            if self.management is not None:
+                self.management.metrics.detach()
             await asyncio.get_running_loop().run_in_executor(None, self.store.close)
             # the store's last callbacks were handed to the loop; let them run
             await asyncio.sleep(0)
-        if self._lock is not None:
-            self._lock.release()
-        log.info("Petrel stopped", extra={"event": "broker.stopped"})
+        self.servers = []
+        for name in ("all", "stomp"):
+            self.ports.pop(name, None)
+        self.cluster = None
+        self.office = None
+        self.store = None
+        self.disk_watch = None
+        self.started_at = 0.0
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -317,11 +353,25 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
 
 async def serve(config: BrokerConfig) -> int:
     broker = Broker(config)
-    await broker.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # a primary may wait a while for its backup to give way: a signal meanwhile stops it
+    starting = loop.create_task(broker.start())
+    stopped = loop.create_task(stop.wait())
+    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        try:
+            await starting
+        except asyncio.CancelledError:
+            pass
+        log.info("signal received while starting, stopping", extra={"event": "broker.stopping"})
+        await broker.stop()
+        return 0
+    stopped.cancel()
+    starting.result()  # a failed start raises here (it has cleaned up after itself)
     try:
         await stop.wait()
         log.info("signal received, stopping", extra={"event": "broker.stopping"})

@@ -68,3 +68,32 @@ def read_node_id(data_dir: Path) -> str | None:
     if data[:8] == MAGIC and len(data) >= 24:
         return str(uuid.UUID(bytes=data[8:24]))
     return None
+
+
+def node_id_of(data_dir: Path) -> str:
+    """The node ID of a data directory, created (atomically, durably) when it has none yet.
+
+    For brokers that share a directory (shared store): neither needs the other's lock to learn
+    the ID, and two that start at once agree on one.
+    """
+    data_dir = Path(data_dir)
+    existing = read_node_id(data_dir)
+    if existing is not None:
+        return existing
+    make_dirs(data_dir)
+    tmp = data_dir / f".server.lock.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(MAGIC + uuid.uuid4().bytes)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, data_dir / "server.lock")  # fails if another broker created it first
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    fsync_dir(data_dir)
+    node_id = read_node_id(data_dir)
+    if node_id is None:
+        raise DataDirLocked(f"{data_dir / 'server.lock'} holds no node ID; move it aside and start again")
+    return node_id

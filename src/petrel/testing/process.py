@@ -65,10 +65,10 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: f
 
 class BrokerProcess:
     def __init__(self, workdir: Path, *, settings: str = "", name: str = "petrel", env: dict | None = None,
-                 http: bool = False) -> None:
+                 http: bool = False, data_dir: Path | None = None) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = self.workdir / "data"
+        self.data_dir = Path(data_dir) if data_dir is not None else self.workdir / "data"  # shared store: one for two
         self.port = free_port()
         self.stomp_port = free_port()
         self.http_port = free_port() if http else -1  # the management API, when asked for
@@ -116,6 +116,30 @@ class BrokerProcess:
                 return False
 
         wait_for(ready, timeout, message=f"broker not ready in {timeout}s:\n{self.log()}")
+
+    def health(self) -> dict:
+        """``/health`` as JSON, whatever its status (needs ``http=True``); {} when it does not answer."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/health", timeout=2) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return json.loads(e.read() or b"{}")
+        except (OSError, ValueError):
+            return {}
+
+    def wait_state(self, *states: str, timeout: float = 60.0) -> str:
+        """Wait until ``/health`` says one of ``states`` ("ok" = live and serving, "backup", ...)."""
+        def reached() -> str | None:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            status = self.health().get("status")
+            return status if status in states else None
+
+        return wait_for(reached, timeout, message=f"broker not {'/'.join(states)} in {timeout}s:\n{self.log()}")
 
     def log(self) -> str:
         try:
