@@ -53,7 +53,8 @@ class Broker:
     """What a broker keeps of its lock manager: the manager, its data dir, the listener's calls."""
 
     def __init__(self, connect_string: str, data_dir: Path, **options) -> None:
-        self.manager = ZooKeeperLockManager(connect_string, session_ms=SESSION_MS, **options)
+        options.setdefault("session_ms", SESSION_MS)
+        self.manager = ZooKeeperLockManager(connect_string, **options)
         self.data_dir = data_dir
         self.unavailable = threading.Event()
         self.listener_threads: list[str] = []
@@ -69,8 +70,8 @@ def brokers(tmp_path):
     made: list[Broker] = []
     node_ids = iter(range(1000))
 
-    def make(connect_string: str, name: str, start: bool = True) -> Broker:
-        broker = Broker(connect_string, tmp_path / name)
+    def make(connect_string: str, name: str, start: bool = True, **options) -> Broker:
+        broker = Broker(connect_string, tmp_path / name, **options)
         made.append(broker)
         if start:
             broker.manager.start(timeout=10)
@@ -117,7 +118,10 @@ def test_two_brokers_compete_exactly_one_holds(zk, brokers):
         loser.unlock()
 
 
-def test_holder_cut_off_hears_it_and_the_other_takes_over_after_the_session_expires(zk, brokers):
+@pytest.mark.parametrize("fault", ["cut", "freeze"])
+def test_holder_cut_off_hears_it_and_the_other_takes_over_after_the_session_expires(zk, brokers, fault):
+    """`cut`: the holder's connections are reset (it notices at once); `freeze`: a silent
+    partition (it notices when its pings go unanswered, 2/3 of the session)."""
     node_id = brokers.node_id()
     with TcpProxy("127.0.0.1", zk.port) as proxy:
         holder = brokers(f"127.0.0.1:{proxy.port}", "holder")
@@ -128,19 +132,19 @@ def test_holder_cut_off_hears_it_and_the_other_takes_over_after_the_session_expi
         assert first is not None and first.lock.held()
         assert activate(other.manager, node_id, other.data_dir, timeout=0.5) is None
 
-        proxy.cut()
+        getattr(proxy, fault)()
         cut_at = time.monotonic()
+        assert not other.manager.lock(node_id).try_lock(0), "the lock moved before the session expired"
         assert holder.unavailable.wait(5), "the holder's unavailable listener did not fire"
-        print(f"listener fired {time.monotonic() - cut_at:.3f}s after the cut, on {holder.listener_threads}")
+        print(f"listener fired {time.monotonic() - cut_at:.3f}s after the {fault}, on {holder.listener_threads}")
         assert threading.main_thread().name not in holder.listener_threads
         assert not first.lock.held()
-        assert not other.manager.lock(node_id).try_lock(0), "the lock moved before the session expired"
 
         # the other node's data is in sync with the holder's (it was its replica)
         write_local_sequence(other.data_dir, first.activation_sequence)
         taken = activate(other.manager, node_id, other.data_dir, timeout=15)
         failover = time.monotonic() - cut_at
-        print(f"failover after the cut (session {SESSION_MS} ms): {failover:.3f}s")
+        print(f"failover after the {fault} (session {SESSION_MS} ms): {failover:.3f}s")
         assert taken is not None and taken.check is ActivationCheck.IN_SYNC
         assert failover >= 1.0, "took the lock before the holder's session could have expired"
 
@@ -154,6 +158,40 @@ def test_holder_cut_off_hears_it_and_the_other_takes_over_after_the_session_expi
         with pytest.raises(StaleActivationSequence, match="stale"):
             activate(holder.manager, node_id, holder.data_dir, timeout=5)
         assert not holder.manager.lock(node_id).held()
+
+
+def test_a_wait_broken_by_a_dropped_connection_leaves_no_lease_behind(zk, brokers):
+    node_id = brokers.node_id()
+    holder = brokers(zk.connect_string, "holder")
+    path = holder.manager.lock(node_id).path
+    leases = lambda: sorted(holder.manager._client.get_children(path))  # noqa: E731
+    assert holder.manager.lock(node_id).try_lock(1)
+    with TcpProxy("127.0.0.1", zk.port) as proxy:
+        waiter = brokers(f"127.0.0.1:{proxy.port}", "waiter", session_ms=15000)
+        session = waiter.manager.session_id()
+        errors: list[Exception] = []
+
+        def wait_for_the_lock() -> None:
+            try:
+                waiter.manager.lock(node_id).try_lock(15)
+            except LockManagerUnavailable as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=wait_for_the_lock)
+        thread.start()
+        try:
+            wait_for(lambda: len(leases()) == 2, timeout=5, message="the waiter's lease never appeared")
+            proxy.cut()
+        finally:
+            thread.join(15)
+        assert errors and "ZooKeeper" in str(errors[0])
+        assert len(leases()) == 2  # the session lives on, and its lease with it
+        proxy.heal()
+        wait_for(lambda: waiter.manager.connected, timeout=10, message="the waiter did not reconnect")
+        assert waiter.manager.session_id() == session
+        wait_for(lambda: len(leases()) == 1, timeout=5, message="the waiter's lease was left behind")
+    holder.manager.lock(node_id).unlock()
+    assert brokers(zk.connect_string, "third").manager.lock(node_id).try_lock(1)
 
 
 def test_holder_client_closed_without_unlocking(zk, brokers):

@@ -10,7 +10,9 @@ lowest sequence holds it, the others watch their predecessor. A lease is deleted
 `unlock()`, and by ZooKeeper itself when the holder's session ends (closed, or expired after
 ``session_ms`` without hearing from it), which is what makes a crashed or cut-off holder give
 the lock up. `held()` is False as soon as the session is suspended: a holder that cannot
-reach ZooKeeper cannot know whether its lease survives.
+reach ZooKeeper cannot know whether its lease survives. It is True again if the same session
+reconnects in time (ZooKeeper kept the lease; a ZooKeeper restart keeps sessions too), and
+never after the session expired: a new session does not inherit leases.
 
 The sequence is compared and set by znode version, so a write that raced another fails.
 
@@ -166,12 +168,12 @@ class ZooKeeperLockManager:
         if state == KazooState.LOST:
             for lock in list(self._locks.values()):
                 lock._forget()
-        if self._stopping:
-            return
+        if client is None or self._stopping:
+            return  # a start that timed out, or our own stop
         log.warning("ZooKeeper session %s (%s): every lock this node holds must be considered lost",
                     "lost" if state == KazooState.LOST else "suspended", self.connect_string,
                     extra={"event": "ha.lock_manager_unavailable"})
-        if client is not None and self._listeners:
+        if self._listeners:
             client.handler.spawn(self._notify)
 
     def _notify(self) -> None:
@@ -233,15 +235,17 @@ class ZooKeeperLock:
         with self._mutex:
             if self.held():
                 return True
-            self._lease = self._session = None
             client = self._manager._connected_client()
+            if self._lease is not None:  # of a session that is gone, or a lease we cannot vouch for
+                self._leftover_leases.add(self._lease)
+                self._lease = self._session = None
             self._clean_up_leftovers()
             prefix = f"{_LEASE}{uuid.uuid4().hex}-"
             self._leftover_prefixes.add(prefix)
-            session = self._manager.session_id()
-            lease = self._manager._wait(
+            lease, stat = self._manager._wait(
                 client.create_async(f"{self.path}/{prefix}", self._manager.holder_id.encode(), ephemeral=True,
-                                    sequence=True, makepath=True), f"lock {self.node_id}")
+                                    sequence=True, makepath=True, include_data=True), f"lock {self.node_id}")
+            session = stat.ephemeralOwner  # the session the lease lives and dies with
             self._leftover_prefixes.discard(prefix)
             self._leftover_leases.add(lease)
             if self._wait_for_turn(client, lease, deadline):
@@ -309,26 +313,29 @@ class ZooKeeperLock:
         with self._mutex:
             if not self.has_leftovers():
                 return
+            # snapshots: `_forget` swaps the sets from kazoo's thread without the mutex
+            leases, prefixes = tuple(self._leftover_leases), tuple(self._leftover_prefixes)
             try:
                 client = self._manager._connected_client()
-                for lease in list(self._leftover_leases):
+                for lease in leases:
                     self._delete(lease)
-                if self._leftover_prefixes:
+                if prefixes:
                     children = self._manager._wait(client.get_children_async(self.path), f"lock {self.node_id}")
                     for child in children:
-                        if any(child.startswith(prefix) for prefix in self._leftover_prefixes):
+                        if child.startswith(prefixes):
                             self._delete(f"{self.path}/{child}")
-                    self._leftover_prefixes.clear()
+                    self._leftover_prefixes.difference_update(prefixes)
             except NoNodeError:
-                self._leftover_prefixes.clear()
+                self._leftover_prefixes.difference_update(prefixes)
             except LockManagerUnavailable:
                 pass  # next time we are connected
 
     def _forget(self) -> None:
-        """The session is gone, and every ephemeral lease with it."""
+        """The session is gone, and every ephemeral lease with it (kazoo's connection
+        thread: no mutex, which a waiting `try_lock` may hold)."""
         self._lease = self._session = None
-        self._leftover_prefixes.clear()
-        self._leftover_leases.clear()
+        self._leftover_prefixes = set()
+        self._leftover_leases = set()
 
 
 class ZooKeeperSequence:
