@@ -182,14 +182,19 @@ class CoreLoad:
     async def _ack(self, batch: list[Message]) -> None:
         mids = [m.body.decode() for m in batch]
         self.ledger.ack_sent(self.QUEUE, mids)
+        failovers = self.conn.failovers
         try:
             settled = await self.consumer.ack(batch[-1], cumulative=True)
         except ClientError:
             return  # in doubt: a redelivery is allowed, the ledger does not count it confirmed
-        if settled >= len(batch):
+        # An ack called while the connection is down is sent, with its old delivery number, on
+        # the next connection, where it settles other deliveries (see
+        # test_an_ack_called_during_a_failover_does_not_settle_the_new_deliveries): not confirmed.
+        if settled >= len(batch) and self.conn.failovers == failovers:
             self.ledger.ack_confirmed(self.QUEUE, mids)
 
     async def finish(self) -> None:
+        await wait_until(lambda: self.sent >= self.cap, 120)
         await self.psession.flush()
         self.ledger.confirmed([message_id(0, i) for i in range(self.sent)])
         await wait_until(lambda: self.received >= self.sent, 120)
@@ -417,3 +422,213 @@ def test_stomp_20_kill9_cycles_alternating_live_nothing_lost_or_twice(pairs):
     drain_core(pair.live(), StompLoad.QUEUE, ledger)
     verdict(ledger)
     assert (ha(pair.p)["state"], ha(pair.b)["state"]) == ("live", "backup")
+
+
+# -- graceful failover, failback, the policy's switches ------------------------------------------
+
+
+async def core_load(pair: Pair, steps, per_step: int = 300) -> CoreLoad:
+    """CORE load on the pair's failover URL; each of ``steps`` (a blocking callable) runs once
+    half of its ``per_step`` messages are confirmed; then every message is consumed."""
+    loop = asyncio.get_running_loop()
+    load = CoreLoad(Ledger())
+    await load.open(pair.failover_url())
+    tasks = [asyncio.ensure_future(load.produce()), asyncio.ensure_future(load.consume())]
+    try:
+        for k, step in enumerate(steps):
+            load.cap = (k + 1) * per_step
+            await wait_until(lambda: load.confirmed >= k * per_step + per_step // 2 and
+                             load.received > k * per_step // 2, 120)
+            await loop.run_in_executor(None, step)
+        load.cap = (len(steps) + 1) * per_step
+        await load.finish()
+        await asyncio.gather(*tasks)
+    finally:
+        load.stopping = True
+        load.failovers = load.conn.failovers
+        await load.conn.close()
+    assert not load.errors, load.errors
+    return load
+
+
+def test_sigterm_with_failover_on_shutdown_hands_over_to_the_backup(pairs):
+    pair = pairs("failover_on_shutdown = true\n").start()
+    took = []
+
+    def stop_primary() -> None:
+        t0 = time.monotonic()
+        assert pair.p.stop() == 0
+        pair.b.wait_state("ok")
+        took.append(time.monotonic() - t0)
+
+    load = run(core_load(pair, [stop_primary]))
+    report("SIGTERM with failover_on_shutdown", took)
+    assert load.failovers == 1
+    assert ha(pair.b)["state"] == "live" and ha(pair.b)["failovers"] == 1
+    assert pair.state_byte() == "L"
+    assert "ha.handover" in pair.p.log_path.read_text()
+    drain_core(pair.b, CoreLoad.QUEUE, load.ledger)
+    verdict(load.ledger)
+
+
+def test_sigterm_without_failover_on_shutdown_pauses_the_pair_until_the_primary_returns(pairs):
+    pair = pairs().start()
+    paused = []
+
+    def stop_and_restart_primary() -> None:
+        assert pair.p.stop() == 0
+        paused.append(pair.state_byte())
+        # the backup sees the live lock free but the pair paused: it must not take over. The
+        # primary's restart (a new process) takes far longer than the backup's look (50 ms).
+        pair.p.start(wait=False)
+        pair.p.wait_state("ok")
+
+    load = run(core_load(pair, [stop_and_restart_primary]))
+    assert paused == ["P"]
+    assert load.failovers == 1
+    assert ha(pair.b)["failovers"] == 0 and pair.b.health()["status"] == "backup"
+    assert ha(pair.p)["state"] == "live"
+    drain_core(pair.p, CoreLoad.QUEUE, load.ledger)
+    verdict(load.ledger)
+
+
+def test_failback_the_primary_serves_again_and_the_backup_waits_again(pairs):
+    """allow_failback and restart_backup (the defaults): kill -9 the primary, the backup serves;
+    restart the primary, it takes over again and the backup waits again, so a second kill makes
+    it serve again. A consumer on the failover client keeps receiving throughout."""
+    pair = pairs().start()
+    seen = {}
+
+    def kill_primary() -> None:
+        _, took = fail_over(pair)
+        seen["takeover"] = took
+        assert ha(pair.b)["state"] == "live"
+
+    def restart_primary() -> None:
+        t0 = time.monotonic()
+        pair.p.start(wait=False)
+        pair.p.wait_state("ok")
+        pair.b.wait_state("backup")
+        seen["failback"] = time.monotonic() - t0
+        seen["b after failback"] = ha(pair.b)
+        seen["p after failback"] = ha(pair.p)
+
+    def kill_primary_again() -> None:
+        pair.p.kill9()
+        pair.b.wait_state("ok")
+        seen["b after the second kill"] = ha(pair.b)
+
+    load = run(core_load(pair, [kill_primary, restart_primary, kill_primary_again]))
+    print(f"takeover {seen['takeover']:.2f}s, failback (from the primary's start) {seen['failback']:.2f}s")
+    b, p = seen["b after failback"], seen["p after failback"]
+    assert (b["role"], b["state"], b["failovers"]) == ("backup", "backup", 1), b
+    assert (p["role"], p["state"]) == ("primary", "live"), p
+    assert seen["b after the second kill"]["failovers"] == 2
+    assert load.failovers == 3
+    assert load.received >= load.sent  # the consumer kept receiving after each switch
+    drain_core(pair.b, CoreLoad.QUEUE, load.ledger)
+    verdict(load.ledger)
+
+
+def test_without_failback_the_returning_primary_waits_until_the_backup_stops(pairs):
+    pair = pairs("allow_failback = false\n").start()
+    seen = {}
+
+    def kill_primary() -> None:
+        fail_over(pair)
+
+    def restart_primary() -> None:
+        pair.p.start(wait=False)
+        pair.p.wait_state("failing-back")
+        seen["byte"] = pair.state_byte()
+
+    def stop_backup() -> None:
+        # the load of the step before ran on the backup with the primary waiting: still so
+        seen["b"], seen["p"] = ha(pair.b), pair.p.health()["status"]
+        assert pair.b.stop() == 0
+        pair.p.wait_state("ok")
+
+    load = run(core_load(pair, [kill_primary, restart_primary, stop_backup]))
+    assert seen["byte"] == "F"
+    assert seen["b"]["state"] == "live" and seen["p"] == "failing-back", seen
+    assert load.failovers == 2
+    assert ha(pair.p)["state"] == "live"
+    drain_core(pair.p, CoreLoad.QUEUE, load.ledger)
+    verdict(load.ledger)
+
+
+def test_without_restart_backup_the_backup_stays_stopped_after_failback(pairs):
+    pair = pairs("restart_backup = false\n").start()
+    seen = {}
+
+    def kill_primary() -> None:
+        fail_over(pair)
+
+    def restart_primary() -> None:
+        pair.p.start(wait=False)
+        pair.p.wait_state("ok")
+        pair.b.wait_state("stopped")
+
+    def kill_and_restart_primary() -> None:
+        pair.p.kill9()
+        pair.p.start(wait=False)  # the backup stopped for good: nobody serves until then
+        pair.p.wait_state("ok")
+        seen["b"] = ha(pair.b)
+
+    load = run(core_load(pair, [kill_primary, restart_primary, kill_and_restart_primary]))
+    assert (seen["b"]["state"], seen["b"]["failovers"]) == ("stopped", 1), seen["b"]
+    assert pair.b.proc.poll() is None
+    assert load.failovers == 3
+    drain_core(pair.p, CoreLoad.QUEUE, load.ledger)
+    verdict(load.ledger)
+
+
+@pytest.mark.xfail(strict=True, reason="petrel.client: AsyncConsumer.ack() checks the message's epoch before "
+                   "waiting for the connection, so an ack called during a failover goes to the new broker with "
+                   "its old delivery number and settles the new connection's deliveries")
+def test_an_ack_called_during_a_failover_does_not_settle_the_new_deliveries(pairs):
+    """Found by the failback tests (20 messages consumed twice after their acknowledgement was
+    confirmed). With only the primary running, kill it: the client keeps trying; acknowledge a
+    message delivered before; start the backup, which takes over. The acknowledgement belongs to
+    the dead connection: nothing may be settled on the backup."""
+    pair = pairs()
+    pair.p.start(wait=False)
+    pair.p.wait_state("ok")
+
+    async def go() -> tuple[int | str, list[bytes]]:
+        loop = asyncio.get_running_loop()
+        conn = await connect(pair.failover_url())
+        session = await conn.session()
+        producer = session.producer("queue://ha.ack")
+        for i in range(50):
+            await producer.send(Message(b"%d" % i))
+        await session.flush()
+        consumer = await session.consumer("queue://ha.ack", ack="client")
+        first = [await consumer.receive(5) for _ in range(10)]
+        await loop.run_in_executor(None, pair.p.kill9)
+        await wait_until(lambda: not conn.connected, 30)
+        ack = asyncio.ensure_future(consumer.ack(first[-1], cumulative=True))
+        await loop.run_in_executor(None, lambda: pair.b.start(wait=False).wait_state("ok"))
+        await wait_until(lambda: conn.failovers == 1, 60)
+        try:
+            settled = await asyncio.wait_for(ack, 30)
+        except ClientError as exc:
+            settled = type(exc).__name__
+        await consumer.close()
+        await session.close()
+        bodies = await drain_bodies(conn, "queue://ha.ack")
+        await conn.close()
+        return settled, bodies
+
+    settled, bodies = run(go(), 120)
+    assert sorted(int(b) for b in bodies) == list(range(50)), f"the stale ack settled {settled}"
+
+
+async def drain_bodies(conn, destination: str) -> list[bytes]:
+    session = await conn.session()
+    consumer = await session.consumer(destination)
+    out = []
+    while (m := await consumer.receive(1.0)) is not None:
+        out.append(m.body)
+    await session.close()
+    return out
