@@ -31,6 +31,7 @@ from petrel.core.message import Message, decode_message, encode_message
 from petrel.storage.journal import FileJournal
 from petrel.storage.paging import PagedMessage, PagePosition, PageStore, remove
 from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered, RecoveredRef
+from petrel.storage.stream import DurabilityGate, StoreStream
 
 log = logging.getLogger("petrel.storage")
 
@@ -73,6 +74,10 @@ class FileStore:
         self.sync_transactional = sync_transactional
         self.sync_non_transactional = sync_non_transactional
         self.skip_damaged = skip_damaged
+        # every change to a file under data_dir, in order (storage/stream.py; replication follows it)
+        self.stream = StoreStream(self.data_dir)
+        self._gate: DurabilityGate | None = None
+        journal_options["stream"] = self.stream
         bindings_options = dict(journal_options)
         bindings_options["file_size"] = min(journal_options.get("file_size", 1 << 20), 1 << 20)
         bindings_options["compact_min_files"] = 2
@@ -82,7 +87,7 @@ class FileStore:
         self.messages = FileJournal(self.data_dir / "journal", prefix="petrel-data", extension="pj", **journal_options)
         self.pages = PageStore(
             self.data_dir / "paging", page_size=page_size, datasync=journal_options.get("datasync", True),
-            dispatch=self.dispatch,
+            dispatch=self.dispatch, stream=self.stream,
         )
         self.disk_watch = None  # a storage.disk.DiskWatch told of the bytes appended
         self._pages_appended = 0  # page records appended
@@ -244,11 +249,24 @@ class FileStore:
             return
         self._sync_now(done, failed)
 
+    def set_gate(self, gate: DurabilityGate | None) -> None:
+        """From now on a sync that is locally durable calls `gate.after(done, failed)` instead of
+        `done()` (where `done` would have run); the gate reads `stream.seq` then, and lets `done`
+        run once the backup holds the stream that far. None: back to `done()` at once."""
+        self._gate = gate
+
+    def _confirm(self, done: Callable[[], None], failed: Callable[[BaseException], None] | None) -> None:
+        gate = self._gate
+        if gate is None:
+            done()
+        else:
+            gate.after(done, failed)
+
     def _sync_now(self, done: Callable[[], None], failed: Callable[[BaseException], None] | None) -> None:
         journals = [self.messages]
         if self.bindings.position > self.bindings.durable_position:
             journals.append(self.bindings)
-        waiter = _Waiter(done, failed, len(journals) + (self._pages_appended > self._pages_durable))
+        waiter = _Waiter(self, done, failed, len(journals) + (self._pages_appended > self._pages_durable))
         for journal in journals:
             journal.sync(waiter)
         if self._pages_appended > self._pages_durable:
@@ -259,7 +277,7 @@ class FileStore:
         for journal in (self.messages, self.bindings):
             if journal.failure is not None:
                 return journal.failure
-        return getattr(self.pages, "failure", None)
+        return self.pages.failure
 
     # -- bindings -----------------------------------------------------------------------
 
@@ -446,16 +464,17 @@ class FileStore:
         """Unlink page files once everything appended to the message journal so far is durable:
         a crash before that recovers a cursor that still points into them."""
         if paths:
-            self.messages.sync(lambda: remove(paths))
+            self.messages.sync(lambda: remove(paths, self.stream))
 
 class _Waiter:
     """One `FileStore.sync` over several journals: `done` once each has called it, or
     `failed(error)` once, at the first failure (a journal calls `fail` for that)."""
 
-    __slots__ = ("done", "failed", "left")
+    __slots__ = ("store", "done", "failed", "left")
 
-    def __init__(self, done: Callable[[], None], failed: Callable[[BaseException], None] | None,
-                 left: int) -> None:
+    def __init__(self, store: FileStore, done: Callable[[], None],
+                 failed: Callable[[BaseException], None] | None, left: int) -> None:
+        self.store = store
         self.done = done
         self.failed = failed
         self.left = left
@@ -463,7 +482,7 @@ class _Waiter:
     def __call__(self) -> None:
         self.left -= 1
         if self.left == 0:
-            self.done()
+            self.store._confirm(self.done, self.failed)  # through the replication gate, if any
 
     def fail(self, error: BaseException) -> None:
         if self.left <= 0:

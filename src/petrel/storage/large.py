@@ -15,6 +15,11 @@ record, are removed at the next start.
 
 File I/O is plain and blocking; the server calls `LargeWriter.finish` for durable bodies
 from a worker thread (it fsyncs) and everything else from the event loop.
+
+Every change (a file created, each chunk appended, the rename that finishes it, a link, a
+deletion) is made under the data directory's `StoreStream` lock and recorded there (see
+storage/stream.py), when the store is given that stream. The files have no header (their
+bytes are the body), so no format version: `<id>.msg` is the body, nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.message import LargeBody
 from petrel.storage.journal.segment import fsync_dir
+from petrel.storage.stream import FileCreate, FileWrite, StoreStream
 
 if TYPE_CHECKING:
     from petrel.storage.store import Recovered, Store
@@ -54,12 +60,15 @@ class LargeBodyMissing(Exception):
 
 
 class LargeMessageStore:
-    def __init__(self, directory: str | Path, *, sync: bool = True) -> None:
+    def __init__(self, directory: str | Path, *, sync: bool = True, stream: StoreStream | None = None) -> None:
+        """`stream`: the data directory's (`FileStore.stream`), so replication sees these files;
+        by default one of the directory's own."""
         self.directory = Path(directory)
         # False: never fsync (journal_datasync = false): survives a process crash, not power loss
         self.sync = sync
         self._dir = str(self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.stream = stream if stream is not None else StoreStream(self.directory)
 
     def path(self, body: LargeBody) -> str:
         return os.path.join(self._dir, body.name)
@@ -86,17 +95,21 @@ class LargeMessageStore:
         new = LargeBody.for_message(new_id, body.size)
         src, dst = self.path(body), self.path(new)
         try:
-            os.link(src, dst)
+            self.stream.link(src, dst)
         except FileNotFoundError:
             raise LargeBodyMissing(f"large-message file {src} is missing") from None
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
                 raise
             tmp = dst + ".tmp"
-            shutil.copyfile(src, tmp)
+            stream = self.stream
+            with stream.lock:
+                shutil.copyfile(src, tmp)
+                if stream.active:  # the copy shipped as such: what a link would have given
+                    stream.emit(*_whole_file(stream, tmp))
             if durable and self.sync:
                 _fsync_file(tmp)
-            os.replace(tmp, dst)
+            stream.rename(tmp, dst)
         if durable and self.sync:
             fsync_dir(self._dir)
         return new
@@ -120,10 +133,7 @@ class LargeMessageStore:
     # -- removing -----------------------------------------------------------------------
 
     def delete(self, body: LargeBody) -> None:
-        try:
-            os.unlink(self.path(body))
-        except FileNotFoundError:
-            pass
+        self.stream.unlink(self.path(body), missing_ok=True)
 
     def names(self) -> list[str]:
         """Every file in the directory (finished or not), sorted."""
@@ -145,9 +155,7 @@ class LargeMessageStore:
                 if not name.endswith(SUFFIX):
                     log.warning("unexpected file %s in %s left alone", name, self._dir)
                 continue
-            try:
-                os.unlink(os.path.join(self._dir, name))
-            except FileNotFoundError:
+            if not self.stream.unlink(os.path.join(self._dir, name), missing_ok=True):
                 continue
             removed += 1
             log.info("%s %s removed", why, name, extra={"event": "large.orphan_removed"})
@@ -166,14 +174,22 @@ class LargeWriter:
         self.message_id = message_id
         self.size = 0
         self.tmp = os.path.join(store._dir, f"{message_id}{TMP_SUFFIX}")
-        self._f = open(self.tmp, "wb", buffering=0)
+        stream = store.stream
+        with stream.lock:
+            self._f = open(self.tmp, "wb", buffering=0)
+            if stream.active:
+                stream.emit(FileCreate(stream.rel(self.tmp), 0))
 
     def write(self, chunk: bytes | bytearray | memoryview) -> None:
         f = self._f
-        view = memoryview(chunk)
-        while view:  # a raw file may write less than asked
-            n = f.write(view)
-            view = view[n:]
+        stream = self.store.stream
+        with stream.lock:
+            view = memoryview(chunk)
+            while view:  # a raw file may write less than asked
+                n = f.write(view)
+                view = view[n:]
+            if stream.active:  # a copy: the caller may reuse its buffer
+                stream.emit(FileWrite(stream.rel(self.tmp), self.size, bytes(chunk)))
         self.size += len(chunk)
 
     def finish(self, *, durable: bool = True) -> LargeBody:
@@ -186,7 +202,7 @@ class LargeWriter:
         finally:
             f.close()
         body = LargeBody.for_message(self.message_id, self.size)
-        os.replace(self.tmp, self.store.path(body))
+        self.store.stream.rename(self.tmp, self.store.path(body))
         if sync:
             fsync_dir(self.store._dir)
         return body
@@ -196,10 +212,7 @@ class LargeWriter:
         try:
             self._f.close()
         finally:
-            try:
-                os.unlink(self.tmp)
-            except FileNotFoundError:
-                pass
+            self.store.stream.unlink(self.tmp, missing_ok=True)
 
 
 class BodyReader:
@@ -262,6 +275,18 @@ def reconcile(large: LargeMessageStore, recovered: Recovered, store: Store, extr
         keep.append((message, refs))
     recovered.messages = keep
     return large.remove_orphans(live)
+
+
+def _whole_file(stream: StoreStream, path: str) -> list:
+    """A file as operations: created, then its bytes (a copy made under the stream's lock)."""
+    rel = stream.rel(path)
+    ops: list = [FileCreate(rel, 0)]
+    with open(path, "rb") as f:
+        offset = 0
+        while chunk := f.read(1 << 20):
+            ops.append(FileWrite(rel, offset, chunk))
+            offset += len(chunk)
+    return ops
 
 
 def _fsync_file(path: str) -> None:

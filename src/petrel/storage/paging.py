@@ -1,7 +1,8 @@
 """Page files: the backlog of a queue that does not fit in memory.
 
 Each paging queue has a directory `paging/<queue id>/` of page files `NNNNNNNNN.page`, each a
-run of records `u32 length | u32 crc32 | payload` with payload = msgpack (seq, durable, message
+12-byte header `u32 0 | "PTPG" | u32 format version` (files without one are version 1, read
+as before) then a run of records `u32 length | u32 crc32 | payload` with payload = msgpack (seq, durable, message
 id, encoded message[, True when the record is its send's only home, see `append`]). Writes are appended by one writer thread and made durable together
 (`sync(done)`, like the journal's group commit); reads happen where the queue drains.
 
@@ -18,10 +19,15 @@ the cursor, which only moves forward, never points past a file still to be read.
 
 A new file and a new queue directory are made durable (their directory fsynced) by the
 writer before the callbacks of the sync that confirms records in them run.
+
+Every change to the files is made under the data directory's `StoreStream` lock and recorded
+there (storage/stream.py): file creation, each record written, a failed batch's rewind,
+deletions.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -36,10 +42,31 @@ import msgspec
 
 from petrel.core.message import Message, decode_message, encode_message
 from petrel.storage.journal.segment import fsync_dir
+from petrel.storage.stream import FileCreate, FileWrite, StoreStream
 
 log = logging.getLogger("petrel.storage.paging")
 
 _HEAD = struct.Struct("<II")
+_FILE_HEAD = struct.Struct("<I4sI")  # 0 (no record is empty), magic, format version
+PAGE_MAGIC = b"PTPG"
+PAGE_FORMAT_VERSION = 2  # 1: the files had no header
+HEADER = _FILE_HEAD.pack(0, PAGE_MAGIC, PAGE_FORMAT_VERSION)
+
+
+class PageFormatError(Exception):
+    """A page file written by a newer (or unknown) version of the broker."""
+
+
+def _records_start(head: bytes, path: Path | str) -> int:
+    """Where the records of a page file start, from its first bytes (0: a version-1 file)."""
+    if len(head) >= _FILE_HEAD.size and head[:8] == b"\0\0\0\0" + PAGE_MAGIC:
+        version = _FILE_HEAD.unpack_from(head, 0)[2]
+        if version != PAGE_FORMAT_VERSION:
+            raise PageFormatError(
+                f"page file {path} has format version {version}; this broker reads versions 1 and "
+                f"{PAGE_FORMAT_VERSION}: start the version that wrote it, or move the file aside")
+        return _FILE_HEAD.size
+    return 0
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
 
@@ -76,13 +103,15 @@ class _QueuePages:
 
 class PageStore:
     def __init__(self, directory: Path, *, page_size: int = 10 * 1024 * 1024, datasync: bool = True,
-                 dispatch: Callable[[list[Callable[[], None]]], None] | None = None) -> None:
+                 dispatch: Callable[[list[Callable[[], None]]], None] | None = None,
+                 stream: StoreStream | None = None) -> None:
         self.dir = Path(directory)
+        self.stream = stream if stream is not None else StoreStream(self.dir)
         self.page_size = page_size
         self.datasync = datasync
         self.dispatch = dispatch or _run_all
         self._queues: dict[int, _QueuePages] = {}
-        self._pending: list[tuple[int, bytes]] = []  # (fd, data)
+        self._pending: list[tuple[int, bytes, int]] = []  # (fd, data, queue id); b"" closes fd, fd -1 a sync
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -92,6 +121,7 @@ class PageStore:
         self.failure: OSError | None = None  # why page writes fail now (the writer retries)
         self._rewind: dict[int, int] = {}  # fd -> size to cut it back to before a retried batch
         self._dirs: dict[Path, None] = {}  # directories with a new entry, fsynced by the next write
+        self._paths: dict[int, Path] = {}  # open fd -> its file (the writer's rewinds name it)
 
     # -- recovery ----------------------------------------------------------------------
 
@@ -110,6 +140,10 @@ class PageStore:
                 continue
             qid = int(qdir.name)
             files = sorted(int(p.stem) for p in qdir.glob("*.page") if p.stem.isdigit())
+            for f in files:
+                path = qdir / f"{f:09d}.page"
+                with open(path, "rb") as fh:
+                    _records_start(fh.read(_FILE_HEAD.size), path)  # refuses an unknown version
             pages = _QueuePages(qid, qdir)
             pages.files = files
             self._queues[qid] = pages
@@ -130,7 +164,7 @@ class PageStore:
     def _valid_end(path: Path) -> int:
         """Offset after the last whole record (a torn tail was never confirmed)."""
         data = path.read_bytes()
-        pos = 0
+        pos = _records_start(data[:_FILE_HEAD.size], path)
         while pos + 8 <= len(data):
             length, crc = _HEAD.unpack_from(data, pos)
             end = pos + 8 + length
@@ -156,6 +190,7 @@ class PageStore:
         record = _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
         if pages.fd is None:
             self._open(pages)
+            record = HEADER + record  # a new file's first write: its header, then the record
         elif pages.write_offset > 0 and pages.write_offset + len(record) > self.page_size:
             with self._lock:
                 self._pending.append((pages.fd, b"", 0))  # the writer closes it after its last write
@@ -164,6 +199,7 @@ class PageStore:
             pages.write_file += 1
             pages.write_offset = 0
             self._open(pages)
+            record = HEADER + record
         pages.write_offset += len(record)
         with self._lock:
             self._pending.append((pages.fd, record, queue_id))
@@ -183,10 +219,16 @@ class PageStore:
             pages.write_file, pages.write_offset = 1, 0
         if pages.write_file not in pages.files:
             pages.files.append(pages.write_file)
-        fd = os.open(pages.path(pages.write_file), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.ftruncate(fd, pages.write_offset)  # drop a torn tail before appending
+        path = pages.path(pages.write_file)
+        stream = self.stream
+        with stream.lock:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.ftruncate(fd, 0)  # a new file (numbers only grow): drop what a crash left
+            if stream.active:
+                stream.emit(FileCreate(stream.rel(path), 0))
         pages.fd = fd
         with self._lock:  # the new names, durable with the first records in them
+            self._paths[fd] = path
             self._dirs[pages.dir] = None
             if new_dir:
                 self._dirs[self.dir] = None
@@ -241,6 +283,8 @@ class PageStore:
                     for queue_id, n in written.items():
                         self._unwritten[queue_id] = self._unwritten.get(queue_id, 0) - n
             for fd in closing:
+                with self._lock:
+                    self._paths.pop(fd, None)
                 try:
                     os.close(fd)
                 except OSError:
@@ -251,20 +295,30 @@ class PageStore:
     def _write(self, batch: list, dirs: dict) -> tuple[list[int], dict[int, int]]:
         """Write and sync one batch; (fds to close, records written per queue)."""
         rewind = self._rewind
+        stream = self.stream
         for fd, size in list(rewind.items()):  # what a failed try left behind goes first
-            os.ftruncate(fd, size)
-        touched: dict[int, None] = {}
+            stream.truncate(fd, self._paths[fd], size)
+        touched: dict[int, int] = {}  # fd -> where its next write lands (the files are O_APPEND)
         closing = []
         written: dict[int, int] = {}
+        lock = stream.lock
         for fd, data, queue_id in batch:
             if fd < 0:
                 continue
             if data:
-                if fd not in touched:
-                    touched[fd] = None
+                offset = touched.get(fd)
+                if offset is None:
                     if fd not in rewind:
                         rewind[fd] = os.lseek(fd, 0, os.SEEK_END)  # this file's last good end
-                os.write(fd, data)
+                    offset = rewind[fd]
+                with lock:
+                    n = os.write(fd, data)
+                    if stream.active:
+                        stream.emit(FileWrite(stream.rel(self._paths[fd]), offset,
+                                              data if n == len(data) else data[:n]))
+                touched[fd] = offset + n
+                if n < len(data):  # only when the disk is full: rewound and retried
+                    raise OSError(errno.ENOSPC, "short write to a page file")
                 written[queue_id] = written.get(queue_id, 0) + 1
             else:
                 closing.append(fd)
@@ -330,6 +384,8 @@ class PageStore:
             except FileNotFoundError:
                 continue
             with fh:
+                if offset == 0:
+                    offset = _records_start(fh.read(_FILE_HEAD.size), path)
                 while total < max_bytes:
                     want = max(max_bytes - total, 65536) + 65536
                     if end is not None:
@@ -433,6 +489,8 @@ class PageStore:
             except FileNotFoundError:
                 continue
             pos = cursor.offset if f == cursor.file else 0
+            if pos == 0:
+                pos = _records_start(data[:_FILE_HEAD.size], pages.path(f))
             while pos + 8 <= len(data):
                 length, crc = _HEAD.unpack_from(data, pos)
                 stop = pos + 8 + length
@@ -459,6 +517,8 @@ class PageStore:
             except FileNotFoundError:
                 continue
             pos = cursor.offset if f == cursor.file else 0
+            if pos == 0:
+                pos = _records_start(data[:_FILE_HEAD.size], path)
             end = pages.write_offset if f == pages.write_file else len(data)
             while pos + 8 <= end:
                 length, _ = _HEAD.unpack_from(data, pos)
@@ -483,14 +543,19 @@ class PageStore:
                 pages.fd = None
 
 
-def remove(paths: list[Path]) -> None:
+def remove(paths: list[Path], stream: StoreStream | None = None) -> None:
     """Unlink page files (and rmdir emptied queue directories) that may already be gone."""
     for path in paths:
         try:
-            if path.suffix == ".page":
-                path.unlink(missing_ok=True)
+            if stream is None:
+                if path.suffix == ".page":
+                    path.unlink(missing_ok=True)
+                else:
+                    path.rmdir()
+            elif path.suffix == ".page":
+                stream.unlink(path, missing_ok=True)
             else:
-                path.rmdir()
+                stream.rmdir(path)
         except OSError as exc:
             if path.exists():
                 log.warning("cannot remove %s: %s", path, exc)

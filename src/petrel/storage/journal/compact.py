@@ -41,6 +41,8 @@ from .ledger import Ledger, SegmentState
 from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import HEADER_SIZE, RecordType, encode_data, encode_segment_header, record_size
 from .recovery import _commit_mismatch, _Tx, scan
+from petrel.storage.stream import FileCreate, FileWrite, StoreStream
+
 from .segment import Layout, check_header, fsync_dir, pwrite_all, read_file
 
 __all__ = ["BackgroundCompaction", "Compactor", "Prepared", "RenamePlan", "clean_strays", "read_control", "roll_forward", "write_control"]
@@ -71,9 +73,18 @@ def write_control(layout: Layout, plan: RenamePlan, sync: bool) -> None:
     text = "\n".join(lines) + "\n"
     data = text.encode() + f"end {zlib.crc32(text.encode()):08x}\n".encode()
     path = layout.control_path
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    stream = layout.stream
+    with stream.lock:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            pwrite_all(fd, data, 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        if stream.active:
+            rel = stream.rel(path)
+            stream.emit(FileCreate(rel, 0), FileWrite(rel, 0, data))
     try:
-        os.write(fd, data)
         if sync:
             os.fsync(fd)
     finally:
@@ -117,7 +128,7 @@ def roll_forward(layout: Layout, release: Callable[[Path], None], sync: bool,
     else:
         for i, (src, dst) in enumerate(plan.renames):
             if (directory / src).exists():
-                os.replace(directory / src, directory / dst)
+                layout.stream.rename(directory / src, directory / dst)
             checkpoint(f"renamed {i + 1}")
         for i, name in enumerate(plan.drops):
             if (directory / name).exists():
@@ -125,7 +136,7 @@ def roll_forward(layout: Layout, release: Callable[[Path], None], sync: bool,
             checkpoint(f"dropped {i + 1}")
         if sync:
             fsync_dir(directory)
-    path.unlink()
+    layout.stream.unlink(path)
     if sync:
         fsync_dir(directory)
     return plan is not None
@@ -134,7 +145,7 @@ def roll_forward(layout: Layout, release: Callable[[Path], None], sync: bool,
 def clean_strays(layout: Layout) -> None:
     for path in layout.stray_files():
         log.info("deleting leftover journal file %s", path)
-        path.unlink()
+        layout.stream.unlink(path)
 
 
 class Cancelled(Exception):
@@ -182,12 +193,24 @@ def _cut(n: int, spans: dict[int, list[int]]) -> int:
     return best
 
 
-def write_segment(path: Path, segment_id: int, blob: bytes, file_size: int, sync: bool) -> None:
+def write_segment(path: Path, segment_id: int, blob: bytes, file_size: int, sync: bool,
+                  stream: StoreStream | None = None) -> None:
     """A new segment file at ``path``: header, ``blob``, zeros to ``file_size``."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    if stream is None:
+        stream = StoreStream(path.parent)
+    data = encode_segment_header(segment_id) + blob
+    with stream.lock:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            pwrite_all(fd, data, 0)
+            os.posix_fallocate(fd, 0, file_size)
+        except BaseException:
+            os.close(fd)
+            raise
+        if stream.active:
+            rel = stream.rel(path)
+            stream.emit(FileCreate(rel, file_size), FileWrite(rel, 0, data))
     try:
-        pwrite_all(fd, encode_segment_header(segment_id) + blob, 0)
-        os.posix_fallocate(fd, 0, file_size)
         if sync:
             os.fdatasync(fd)
     finally:
@@ -393,10 +416,12 @@ class Compactor:
                 state.records += 1
             blob = b"".join(chunks)
             state.used = HEADER_SIZE + len(blob)
-            write_segment(self.layout.compact_path(seg), seg, blob, self.file_size, self.sync)
+            write_segment(self.layout.compact_path(seg), seg, blob, self.file_size, self.sync,
+                          self.layout.stream)
             prepared.outputs[seg] = state
         if carried:
-            write_segment(self.layout.compact_path(last), last, carried, self.file_size, self.sync)
+            write_segment(self.layout.compact_path(last), last, carried, self.file_size, self.sync,
+                          self.layout.stream)
         self.checkpoint("compacted files written")
         if self.cancelled:
             raise Cancelled()
@@ -413,11 +438,11 @@ class Compactor:
             return
         directory = self.layout.directory
         try:
-            self.layout.control_path.unlink(missing_ok=True)
+            self.layout.stream.unlink(self.layout.control_path, missing_ok=True)
             if self.sync:
                 fsync_dir(directory)
             for src, _dst in plan.renames:
-                (directory / src).unlink(missing_ok=True)
+                self.layout.stream.unlink(directory / src, missing_ok=True)
         except OSError as e:  # load cleans up: a torn or absent control file, stray .cmp files
             log.warning("could not clean up an abandoned compaction: %s", e)
 

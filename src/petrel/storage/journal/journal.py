@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from petrel.storage.stream import StoreStream
+
 from .compact import clean_strays, roll_forward
 from .errors import JournalError
 from .ledger import Ledger
@@ -58,10 +60,13 @@ class FileJournal:
     def __init__(self, directory: str | Path, *, prefix: str = "petrel-data", extension: str = "pj",
                  file_size: int = 10 * 1024 * 1024, min_files: int = 2, pool_files: int = 10,
                  datasync: bool = True, buffer_timeout_ns: int = 0,
-                 compact_min_files: int = 10, compact_percentage: int = 30) -> None:
+                 compact_min_files: int = 10, compact_percentage: int = 30,
+                 stream: StoreStream | None = None) -> None:
+        """``stream``: where every change to the files is recorded (the data directory's,
+        shared with the other stores in it); by default one of the journal's own."""
         if file_size < HEADER_SIZE + 2 * _TX_SIZE:
             raise ValueError(f"file_size {file_size} is too small")
-        self.layout = Layout(directory, prefix, extension)
+        self.layout = Layout(directory, prefix, extension, stream)
         self.file_size = file_size
         self.datasync = datasync
         self._pending = Pending()
@@ -84,14 +89,18 @@ class FileJournal:
     # replication hook -----------------------------------------------------------------
 
     @property
+    def stream(self) -> StoreStream:
+        """Where every change to this journal's files is recorded (see storage/stream.py)."""
+        return self.layout.stream
+
+    @property
     def before_durable(self) -> BatchHook | None:
-        """The replication hook.
+        """A test hook (replication follows :attr:`stream` instead).
 
         If set, the writer thread calls it with each batch as
         ``[(segment_id, offset, bytes), ...]`` after the local write and sync and
-        before firing the batch's callbacks; when it returns, the batch counts as
-        confirmed (a replicating journal blocks here until the backup has it).
-        If it raises, the journal fails: nothing more is confirmed.
+        before firing the batch's callbacks. If it raises, the journal fails:
+        nothing more is confirmed.
         """
         return self._writer.before_durable
 

@@ -57,6 +57,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from petrel.storage.stream import FileTruncate, StoreStream
+
 from .errors import DamagedJournal
 from .ledger import Ledger
 from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, MARK, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
@@ -283,13 +285,18 @@ class Recovered:
     open_txs: list[tuple[int, bool]]  # (tx id, prepared) still open: to roll back
 
 
-def _zero_from(path: Path, offset: int, sync: bool) -> None:
+def _zero_from(path: Path, offset: int, sync: bool, stream: StoreStream) -> None:
     fd = os.open(path, os.O_RDWR)
     try:
-        end = os.fstat(fd).st_size
-        while offset < end:
-            n = os.pwrite(fd, _ZEROS[:min(len(_ZEROS), end - offset)], offset)
-            offset += n
+        with stream.lock:
+            end = os.fstat(fd).st_size
+            start = offset
+            while offset < end:
+                n = os.pwrite(fd, _ZEROS[:min(len(_ZEROS), end - offset)], offset)
+                offset += n
+            if stream.active and start < end:  # the same bytes, without shipping the zeros
+                rel = stream.rel(path)
+                stream.emit(FileTruncate(rel, start), FileTruncate(rel, end))
         if sync:
             os.fdatasync(fd)
     finally:
@@ -345,7 +352,7 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         if problem is not None:
             damaged(path, 0, problem, "the next segment")
             aside = path.with_name(path.name + ".damaged")
-            os.replace(path, aside)  # out of the way of later loads, kept for inspection
+            layout.stream.rename(path, aside)  # out of the way of later loads, kept for inspection
             log.warning("moved unreadable journal segment %s to %s", path, aside)
             continue
         result = scan(buf, seg)
@@ -376,7 +383,7 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         if torn_hole:
             hole = h_scan.damage[0].offset
             ledger.segments[h_seg].used = hole
-            _zero_from(h_path, hole, sync)
+            _zero_from(h_path, hole, sync, layout.stream)
             if last is not None and last[0] == h_seg:
                 resume_end = hole
             if suspect is not None and suspect[3] == h_seg:
@@ -385,7 +392,7 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
     if suspect is not None:  # a torn tail nothing follows: the crash cut the last write
         s_path, s_off, s_reason, s_seg = suspect
         log.info("dropping torn tail of %s at offset %d: %s", s_path, s_off, s_reason)
-        _zero_from(s_path, s_off, sync)
+        _zero_from(s_path, s_off, sync, layout.stream)
 
     max_segment = max(files) if files else 0
     resume_segment, resume_offset, resume_exists = 0, HEADER_SIZE, False
@@ -394,7 +401,7 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         resume_segment, resume_offset, resume_exists = seg, resume_end, True
         if (suspect is None or suspect[3] != seg) and resume_end == result.end:
             if find_candidate(buf, result.end, seg) >= 0:  # leftovers of an earlier torn tail
-                _zero_from(path, result.end, sync)
+                _zero_from(path, result.end, sync, layout.stream)
 
     open_txs = [(tx_id, tx.prepared) for tx_id, tx in replay.txs.items()]
     for tx_id, prepared in open_txs:

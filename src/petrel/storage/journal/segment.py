@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from petrel.storage.stream import FileCreate, FileTruncate, FileWrite, StoreStream
+
 from .records import HEADER_SIZE, decode_segment_header, encode_segment_header
 
 __all__ = ["CONTROL_FILE", "FilePool", "Layout", "SegmentFile", "SegmentInfo", "fsync_dir", "make_dirs"]
@@ -42,10 +44,12 @@ class SegmentInfo:
 
 
 class Layout:
-    """File names of one journal directory."""
+    """File names of one journal directory, and the stream its changes are recorded in."""
 
-    def __init__(self, directory: str | Path, prefix: str, extension: str) -> None:
+    def __init__(self, directory: str | Path, prefix: str, extension: str,
+                 stream: StoreStream | None = None) -> None:
         self.directory = Path(directory)
+        self.stream = stream if stream is not None else StoreStream(directory)
         self.prefix = prefix
         self.extension = extension
         self._data = re.compile(rf"{re.escape(prefix)}-(\d+)\.{re.escape(extension)}")
@@ -157,10 +161,16 @@ class SegmentFile:
         self.fd = fd
 
     @classmethod
-    def open(cls, segment_id: int, path: Path, file_size: int) -> SegmentFile:
+    def open(cls, segment_id: int, path: Path, file_size: int, stream: StoreStream | None = None) -> SegmentFile:
         fd = os.open(path, os.O_RDWR)
         if os.fstat(fd).st_size < file_size:  # a truncated file: give it its size back
-            os.posix_fallocate(fd, 0, file_size)
+            if stream is None:
+                os.posix_fallocate(fd, 0, file_size)
+            else:
+                with stream.lock:
+                    os.posix_fallocate(fd, 0, file_size)
+                    if stream.active:
+                        stream.emit(FileTruncate(stream.rel(path), file_size))
         return cls(segment_id, path, fd)
 
     def write(self, data, offset: int) -> None:
@@ -199,7 +209,7 @@ class FilePool:
             self._next = max(self._next, n + 1)
             if path.stat().st_size != self.file_size:
                 log.info("deleting free journal file %s of the wrong size", path)
-                path.unlink()
+                self.layout.stream.unlink(path)
             else:
                 self.free.append(path)
 
@@ -217,7 +227,12 @@ class FilePool:
         except OSError:
             tmp.unlink(missing_ok=True)  # a full disk: give back what the partial file took
             raise
-        os.rename(tmp, final)
+        stream = self.layout.stream
+        with stream.lock:  # the copy never sees the .tmp: the file appears whole under its name
+            os.rename(tmp, final)
+            if stream.active:
+                rel = stream.rel(final)
+                stream.emit(FileCreate(rel, self.file_size), FileWrite(rel, 0, encode_segment_header(0)))
         if self.sync:
             fsync_dir(self.layout.directory)
         self.free.append(final)
@@ -228,10 +243,10 @@ class FilePool:
         """Return a no longer needed data file: back to the pool, or deleted."""
         if keep:
             final = self._new_name()
-            os.rename(path, final)
+            self.layout.stream.rename(path, final)
             self.free.append(final)
         else:
-            path.unlink()
+            self.layout.stream.unlink(path)
         if self.sync:
             fsync_dir(self.layout.directory)
 
@@ -248,11 +263,12 @@ class FilePool:
             self.free.remove(source)
         target = path if path is not None else self.layout.data_path(segment_id)
         fd = os.open(source, os.O_RDWR)
+        stream = self.layout.stream
         try:
-            pwrite_all(fd, encode_segment_header(segment_id), 0)
+            stream.pwrite(fd, source, encode_segment_header(segment_id), 0)
             if self.sync:
                 os.fdatasync(fd)
-            os.rename(source, target)
+            stream.rename(source, target)
             if self.sync:
                 fsync_dir(self.layout.directory)
         except BaseException:

@@ -12,8 +12,10 @@ put them in :class:`Pending`.  The single writer thread loops:
    segment is synced before the next one is written, so an older segment is
    always durable before a newer one holds anything); with ``datasync=False``
    nothing is synced;
-4. account the records in the ledger, call ``before_durable`` (the replication
-   hook), then ``on_batch_durable`` once with the batch's callbacks;
+4. account the records in the ledger, call ``before_durable`` (a test hook, kept
+   for tests; replication follows the data directory's `StoreStream` instead, into
+   which each run is recorded as it is written), then ``on_batch_durable`` once
+   with the batch's callbacks;
 5. reclaim segments that hold nothing needed, compact when worthwhile, keep a
    spare file ready for the next rollover.
 
@@ -142,7 +144,8 @@ class Writer:
     def open_current(self, segment_id: int, exists: bool) -> None:
         """Open the segment appends resume in (load, before the thread starts)."""
         if exists:
-            self.file = SegmentFile.open(segment_id, self.layout.data_path(segment_id), self.file_size)
+            self.file = SegmentFile.open(segment_id, self.layout.data_path(segment_id), self.file_size,
+                                         self.layout.stream)
         else:
             self.file = self._open_segment(segment_id)
 
@@ -337,7 +340,7 @@ class Writer:
     def _segment(self, seg: int) -> SegmentFile:
         """The file of segment ``seg``: reopened when it exists (a retried batch), else activated."""
         if seg in self.ledger.segments:
-            return SegmentFile.open(seg, self.layout.data_path(seg), self.file_size)
+            return SegmentFile.open(seg, self.layout.data_path(seg), self.file_size, self.layout.stream)
         return self._open_segment(seg)
 
     def _write_batch(self, chunks: list[list], items: list, callbacks: list[Callback]) -> bool:
@@ -398,6 +401,7 @@ class Writer:
         written = 0
         unsynced = False
         sync = self.datasync
+        stream = self.layout.stream
         for seg, off, data in chunks:
             if f is None or f.id != seg:
                 if f is not None and unsynced and sync:  # older segment durable before the newer one is written
@@ -408,7 +412,7 @@ class Writer:
                 if f is not None:
                     f.close()
                 f = self.file = opened
-            f.write(data, off)
+            stream.pwrite(f.fd, f.path, data, off)  # one op per run, the batch's own bytearray
             unsynced = True
             written += len(data)
             state = segments[seg]
