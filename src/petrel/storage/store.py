@@ -14,9 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.message import Message
+from petrel.storage.paging import PagedMessage, PagePosition
+
+if TYPE_CHECKING:
+    from petrel.storage.disk import DiskWatch
+    from petrel.storage.stream import DurabilityGate, StoreStream
 
 
 @dataclass(slots=True)
@@ -76,6 +81,9 @@ class Recovered:
 
 class Store(Protocol):
     supports_paging: bool
+    # every change to the files of the data directory, in order (None: no files); see stream.py
+    stream: StoreStream | None
+    disk_watch: DiskWatch | None  # told of the bytes appended (storage/disk.py), when set
 
     def recover(self) -> Recovered: ...
     def next_id(self) -> int: ...
@@ -101,14 +109,34 @@ class Store(Protocol):
     def delete_duplicate_id(self, tx_id: int, record_id: int) -> None: ...
     def close(self) -> None: ...
 
+    # durability
+    def persist_error(self) -> BaseException | None: ...
+    def set_gate(self, gate: DurabilityGate | None) -> None: ...
+
+    # paging (only where `supports_paging`)
+    def page(self, queue_id: int, seq: int, message: Message, *, home: bool = False) -> None: ...
+    def create_page_cursor(self, queue_id: int) -> int: ...
+    def update_page_cursor(self, tx_id: int, record_id: int, queue_id: int, position: PagePosition) -> int: ...
+    def read_pages(self, queue_id: int, cursor: PagePosition, max_bytes: int) -> list[PagedMessage]: ...
+    def page_end(self, queue_id: int) -> PagePosition: ...
+    def pending_bytes(self) -> int: ...
+    def after_written(self, done: Callable[[], None]) -> None: ...
+    def pages_in_flight(self, queue_id: int) -> bool: ...
+    def count_pages(self, queue_id: int, cursor: PagePosition) -> int: ...
+    def release_pages(self, queue_id: int, cursor: PagePosition | None = None) -> None: ...
+    def delete_pages(self, queue_id: int, cursor_record: int) -> None: ...
+
 
 class NullStore:
     """No persistence (`persistence_enabled = false`): everything lives in memory only."""
 
     supports_paging = False
+    stream = None  # no files
+    disk_watch = None
 
     def __init__(self) -> None:
         self._next = 1
+        self._gate: DurabilityGate | None = None
 
     def recover(self) -> Recovered:
         return Recovered()
@@ -123,10 +151,41 @@ class NullStore:
 
     def sync(self, done: Callable[[], None], *, transactional: bool = False,
              failed: Callable[[BaseException], None] | None = None) -> None:
-        done()
+        if self._gate is None:
+            done()
+        else:
+            self._gate.after(done, failed)
 
     def close(self) -> None:
         pass
+
+    def persist_error(self) -> BaseException | None:
+        return None
+
+    def set_gate(self, gate: DurabilityGate | None) -> None:
+        self._gate = gate
+
+    # -- paging: never asked for (`supports_paging` is False); the questions have plain answers
+
+    def _no_paging(self, *args, **kwargs):
+        raise NotImplementedError("this store keeps nothing on disk: it cannot page")
+
+    page = create_page_cursor = update_page_cursor = read_pages = _no_paging
+
+    def page_end(self, queue_id: int) -> PagePosition:
+        return PagePosition(0, 0)
+
+    def pending_bytes(self) -> int:
+        return 0
+
+    def after_written(self, done: Callable[[], None]) -> None:
+        done()
+
+    def pages_in_flight(self, queue_id: int) -> bool:
+        return False
+
+    def count_pages(self, queue_id: int, cursor: PagePosition) -> int:
+        return 0
 
     def _ignore(self, *args, **kwargs) -> None:
         pass
@@ -135,3 +194,4 @@ class NullStore:
     add_queue = reserve_queue_seq = delete_queue = add_divert = delete_divert = _ignore
     add_message = ack = delete_message = update_delivery_count = _ignore
     add_duplicate_id = add_duplicate_id_after_pages = delete_duplicate_id = _ignore
+    release_pages = delete_pages = _ignore
