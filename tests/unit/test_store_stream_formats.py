@@ -91,3 +91,22 @@ def test_every_store_has_every_member_of_the_protocol(tmp_path):
         assert ran == [1]
     finally:
         store.close()
+
+
+def test_a_small_file_replaced_through_the_stream_is_replaced_in_the_copy_too(tmp_path):
+    from petrel.storage.replica import ReplicaDirectory
+    from petrel.storage.stream import StoreStream
+
+    live = tmp_path / "live"
+    live.mkdir()
+    stream = StoreStream(live)
+    stream.replace_file(live / "cluster-bindings.json", b'{"bindings": []}')
+    replica = ReplicaDirectory(tmp_path / "copy", sync=False)
+    copier = stream.start_sync(replica.apply, chunk_size=4)
+    copier.step()
+    stream.replace_file(live / "cluster-bindings.json", b'{"bindings": [{"queue": "q"}]}')
+    copier.run()
+    stream.replace_file(live / "cluster-bindings.json", b'{"bindings": [1, 2]}')
+    replica.close()
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["cluster-bindings.json"]
+    assert (tmp_path / "copy" / "cluster-bindings.json").read_bytes() == b'{"bindings": [1, 2]}'

@@ -224,6 +224,34 @@ class StoreStream:
             if self._subs:
                 self.emit(FileWrite(self.rel(path), offset, data))
 
+    def replace_file(self, path: str | Path, data: bytes, *, sync: bool = True) -> None:
+        """Replace a small file atomically and durably (a temporary file, fsynced, renamed over
+        it, the directory fsynced), recorded as the same three steps: for the data directory's
+        small files written after start (cluster-bindings.json, server.activation.sequence)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        try:
+            with self.lock:
+                os.replace(tmp, path)
+                if self._subs:
+                    rel_tmp = self.rel(tmp)
+                    self.emit(FileCreate(rel_tmp, 0), FileWrite(rel_tmp, 0, data),
+                              FileRename(rel_tmp, self.rel(path)))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        if sync:
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
     # the initial copy ----------------------------------------------------------------------------
 
     def start_sync(self, sink: Sink, *, chunk_size: int = DEFAULT_CHUNK,
