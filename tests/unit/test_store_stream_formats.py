@@ -110,3 +110,34 @@ def test_a_small_file_replaced_through_the_stream_is_replaced_in_the_copy_too(tm
     replica.close()
     assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["cluster-bindings.json"]
     assert (tmp_path / "copy" / "cluster-bindings.json").read_bytes() == b'{"bindings": [1, 2]}'
+
+
+def test_a_journal_segment_or_control_file_of_an_unknown_version_is_refused_even_skipping_damage(tmp_path):
+    import zlib as _zlib
+
+    from petrel.storage.journal import FileJournal
+    from petrel.storage.journal.errors import UnsupportedFormat
+    from petrel.storage.journal.records import MAGIC
+
+    journal = FileJournal(tmp_path / "j", file_size=16 * 1024, datasync=False)
+    journal.load()
+    journal.start(lambda callbacks: [cb() for cb in callbacks])
+    journal.add(1, 1, b"x")
+    journal.stop()
+    segment = sorted((tmp_path / "j").glob("petrel-data-[0-9]*.pj"))[0]
+    data = bytearray(segment.read_bytes())
+    assert data[:4] == MAGIC
+    data[4:6] = (7).to_bytes(2, "little")
+    segment.write_bytes(bytes(data))
+    for skip in (False, True):
+        with pytest.raises(UnsupportedFormat, match="format version 7"):
+            FileJournal(tmp_path / "j", file_size=16 * 1024, datasync=False).load(skip_damaged=skip)
+    assert segment.exists()
+    data[4:6] = (1).to_bytes(2, "little")
+    segment.write_bytes(bytes(data))  # version 1 again: only the control file is wrong now
+
+    text = "petrel-journal-rename-control 2\nrename a b\n"
+    (tmp_path / "j" / "journal-rename-control.ctr").write_bytes(
+        text.encode() + f"end {_zlib.crc32(text.encode()):08x}\n".encode())
+    with pytest.raises(UnsupportedFormat, match="format '2'"):
+        FileJournal(tmp_path / "j", file_size=16 * 1024, datasync=False).load()

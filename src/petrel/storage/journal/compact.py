@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import UnsupportedFormat
 from .ledger import Ledger, SegmentState
 from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import HEADER_SIZE, RecordType, encode_data, encode_segment_header, record_size
@@ -100,6 +101,10 @@ def read_control(layout: Layout) -> RenamePlan | None:
     if not sep or tail.strip() != f"{zlib.crc32(body):08x}".encode():
         return None
     lines = body.decode().splitlines()
+    if lines and lines[0] != _CONTROL_MAGIC and lines[0].startswith(_CONTROL_MAGIC.rpartition(" ")[0] + " "):
+        raise UnsupportedFormat(
+            f"compaction control file {layout.control_path} is format {lines[0].rpartition(' ')[2]!r}; "
+            f"this broker reads {_CONTROL_MAGIC.rpartition(' ')[2]!r}: start the version that wrote it")
     if not lines or lines[0] != _CONTROL_MAGIC:
         return None
     renames, drops = [], []

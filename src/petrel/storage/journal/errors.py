@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["DamagedJournal", "JournalError"]
+__all__ = ["DamagedJournal", "JournalError", "UnsupportedFormat"]
 
 
 class JournalError(Exception):
     """A journal operation failed, or the caller misused the journal."""
+
+
+class UnsupportedFormat(JournalError):
+    """A file written in a format version this broker does not know (a newer broker's):
+    refused whatever ``skip_damaged`` says, as skipping it would lose what it holds."""
 
 
 class DamagedJournal(JournalError):
