@@ -59,13 +59,11 @@ from pathlib import Path
 
 from petrel.storage.stream import FileTruncate, StoreStream
 
-from .errors import DamagedJournal, UnsupportedFormat
+from .errors import DamagedJournal
 from .ledger import Ledger
 from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, MARK, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import (
-    FORMAT_VERSION,
     HEADER_SIZE,
-    MAGIC,
     CorruptRecord,
     Record,
     RecordError,
@@ -287,13 +285,6 @@ class Recovered:
     open_txs: list[tuple[int, bool]]  # (tx id, prepared) still open: to roll back
 
 
-def _format_version(buf) -> int | None:
-    """The format version in a segment header with the journal's magic (None: no such header)."""
-    if len(buf) < HEADER_SIZE or bytes(buf[:len(MAGIC)]) != MAGIC:
-        return None
-    return int.from_bytes(buf[len(MAGIC):len(MAGIC) + 2], "little")
-
-
 def _zero_from(path: Path, offset: int, sync: bool, stream: StoreStream) -> None:
     fd = os.open(path, os.O_RDWR)
     try:
@@ -359,11 +350,6 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         buf = read_file(path)
         problem = check_header(path, buf, seg)
         if problem is not None:
-            version = _format_version(buf)
-            if version is not None and version != FORMAT_VERSION:
-                raise UnsupportedFormat(
-                    f"journal segment {path} has format version {version}; this broker reads version "
-                    f"{FORMAT_VERSION}: start the version that wrote it")
             damaged(path, 0, problem, "the next segment")
             aside = path.with_name(path.name + ".damaged")
             layout.stream.rename(path, aside)  # out of the way of later loads, kept for inspection
