@@ -204,14 +204,17 @@ def write_segment(path: Path, segment_id: int, blob: bytes, file_size: int, sync
     if stream is None:
         stream = StoreStream(path.parent)
     data = encode_segment_header(segment_id) + blob
+    # Written outside the stream's lock (the writer thread must not wait for a whole segment
+    # to be written), recorded once whole: nothing else touches a .cmp file meanwhile, and
+    # whatever a copy read of it before is reset by the FileCreate.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pwrite_all(fd, data, 0)
+        os.posix_fallocate(fd, 0, file_size)
+    except BaseException:
+        os.close(fd)
+        raise
     with stream.lock:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            pwrite_all(fd, data, 0)
-            os.posix_fallocate(fd, 0, file_size)
-        except BaseException:
-            os.close(fd)
-            raise
         if stream.active:
             rel = stream.rel(path)
             stream.emit(FileCreate(rel, file_size), FileWrite(rel, 0, data))
