@@ -67,6 +67,15 @@ from petrel.codec.core import (
     encode_frame,
     register,
 )
+from petrel.codec.core.replication import (
+    ReplicaAck,
+    ReplicaFailback,
+    ReplicaOps,
+    ReplicaRegister,
+    ReplicaStopping,
+    ReplicaVote,
+    ReplicaVoteAnswer,
+)
 from petrel.codec.errors import LocalProtocolError, RemoteProtocolError
 
 PROPS = {"s": "text", "i": -7, "f": 1.5, "b": True, "n": None, "raw": b"\x00\xff", "_AMQ_DUPL_ID": "d-1"}
@@ -99,6 +108,10 @@ CLIENT_SAMPLES: list[Event] = [
     Nack(1, 3, [6, 5], 0, True),
     Commit(13, 1),
     Rollback(14, 1),
+    ReplicaRegister(15, "node-b", "pair-a", "cluster", "secret", "127.0.0.1:61617", True),
+    ReplicaAck(4096),
+    ReplicaFailback(),
+    ReplicaVote(16, "node-a", "cluster", "secret"),
 ]
 SERVER_SAMPLES: list[Event] = [
     ClusterMembers([ClusterMember("n1", "127.0.0.1:1", "http://127.0.0.1:2"), ClusterMember("n2", "h:1")]),
@@ -115,6 +128,10 @@ SERVER_SAMPLES: list[Event] = [
     Deliver(1, 3, 42, 1, 1001, "orders", True, 4, 0, 99, PROPS, b"payload", 7, False),
     Deliver(1, 3, 43, 0, 1002, "big", False, 4, 0, 99, {}, b"z" * 300, 900, True),
     DeliverChunk(1, 3, b"z" * 600, False),
+    ReplicaOps(7, [["write", "journal/petrel-data-1.pj", 4096, b"rec"], ["create", "paging/1/2.page", 0, None],
+                   ["rename", "a", "b", None], ["sync-done", None, 6, [3, 4096]]]),
+    ReplicaStopping(4097, True),
+    ReplicaVoteAnswer(16, True, 3),
 ]
 
 

@@ -31,7 +31,7 @@ ACTIVE = ("name", "data_dir", "port_offset")
 DATA_SUBDIRS = ("journal", "bindings")
 #: Settings that are TOML tables: written after the plain keys (address settings and the cluster).
 TABLES = ("address_settings", "connectors", "broadcast_groups", "discovery_groups", "cluster_connections",
-          "grouping_handler")
+          "grouping_handler", "ha_policy")
 CLUSTER_EXAMPLE = """\
 # A cluster (see the README): every node names how the others reach it and at least one
 # seed; set cluster_password above to the same secret on every node.
@@ -42,6 +42,18 @@ CLUSTER_EXAMPLE = """\
 #   static_connectors = ["tcp://other-host:61616"]
 #   message_load_balancing = "ON_DEMAND"      # OFF, STRICT, ON_DEMAND, OFF_WITH_REDISTRIBUTION
 #   max_hops = 1
+"""
+
+
+HA_EXAMPLE = """\
+# High availability (see the README): a backup that takes over when this broker fails.
+#
+# [ha_policy]
+#   replication = "primary"           # or "backup"; shared_store = "primary"|"backup" shares one data_dir
+#   group_name = "pair-a"             # pairs a backup with the primary of the same group
+#   failover_on_shutdown = false      # a graceful stop hands over to the backup
+#   check_for_live_server = true      # a returning primary syncs from its backup, then takes over
+#   lock_manager = { type = "zookeeper", connect_string = "zk1:2181,zk2:2181,zk3:2181" }
 """
 
 
@@ -108,6 +120,7 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
         shown = "<unset>" if value is None else toml_value(value)
         lines.append(f"# {field.name} = {shown}")
     lines.append("")
+    lines.append(HA_EXAMPLE)
     if cluster is None:
         lines.append(CLUSTER_EXAMPLE)
     else:

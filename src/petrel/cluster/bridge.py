@@ -28,7 +28,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from petrel.cluster.config import parse_connector
-from petrel.cluster.link import PeerLink
+from petrel.client.link import PeerLink
 from petrel.codec.core import (
     CAPABILITIES,
     PROTOCOL_VERSIONS,

@@ -404,8 +404,27 @@ class ClusterConnection:
 
     # -- topology ------------------------------------------------------------------------------
 
+    @property
+    def backup_connector(self) -> str | None:
+        """Where this node's backup will serve if it takes over (a replicating pair), or None."""
+        return getattr(self.broker.activation, "backup_connector", None)
+
+    def sees_node(self, node_id: str) -> bool:
+        """Whether ``node_id`` is alive in this node's view: a link to it or from it is up now."""
+        bridge = self.by_node.get(node_id)
+        if bridge is not None and bridge.connected:
+            return True
+        return any(p.node_id == node_id for p in self.peers.values())
+
+    @property
+    def largest_size(self) -> int:
+        """The largest number of live members this node has known at once, itself included."""
+        size = 1 + sum(1 for n in self.known if n != self.node_id)
+        self._largest = max(getattr(self, "_largest", 1), size)
+        return self._largest
+
     def _members(self) -> list[ClusterMember]:
-        out = [ClusterMember(self.node_id, self.connector, self.http, None, self.grouping_type)]
+        out = [ClusterMember(self.node_id, self.connector, self.http, self.backup_connector, self.grouping_type)]
         for node_id, m in self.known.items():
             if node_id != self.node_id:
                 out.append(m)
@@ -417,10 +436,11 @@ class ClusterConnection:
 
     def client_members(self) -> list[Member]:
         """Live members for CORE clients: this node and every node its bridges reach now."""
-        members = [Member(self.node_id, self.connector, None)]
+        members = [Member(self.node_id, self.connector, self.backup_connector)]
         for bridge in self.bridges:
             if bridge.connected and bridge.node_id:
-                members.append(Member(bridge.node_id, bridge.connector, None))
+                known = self.known.get(bridge.node_id)
+                members.append(Member(bridge.node_id, bridge.connector, known.backup if known else None))
         return members
 
     def _members_changed(self) -> None:

@@ -64,11 +64,12 @@ routes = web.RouteTableDef()
 async def health(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     server = request.app[SERVER]
-    reason = None if server.stopping or broker.office is None else broker.cannot_persist()
-    ready = not server.stopping and broker.office is not None and reason is None
+    serving = broker.office is not None and broker.started_at > 0  # recovered and listening
+    reason = None if server.stopping or not serving else broker.cannot_persist()
+    ready = not server.stopping and serving and reason is None
     if server.stopping:
         status = "stopping"
-    elif broker.office is None:
+    elif not serving:
         # not serving (yet): starting, a backup waiting for its live, a node giving way
         ha = ha_api.ha_view(broker)
         status = ha["state"] if ha["state"] != "live" else "starting"

@@ -279,11 +279,12 @@ class Broker:
         log.info("Petrel stopped", extra={"event": "broker.stopped"})
 
     async def deactivate(self, timeout: float = 10.0, *, reason: str = "the broker is shutting down",
-                         code: int | None = None) -> None:
+                         code: int | None = None, keep: set | frozenset = frozenset()) -> None:
         """Stop serving: leave the cluster, close listeners and connections, close the store.
 
         The data directory's lock is the activation's to release; a backup that gave way to its
-        primary (failback) can activate again later."""
+        primary (failback) can activate again later. Connections in ``keep`` stay open (the
+        replication link, which carries the last writes to the backup)."""
         if self._stopping:
             return
         self._stopping = True
@@ -295,7 +296,7 @@ class Broker:
             await self.cluster.stop()
         for server in self.servers:
             server.close()
-        for conn in list(self.connections):
+        for conn in list(self.connections - keep):
             disconnect = getattr(conn.adapter, "disconnect", None)
             if disconnect is not None:
                 # CORE: confirmations still waiting for the disk go out first, then a
@@ -304,12 +305,13 @@ class Broker:
             else:
                 conn.close()
         deadline = time.monotonic() + timeout
-        while self.connections and time.monotonic() < deadline:
+        while self.connections - keep and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        for conn in list(self.connections):
+        for conn in list(self.connections - keep):
             conn.close(after_flush=False)
-        for server in self.servers:
-            await server.wait_closed()
+        if not keep:  # (wait_closed also waits for the kept connection)
+            for server in self.servers:
+                await server.wait_closed()
         if self.store is not None:
             if self.management is not None:
                 self.management.metrics.detach()

@@ -67,6 +67,8 @@ from petrel.server.adapters.core.admin import AdminFrames
 from petrel.server.adapters.core.cluster import ClusterFrames
 from petrel.server.adapters.core import large
 from petrel.server.adapters.core.consuming import ROUTING, ConsumerFrames
+from petrel.server.adapters.core.replication import ReplicationFrames
+from petrel.codec.core.replication import ReplicaAck, ReplicaFailback, ReplicaRegister, ReplicaVote
 from petrel.server.adapters.core.session import CoreConsumer, Fatal, RequestFailed, ServerSession
 
 if TYPE_CHECKING:
@@ -78,7 +80,7 @@ __all__ = ["CoreAdapter"]
 log = logging.getLogger("petrel.server.core")
 
 
-class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
+class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames):
     protocol = "core"
 
     def __init__(self, broker: Broker, conn: Connection) -> None:
@@ -133,6 +135,10 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
             ClusterJoin: self.on_cluster_join,
             Forward: self.on_forward,
             GroupPropose: self.on_group_propose,
+            ReplicaRegister: self.on_replica_register,
+            ReplicaAck: self.on_replica_ack,
+            ReplicaFailback: self.on_replica_failback,
+            ReplicaVote: self.on_replica_vote,
         }
 
     # -- input ------------------------------------------------------------------------------
@@ -549,6 +555,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames):
         self.temporary_queues.clear()
         if self.cluster_peer is not None and self.broker.cluster is not None:
             self.broker.cluster.peer_left(self)
+        self.replica_connection_lost()
 
 
 def _ignore(event: object) -> None:

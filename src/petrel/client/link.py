@@ -1,8 +1,8 @@
-"""A cluster link's socket: the joiner's end of a CORE connection to a peer.
+"""The broker-to-broker CORE link: the connecting end of a CORE connection to a peer.
 
 `PeerLink` only moves bytes: it feeds the sans-IO codec, hands every decoded event to its
-owner (a `Bridge`) and batches outgoing frames into one write per loop turn. What the
-frames mean is the bridge's business.
+owner and batches outgoing frames into one write per loop turn. What the frames mean is the
+owner's business: a cluster `Bridge`, a replicating backup's `ReplicaClient`, a quorum vote.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from petrel.codec.errors import ProtocolError
 
 __all__ = ["PeerLink", "LinkOwner"]
 
-log = logging.getLogger("petrel.cluster.link")
+log = logging.getLogger("petrel.client.link")
 
 
 class LinkOwner(Protocol):

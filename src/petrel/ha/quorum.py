@@ -1,0 +1,89 @@
+"""Quorum votes: a backup that lost its live asks the other lives whether the live is gone.
+
+A voter says "gone" when the node is absent from its own view (no cluster link to it or
+from it is up). The backup takes over only on a majority of the largest cluster seen
+(Artemis's rule: 2 of 3, 3 of 4 or 5); with no other lives to ask it cannot tell a dead live
+from a cut link, and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+
+from petrel.client.link import PeerLink
+from petrel.cluster.config import parse_connector
+from petrel.codec.core import CAPABILITIES, PROTOCOL_VERSIONS, Connect, Connected, Error, Ping, Pong
+from petrel.codec.core.replication import ReplicaVote, ReplicaVoteAnswer
+
+__all__ = ["Ballot", "votes_needed", "ask"]
+
+log = logging.getLogger("petrel.ha.quorum")
+
+
+def votes_needed(size: int) -> int:
+    """"Gone" votes a backup needs when the largest cluster seen has ``size`` lives (its own
+    live included): a majority of them."""
+    return size // 2 + 1 if size > 2 else size // 2
+
+
+@dataclass
+class Ballot:
+    connector: str
+    gone: bool | None  # None: no answer
+    cluster_size: int = 0
+    error: str = ""
+
+
+class _Voter:
+    def __init__(self, node_id: str, user: str, password: str) -> None:
+        self.node_id = node_id
+        self.user = user
+        self.password = password
+        self.answer: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def link_event(self, link: PeerLink, event: object) -> None:
+        kind = type(event)
+        if kind is Connected:
+            link.send(ReplicaVote(1, self.node_id, self.user, self.password))
+        elif kind is ReplicaVoteAnswer and not self.answer.done():
+            self.answer.set_result(event)
+        elif kind is Ping:
+            link.send(Pong(event.nonce))
+        elif kind is Error and not self.answer.done():
+            self.answer.set_exception(RuntimeError(event.message))
+
+    def link_lost(self, link: PeerLink, reason: str) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(ConnectionError(reason))
+
+    def link_writable(self, link: PeerLink, writable: bool) -> None:
+        pass
+
+
+async def _ask_one(connector: str, node_id: str, user: str, password: str, timeout: float) -> Ballot:
+    loop = asyncio.get_running_loop()
+    voter = _Voter(node_id, user, password)
+    link = None
+    try:
+        host, port = parse_connector(connector)
+        _, link = await asyncio.wait_for(loop.create_connection(lambda: PeerLink(voter, 1 << 20), host, port),
+                                         timeout)
+        link.send(Connect(list(PROTOCOL_VERSIONS), list(CAPABILITIES), user, password, None, int(timeout * 1000),
+                          uuid.uuid4().hex, "petrel-vote"))
+        answer = await asyncio.wait_for(voter.answer, timeout)
+        return Ballot(connector, answer.gone, answer.cluster_size)
+    except (OSError, asyncio.TimeoutError, ValueError, RuntimeError, ConnectionError) as exc:
+        return Ballot(connector, None, 0, str(exc) or type(exc).__name__)
+    finally:
+        if link is not None:
+            link.close("vote done")
+
+
+async def ask(connectors: list[str], node_id: str, user: str, password: str, timeout: float) -> list[Ballot]:
+    """Ask every connector at once; one ballot each (``gone`` None when it did not answer)."""
+    if not connectors:
+        return []
+    return list(await asyncio.gather(*(_ask_one(c, node_id, user, password, timeout) for c in connectors)))

@@ -1,0 +1,548 @@
+"""Replication's activations: a primary and a backup that keeps a copy over the network.
+
+- :class:`ReplicationPrimary` serves (after the lock manager's claim, when one is set) and
+  feeds one backup. With ``check_for_live_server`` it first looks for a node serving its
+  node ID (its backup, which took over): it syncs from it as a backup would, asks it to give
+  way, and serves from the fresh copy (failback), never from its stale journal.
+- :class:`ReplicationBackup` registers with a live of its group, keeps the copy, and when it
+  loses the live decides whether to take over: at once when the live handed over; through
+  the lock manager's lock and activation sequence when one is set; else on a quorum of the
+  other lives; a lone pair without a lock manager stays a backup (``lone_pair_failover``
+  overrides, at the risk of split brain). Once live it feeds a backup in turn, and gives way
+  to a returning primary (``allow_failback``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from petrel.errors import PetrelError
+from petrel.ha import quorum
+from petrel.ha.activation import BACKUP, LIVE, STARTING, STOPPED, _Base
+from petrel.ha.replication import Replicator
+from petrel.storage.server_lock import DataDirLocked, ServerLock
+
+if TYPE_CHECKING:
+    from petrel.server.broker import Broker
+
+__all__ = ["replication_activation", "ReplicationPrimary", "ReplicationBackup"]
+
+log = logging.getLogger("petrel.ha")
+
+SYNCING = "syncing"
+RETRY_WAIT = 1.0  # s between attempts to find a live (Artemis retry-replication-wait: 2 s)
+KEEP = ("server.lock",)  # kept in place when old data is set aside (the process holds its lock)
+
+
+def replication_activation(broker: Broker):
+    if broker.config.ha_policy.replication == "primary":
+        return ReplicationPrimary(broker)
+    return ReplicationBackup(broker)
+
+
+class _Replicated(_Base):
+    """What both roles share: the lock on the data directory, the lock manager, and, while
+    live, feeding a backup."""
+
+    kind = "replication"
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(broker)
+        self.policy = broker.config.ha_policy
+        self._dir_lock: ServerLock | None = None
+        self.replicator: Replicator | None = None
+        self.last_replica: dict | None = None
+        self.client = None  # the ReplicaClient while this node is a backup
+        self._task: asyncio.Task | None = None
+        self.lock_manager = None
+        self.zk_activation = None  # the lock manager's Activation while live
+        self.live_connector: str | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- the data directory and the lock manager -------------------------------------------------------
+
+    def _lock_dir(self) -> str:
+        self._dir_lock = ServerLock(self.broker.config.data_dir)
+        try:
+            return self._dir_lock.acquire()
+        except DataDirLocked as exc:
+            raise PetrelError(str(exc)) from None
+
+    def _unlock_dir(self) -> None:
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+            self._dir_lock = None
+
+    async def _start_lock_manager(self) -> None:
+        model = self.policy.lock_manager
+        if model is None or self.lock_manager is not None:
+            return
+        from petrel.ha.zookeeper import ZooKeeperLockManager
+
+        manager = ZooKeeperLockManager(model.connect_string, session_ms=model.session_ms,
+                                       connection_ms=model.connection_ms, retries=model.retries,
+                                       retries_ms=model.retries_ms, namespace=model.namespace)
+        await asyncio.get_running_loop().run_in_executor(None, manager.start, model.connection_ms / 1000)
+        loop = asyncio.get_running_loop()
+        manager.add_unavailable_listener(lambda *_: loop.call_soon_threadsafe(self._lock_manager_lost))
+        self.lock_manager = manager
+
+    def _lock_manager_lost(self) -> None:
+        if self.state == LIVE and self.zk_activation is not None:
+            log.error("the lock manager is unreachable (ZooKeeper session suspended or lost): node %s keeps "
+                      "serving only while its lock holds; check ZooKeeper", self.broker.node_id,
+                      extra={"event": "ha.lock_manager_lost"})
+            self._spawn(self._check_lock_held())
+
+    async def _check_lock_held(self) -> None:
+        """While the session is down, look whether the lock is still ours; once it is not, stop serving
+        (another node may take over), and start again as what this node is."""
+        activation = self.zk_activation
+        # ZooKeeper expires the session session_ms after the last heart-beat; leaving well before that
+        # keeps a taking-over backup from ever overlapping with this live
+        grace = self.policy.lock_manager.session_ms / 3000
+        unheld_since = None
+        while self.state == LIVE and activation is self.zk_activation:
+            held = await asyncio.get_running_loop().run_in_executor(None, activation.lock.held)
+            now = time.monotonic()
+            if held:
+                unheld_since = None
+                if self.lock_manager.connected:
+                    return
+            elif unheld_since is None:
+                unheld_since = now
+            if unheld_since is not None and now - unheld_since >= grace:
+                log.error("node %s lost its lock: it stops serving so that no two nodes serve it",
+                          self.broker.node_id, extra={"event": "ha.lock_lost"})
+                await self._leave_live(reason="this node lost its lock manager lease")
+                self._spawn(self._after_lost_lock())
+                return
+            await asyncio.sleep(0.05)
+
+    async def _after_lost_lock(self) -> None:
+        """Serve again once the lock is ours again with this node's data current; if another node
+        took over meanwhile (the data here is stale), become its backup."""
+        from petrel.ha.activation_sequence import StaleActivationSequence
+        from petrel.ha.lock_manager import LockManagerUnavailable
+
+        node = self.broker.node_id
+        while True:
+            try:
+                if await self._zk_activate(node):
+                    await self._serve()
+                    log.warning("node %s serves again (its lock is back)", node, extra={"event": "ha.live"})
+                    return
+            except StaleActivationSequence as exc:
+                log.warning("%s: becoming its backup", exc, extra={"event": "ha.stale"})
+                break
+            except LockManagerUnavailable:
+                pass
+            await asyncio.sleep(RETRY_WAIT)
+        await self._run_backup_loop()
+
+    async def _zk_activate(self, node_id: str) -> bool:
+        """Take node_id's lock and claim the next activation sequence; False when another node holds it."""
+        from petrel.ha.activation_sequence import activate
+
+        loop = asyncio.get_running_loop()
+        timeout = max(self.policy.lock_manager.session_ms / 1000 * 1.5, 2.0)
+        result = await loop.run_in_executor(None, activate, self.lock_manager, node_id,
+                                            self.broker.config.data_dir, timeout)
+        if result is None:
+            return False
+        self.zk_activation = result
+        return True
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- serving and feeding a backup ----------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        self.broker.node_id = self._lock_dir() if self._dir_lock is None else self.broker.node_id
+        try:
+            await self.broker.activate()
+        except BaseException:
+            self._unlock_dir()
+            raise
+        self._set(LIVE)
+
+    @property
+    def backup_connector(self) -> str | None:
+        r = self.replicator
+        return r.connector if r is not None and r.state in ("syncing", "in-sync") else None
+
+    def accept_backup(self, adapter, e) -> tuple[str | None, dict]:
+        if self.state != LIVE or self.broker.store is None:
+            return f"this node is not live (it is {self.state})", {}
+        if e.twin and e.node_id != self.broker.node_id:
+            return f"this live serves node {self.broker.node_id}, not {e.node_id}", {}
+        if self.policy.group_name and e.group_name and e.group_name != self.policy.group_name:
+            return f"this live is in group {self.policy.group_name!r}, the backup in {e.group_name!r}", {}
+        current = self.replicator
+        if current is not None and current.state in ("syncing", "in-sync") and not current.adapter.conn.closed:
+            return f"this live already has a backup ({current.connector})", {}
+        if not hasattr(self.broker.store, "stream"):
+            return "this live keeps nothing on disk (persistence_enabled = false)", {}
+        replicator = Replicator(self.broker.store, adapter, backup_node=e.node_id, connector=e.connector,
+                                on_lost=self._replica_lost)
+        adapter.replicator = replicator
+        self.replicator = replicator
+        cluster = self.broker.cluster
+        others = []
+        if cluster is not None:
+            others = [m.connector for m in cluster._members() if m.node_id != self.broker.node_id]
+        data = {"node_id": self.broker.node_id, "members": others,
+                "cluster_size": cluster.largest_size if cluster is not None else 1,
+                "connector": cluster.connector if cluster is not None else ""}
+        if cluster is not None:
+            cluster._members_changed()  # clients learn the backup
+        return None, data
+
+    def _replica_lost(self, replicator: Replicator, reason: str) -> None:
+        self.last_replica = replicator.describe()
+        if self.replicator is replicator:
+            self.replicator = None
+        if self.broker.cluster is not None:
+            self.broker.cluster._members_changed()
+        if (self.zk_activation is None or replicator.state != "lost" or replicator.synced_at is None
+                or replicator.handing_over):
+            replicator.release_waiters()
+            return
+        self._spawn(self._claim_then_release(replicator))
+
+    async def _claim_then_release(self, replicator: Replicator) -> None:
+        """Move the activation sequence on before confirming anything the lost backup lacks: it
+        can never activate on that stale copy."""
+        from petrel.ha.activation_sequence import replica_lost
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, replica_lost, self.zk_activation,
+                                                             self.broker.config.data_dir)
+        except Exception as exc:
+            log.error("could not move the activation sequence on after losing the backup (%s): this node "
+                      "stops serving", exc, extra={"event": "ha.lock_lost"})
+            await self._leave_live(reason="this node could not keep its lock manager lease")
+            replicator.release_waiters()  # they fail with the closed connections
+            self._spawn(self._after_lost_lock())
+            return
+        replicator.release_waiters()
+
+    def failback_requested(self, replicator: Replicator) -> None:
+        if not self.policy.allow_failback and self.role == "backup":
+            log.warning("the primary asks for failback but allow_failback = false: staying live")
+            return
+        log.warning("the primary of node %s is back and in sync: giving way (failback)", self.broker.node_id,
+                    extra={"event": "ha.failback"})
+        self._spawn(self._give_way(replicator))
+
+    async def _give_way(self, replicator: Replicator) -> None:
+        await self._hand_over(replicator, fail_over=True, reason="the primary is back (failback)")
+        if self.role == "backup" and not self.policy.restart_backup:
+            self._set(STOPPED)
+            return
+        await self._run_backup_loop()
+
+    async def _hand_over(self, replicator: Replicator | None, *, fail_over: bool, reason: str,
+                         timeout: float = 10.0) -> None:
+        """Stop serving; the backup gets everything up to the last write, then the word to take over."""
+        keep = {replicator.adapter.conn} if replicator is not None and replicator.state == "in-sync" else set()
+        from petrel.codec.core import DisconnectCode
+
+        code = int(DisconnectCode.FAILOVER) if fail_over and keep else None
+        store = self.broker.store
+        await self.broker.deactivate(timeout, reason=reason, code=code, keep=keep)
+        if keep:
+            replicator.stopping(fail_over)
+            deadline = time.monotonic() + self.policy.initial_replication_sync_timeout / 1000
+            final = store.stream.seq
+            while replicator.acked_seq < final and replicator.state == "in-sync" and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            handed = replicator.acked_seq >= final
+            log.info("backup %s has %s (%d of %d operations)", replicator.backup_node,
+                     "everything" if handed else "NOT everything", replicator.acked_seq, final,
+                     extra={"event": "ha.handover" if handed else "ha.handover_incomplete"})
+            replicator.stop()
+            replicator.adapter.conn.close()
+        elif replicator is not None:
+            replicator.stop()
+        self.replicator = None
+        self._release_zk()
+        self._unlock_dir()
+        self._set(BACKUP)
+
+    async def _leave_live(self, reason: str) -> None:
+        replicator = self.replicator
+        await self.broker.deactivate(10.0, reason=reason)
+        if replicator is not None:
+            replicator.stop()
+        self.replicator = None
+        self._release_zk()
+        self._unlock_dir()
+        self._set(BACKUP)
+
+    def _release_zk(self) -> None:
+        activation, self.zk_activation = self.zk_activation, None
+        if activation is not None:
+            try:
+                activation.lock.unlock()
+            except Exception:
+                pass
+
+    # -- being a backup --------------------------------------------------------------------------------
+
+    def _connectors(self) -> list[str]:
+        config = self.broker.config
+        out = []
+        for cc in config.cluster_connections:
+            out.extend(config.connector_url(c) for c in cc.static_connectors)
+        own = self._own_connector()
+        return [c for c in dict.fromkeys(out) if c != own]
+
+    def _own_connector(self) -> str:
+        config = self.broker.config
+        cc = config.cluster_connections[0] if config.cluster_connections else None
+        if cc is not None and cc.connector:
+            return config.connector_url(cc.connector)
+        host = "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
+        return f"{host}:{config.listen_port()}"
+
+    async def _sync_from(self, connector: str, *, twin: bool = False, request_failback: bool = False):
+        from petrel.ha.replica_client import ReplicaClient
+        from petrel.storage.replica import ReplicaDirectory
+
+        config = self.broker.config
+        directory = ReplicaDirectory(config.data_dir)
+        saved = self.policy.max_saved_replicated_journals_size
+        saved = saved if saved >= 0 else 1 << 30
+
+        def set_aside() -> None:  # the live took this backup: its copy starts from scratch
+            directory.set_aside(saved, keep=KEEP)
+
+        client = ReplicaClient(connector=connector, directory=directory, node_id=self.broker.node_id,
+                               group_name=self.policy.group_name, user=config.cluster_user,
+                               password=config.cluster_password, own_connector=self._own_connector(),
+                               twin=twin, request_failback=request_failback, on_accepted=set_aside,
+                               on_in_sync=lambda: self._set(BACKUP))
+        self.client = client
+        try:
+            return await client.run()
+        finally:
+            self.client = None
+
+    async def _run_backup_loop(self) -> None:
+        """Keep a copy of a live until this node must take over; then serve."""
+        self._set(BACKUP)
+        if self._dir_lock is None:
+            self.broker.node_id = self._lock_dir()
+        copy = None  # the last complete copy, while the directory still holds it
+        while True:
+            outcome = None
+            for connector in self._connectors():
+                outcome = await self._sync_from(connector, twin=self.role == "primary")
+                if outcome.accepted or outcome.kind == "stopped":
+                    break
+                log.debug("%s did not take this backup: %s", connector, outcome.reason)
+            self._set(BACKUP)
+            if outcome is not None and outcome.kind == "stopped":
+                return
+            if outcome is not None and outcome.accepted:
+                copy = outcome if outcome.in_sync else None
+            if copy is not None:
+                if await self._may_take_over(copy, again=outcome is not copy):
+                    break
+                if copy.kind == "live-stopped":
+                    copy = None  # a live that stopped on purpose is waited for, whatever happens next
+            await asyncio.sleep(RETRY_WAIT)
+        await self._take_over()
+
+    async def _may_take_over(self, outcome, *, again: bool = False) -> bool:
+        """Whether this backup, holding a complete copy, takes over from the live it lost (``again``:
+        asked anew, the live still unreachable)."""
+        node = outcome.live_node_id
+        if outcome.kind == "live-stopped":
+            log.warning("the live of node %s stopped without handing over: staying a backup (it takes over "
+                        "only from a live that fails, or that stops with failover_on_shutdown = true)", node,
+                        extra={"event": "ha.stay_backup"})
+            return False
+        if outcome.kind == "fail-over":
+            log.warning("the live of node %s handed over: taking over", node, extra={"event": "ha.failover"})
+            return not self.policy.lock_manager or await self._zk_activate(node)
+        if outcome.kind != "lost":
+            return False
+        if not again:
+            log.warning("lost the live of node %s (%s)", node, outcome.reason, extra={"event": "ha.live_lost"})
+        if self.policy.lock_manager is not None:
+            from petrel.ha.activation_sequence import StaleActivationSequence
+            from petrel.ha.lock_manager import LockManagerUnavailable
+
+            try:
+                ok = await self._zk_activate(node)
+            except StaleActivationSequence as exc:
+                log.warning("%s; staying a backup", exc, extra={"event": "ha.stale"})
+                return False
+            except LockManagerUnavailable as exc:
+                log.warning("cannot reach the lock manager (%s); staying a backup", exc,
+                            extra={"event": "ha.lock_manager_lost"})
+                return False
+            if not ok and not again:
+                log.warning("node %s's lock is still held: its live is alive (or its session not yet expired); "
+                            "staying a backup", node, extra={"event": "ha.stay_backup"})
+            return ok
+        others = [c for c in outcome.data.get("members", []) if c != self._own_connector()]
+        size = self.policy.quorum_size if self.policy.quorum_size > 0 else int(outcome.data.get("cluster_size", 1))
+        if size <= 1 or not others:
+            if self.policy.lone_pair_failover:
+                log.warning("a lone pair: taking over without a vote (lone_pair_failover = true; if the live is "
+                            "only cut off, both now serve node %s)", node, extra={"event": "ha.failover"})
+                return True
+            if again:
+                return False
+            log.error("cannot tell whether the live of node %s died or is cut off: no lock manager and no other "
+                      "lives to vote; staying a backup. Configure [ha_policy] lock_manager (ZooKeeper), or run "
+                      "at least 3 pairs, or set lone_pair_failover = true to accept the risk of split brain",
+                      node, extra={"event": "ha.no_quorum"})
+            return False
+        needed = quorum.votes_needed(size)
+        config = self.broker.config
+        for attempt in range(self.policy.vote_retries + 1):
+            ballots = await quorum.ask(others, node, config.cluster_user, config.cluster_password,
+                                       self.policy.quorum_vote_wait / 1000)
+            gone = sum(1 for b in ballots if b.gone)
+            # this backup's own view counts too: it lost the live
+            if gone + 1 >= needed:
+                log.warning("quorum: %d of %d say node %s is gone: taking over", gone + 1, size, node,
+                            extra={"event": "ha.failover"})
+                return True
+            log.warning("quorum not reached (%d of %d needed say node %s is gone)", gone + 1, needed, node,
+                        extra={"event": "ha.vote"})
+            if attempt < self.policy.vote_retries:
+                await asyncio.sleep(self.policy.vote_retry_wait / 1000)
+        return False
+
+    async def _take_over(self) -> None:
+        t0 = time.monotonic()
+        self._unlock_dir()  # _serve locks it again and reads the node ID the copy holds now
+        self._dir_lock = None
+        await self._serve()
+        self.failovers += 1
+        log.warning("live for node %s after %.2fs", self.broker.node_id, time.monotonic() - t0,
+                    extra={"event": "ha.live"})
+
+    # -- views and stop ------------------------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        view = super().describe()
+        repl: dict = {"group_name": self.policy.group_name,
+                      "lock_manager": self.policy.lock_manager.type if self.policy.lock_manager else None}
+        if self.replicator is not None:
+            repl["backup"] = self.replicator.describe()
+        elif self.last_replica is not None:
+            repl["backup"] = {**self.last_replica, "state": "lost"}
+        if self.client is not None:
+            repl["live"] = self.client.describe()
+        view["replication"] = repl
+        return view
+
+    async def stop(self, timeout: float) -> None:
+        for task in list(self._tasks) + ([self._task] if self._task else []):
+            task.cancel()
+        if self.client is not None:
+            self.client.close()
+        for task in list(self._tasks) + ([self._task] if self._task else []):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.state == LIVE:
+            handover = self.policy.failover_on_shutdown
+            await self._hand_over(self.replicator, fail_over=handover,
+                                  reason="the broker is shutting down" + ("; fail over to the backup" if handover
+                                                                          else ""), timeout=timeout)
+        self._release_zk()
+        self._unlock_dir()
+        if self.lock_manager is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.lock_manager.stop)
+        self._set(STOPPED)
+
+
+class ReplicationPrimary(_Replicated):
+    role = "primary"
+
+    async def start(self) -> None:
+        self.broker.node_id = self._lock_dir()
+        try:
+            await self._start_lock_manager()
+            if await self._fail_back():  # never serve stale data while another node serves this ID
+                return
+            if self.policy.lock_manager is not None:
+                if not await self._zk_activate(self.broker.node_id):
+                    raise PetrelError(f"node {self.broker.node_id} is served by another broker (its lock is held); "
+                                      "start this primary with check_for_live_server = true to sync from it and "
+                                      "take over")
+            await self._serve()
+        except BaseException:
+            self._unlock_dir()
+            if self.lock_manager is not None:
+                self.lock_manager.stop()
+            raise
+
+    async def _fail_back(self) -> bool:
+        """Look for a node serving this node ID (the backup, which took over while this primary was
+        away): with check_for_live_server, sync from it and take over (failback); without, wait as
+        its backup rather than serve stale data. False: none found, this primary may serve."""
+        take_back = self.policy.check_for_live_server
+        for connector in self._connectors():
+            self._set(SYNCING)
+            outcome = await self._sync_from(connector, twin=True, request_failback=take_back)
+            if not outcome.accepted:
+                continue
+            if take_back and outcome.kind == "fail-over" and outcome.in_sync:
+                if self.policy.lock_manager is not None and not await self._zk_activate(self.broker.node_id):
+                    raise PetrelError("failback: the node that gave way still holds the lock")
+                self._set(STARTING)
+                await self._take_over()
+                return True
+            if not take_back:
+                log.warning("node %s is served by %s: this primary's data is stale, so it waits as a backup "
+                            "(set check_for_live_server = true to take over once in sync)", self.broker.node_id,
+                            connector, extra={"event": "ha.primary_as_backup"})
+            self._spawn(self._after_twin(outcome))
+            return True
+        self._set(STARTING)
+        return False
+
+    async def _after_twin(self, outcome) -> None:
+        """Carry on as a backup after a first copy from the twin (it went, or gave way)."""
+        if outcome.in_sync and await self._may_take_over(outcome):
+            await self._take_over()
+            return
+        await self._run_backup_loop()
+
+
+class ReplicationBackup(_Replicated):
+    role = "backup"
+
+    async def start(self) -> None:
+        self.broker.node_id = self._lock_dir()
+        self._set(BACKUP)
+        try:
+            await self._start_lock_manager()
+        except BaseException:
+            self._unlock_dir()
+            raise
+        if self.policy.lock_manager is None and not self.policy.lone_pair_failover:
+            log.warning("replication backup without a lock manager: it takes over only when its live hands over "
+                        "or a quorum of other lives agrees; in a lone pair it never takes over by itself. For a "
+                        "pair that fails over safely on its own, configure [ha_policy] lock_manager (ZooKeeper)",
+                        extra={"event": "ha.no_lock_manager"})
+        elif self.policy.lone_pair_failover and self.policy.lock_manager is None:
+            log.warning("lone_pair_failover = true without a lock manager: if the live is only cut off from this "
+                        "backup, both will serve (split brain)", extra={"event": "ha.split_brain_risk"})
+        self._task = asyncio.get_running_loop().create_task(self._run_backup_loop())

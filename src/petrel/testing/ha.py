@@ -1,0 +1,77 @@
+"""Live-backup pairs of real `petrel run` processes, for the HA tests, the chaos harness and bench.
+
+`make_pair(tmp_path, "replication")` gives a primary and a backup whose broker.toml pair them
+(each names the other in its cluster connection); `"shared_store"` gives two processes on one
+data directory. `ha_view(node)` reads `/api/v1/ha`; `wait_in_sync(backup)` waits until a
+replicating backup holds a complete copy.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from petrel.testing.process import BrokerProcess, wait_for
+
+__all__ = ["make_pair", "ha_view", "wait_in_sync", "live_of", "route_through", "PASSWORD"]
+
+PASSWORD = "test-ha-secret"
+
+
+def make_pair(tmp_path: Path, kind: str = "replication", *, primary: str = "", backup: str = "",
+              top: str = "", cluster: str = "", connection_ttl: int = 2000,
+              others: list[BrokerProcess] = (), name: str = "pair") -> tuple[BrokerProcess, BrokerProcess]:
+    """`primary`/`backup`: extra [ha_policy] lines for each; `top`: extra top-level settings for both;
+    `others`: lives of other pairs to name as static connectors too (a cluster of pairs)."""
+    tmp_path = Path(tmp_path)
+    shared = tmp_path / f"{name}-shared" if kind == "shared_store" else None
+    p = BrokerProcess(tmp_path / f"{name}-primary", name=f"{name}-primary", http=True, data_dir=shared)
+    b = BrokerProcess(tmp_path / f"{name}-backup", name=f"{name}-backup", http=True, data_dir=shared)
+    for node, role, extra, peer in ((p, "primary", primary, b), (b, "backup", backup, p)):
+        statics = ", ".join(f'"tcp://127.0.0.1:{o.port}"' for o in (peer, *others))
+        text = (f'cluster_user = "petrel-test"\ncluster_password = "{PASSWORD}"\n{top}'
+                f'[ha_policy]\n{kind} = "{role}"\n{extra}\n')
+        if kind == "replication" or cluster:
+            text += ("[[cluster_connections]]\n"
+                     f'connector = "tcp://127.0.0.1:{node.port}"\n'
+                     f"static_connectors = [{statics}]\n"
+                     f"retry_interval = 100\nmax_retry_interval = 500\nconnection_ttl = {connection_ttl}\n{cluster}")
+        with open(node.config_path, "a") as f:
+            f.write(text)
+    return p, b
+
+
+def ha_view(node: BrokerProcess) -> dict:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/ha", timeout=2) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError, urllib.error.HTTPError):
+        return {}
+
+
+def wait_in_sync(backup: BrokerProcess, timeout: float = 60.0) -> dict:
+    """Wait until a replicating backup has the whole copy and follows its live."""
+    def in_sync() -> dict | None:
+        if backup.proc is not None and backup.proc.poll() is not None:
+            raise RuntimeError(f"backup exited with {backup.proc.returncode}:\n{backup.log()}")
+        view = ha_view(backup)
+        live = view.get("replication", {}).get("live") or {}
+        return view if live.get("state") == "in-sync" else None
+
+    return wait_for(in_sync, timeout, message=f"backup not in sync in {timeout}s:\n{backup.log()}")
+
+
+def live_of(*nodes: BrokerProcess) -> BrokerProcess | None:
+    """The node of a pair that serves now (by /health), or None."""
+    for node in nodes:
+        if node.proc is not None and node.proc.poll() is None and node.health().get("status") == "ok":
+            return node
+    return None
+
+
+def route_through(node: BrokerProcess, target: BrokerProcess, port: int) -> None:
+    """Make ``node`` reach ``target`` (its static connector) through ``port`` (a TcpProxy)."""
+    text = node.config_path.read_text()
+    node.config_path.write_text(text.replace(f'"tcp://127.0.0.1:{target.port}"', f'"tcp://127.0.0.1:{port}"'))

@@ -1,0 +1,226 @@
+"""Replication with real processes: a primary feeds its backup over CORE; the backup takes over
+when the live hands over, dies (where it may decide so) or is gone; the primary fails back.
+
+Every test counts: each confirmed message is consumed exactly once after the failovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from petrel.client import Message, connect
+from petrel.testing.ha import ha_view, live_of, make_pair, wait_in_sync
+from petrel.testing.process import BrokerProcess, wait_for
+
+pytestmark = pytest.mark.system
+
+FAST = "initialReconnectDelay=10&maxReconnectDelay=100&randomize=false&maxReconnectAttempts=-1"
+
+
+def run(coro, timeout: float = 120.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def url(*nodes: BrokerProcess) -> str:
+    return f"failover:({','.join(f'tcp://127.0.0.1:{n.port}' for n in nodes)})?{FAST}"
+
+
+async def send_range(target: str, queue: str, numbers, *, body: bytes = b"") -> None:
+    conn = await connect(target)
+    session = await conn.session()
+    producer = session.producer(queue)
+    for i in numbers:
+        await producer.send(Message(b"%d:" % i + body))
+    await session.flush()
+    await conn.close()
+
+
+async def drain(target: str, queue: str, idle: float = 1.0) -> list[int]:
+    conn = await connect(target)
+    session = await conn.session()
+    consumer = await session.consumer(queue)
+    out = []
+    while (m := await consumer.receive(idle)) is not None:
+        out.append(int(m.body.split(b":", 1)[0]))
+    await session.close()
+    await conn.close()
+    return out
+
+
+def exactly(numbers: list[int], expected) -> None:
+    expected = list(expected)
+    dupes = len(numbers) - len(set(numbers))
+    assert dupes == 0, f"{dupes} delivered twice"
+    missing = sorted(set(expected) - set(numbers))
+    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {missing[:10]}"
+
+
+def stop_all(*nodes: BrokerProcess) -> None:
+    for n in nodes:
+        if n.proc is not None and n.proc.poll() is None:
+            n.kill9()
+
+
+def test_a_backup_copies_a_live_with_a_backlog_and_takes_over_when_it_hands_over(tmp_path):
+    """Initial copy of journal, pages and large messages while the live keeps serving; then
+    SIGTERM with failover_on_shutdown: the backup serves every message, none twice."""
+    top = ('min_large_message_size = 20000\n'
+           '[address_settings."paged.#"]\nmax_size_bytes = 200000\npage_size_bytes = 65536\n')
+    p, b = make_pair(tmp_path, primary="failover_on_shutdown = true\n", top=top)
+    try:
+        p.start()
+        target = f"tcp://127.0.0.1:{p.port}"
+        run(send_range(target, "queue://paged.orders", range(0, 3000), body=b"x" * 300))
+        run(send_range(target, "queue://big", range(0, 20), body=b"L" * 50_000))
+
+        async def keep_sending() -> None:  # while the backup copies
+            await send_range(target, "queue://paged.orders", range(3000, 5000), body=b"y" * 300)
+
+        b.start(wait=False)
+        run(keep_sending())
+        wait_in_sync(b)
+        run(send_range(target, "queue://paged.orders", range(5000, 6000)))
+        assert p.stop() == 0
+        assert b.wait_state("ok", timeout=30) == "ok"
+        other = f"tcp://127.0.0.1:{b.port}"
+        exactly(run(drain(other, "queue://paged.orders")), range(6000))
+        exactly(run(drain(other, "queue://big")), range(20))
+        assert ha_view(b)["state"] == "live" and ha_view(b)["failovers"] == 1
+    finally:
+        stop_all(p, b)
+
+
+def test_a_lone_pair_without_a_lock_manager_does_not_activate_its_backup(tmp_path):
+    p, b = make_pair(tmp_path)
+    try:
+        p.start()
+        b.start(wait=False)
+        wait_in_sync(b)
+        run(send_range(f"tcp://127.0.0.1:{p.port}", "queue://q", range(500)))
+        p.kill9()
+        wait_for(lambda: "no lock manager and no other lives" in b.log(), 30)
+        assert b.health().get("status") == "backup"
+        p.start()  # the primary comes back on its own data, which nothing else served meanwhile
+        exactly(run(drain(f"tcp://127.0.0.1:{p.port}", "queue://q")), range(500))
+        wait_in_sync(b)
+    finally:
+        stop_all(p, b)
+
+
+def test_kill9_of_the_live_under_load_20_cycles_alternating_the_live(tmp_path):
+    """lone_pair_failover: the backup takes over from a killed live; the killed one comes back as
+    the backup (a primary never serves stale data while its backup serves its node ID)."""
+    p, b = make_pair(tmp_path, primary="lone_pair_failover = true\n", backup="lone_pair_failover = true\n")
+    cycles, per_cycle = 20, 150
+    try:
+        p.start()
+        b.start(wait=False)
+        wait_in_sync(b)
+        confirmed: list[int] = []
+        seen_live = []
+
+        async def go() -> list[int]:
+            conn = await connect(url(p, b))
+            session = await conn.session()
+            producer = session.producer("queue://orders")
+            loop = asyncio.get_running_loop()
+            n = 0
+            for cycle in range(cycles):
+                live = live_of(p, b)
+                assert live is not None
+                seen_live.append(live.workdir.name)
+                other = b if live is p else p
+                for _ in range(per_cycle // 2):
+                    await producer.send(Message(b"%d:" % n))
+                    n += 1
+                await loop.run_in_executor(None, live.kill9)
+                for _ in range(per_cycle // 2):  # sent while the backup takes over
+                    await producer.send(Message(b"%d:" % n))
+                    n += 1
+                await session.flush()
+                confirmed.extend(range(n - per_cycle, n))
+                await loop.run_in_executor(None, lambda: other.wait_state("ok", timeout=30))
+                await loop.run_in_executor(None, lambda: live.start(wait=False))
+                await loop.run_in_executor(None, lambda: wait_in_sync(live))
+            await conn.close()
+            return confirmed
+
+        run(go(), timeout=600)
+        live = live_of(p, b)
+        exactly(run(drain(f"tcp://127.0.0.1:{live.port}", "queue://orders")), confirmed)
+        assert len(set(seen_live)) == 2, f"the live never alternated: {seen_live}"
+    finally:
+        stop_all(p, b)
+
+
+def test_failback_the_primary_syncs_from_the_active_backup_and_takes_over(tmp_path):
+    p, b = make_pair(tmp_path, primary="check_for_live_server = true\nlone_pair_failover = true\n",
+                     backup="lone_pair_failover = true\n")
+    try:
+        p.start()
+        b.start(wait=False)
+        wait_in_sync(b)
+        run(send_range(f"tcp://127.0.0.1:{p.port}", "queue://q", range(1000)))
+        p.kill9()
+        b.wait_state("ok", timeout=30)
+        run(send_range(f"tcp://127.0.0.1:{b.port}", "queue://q", range(1000, 2000)))  # only the backup has these
+        p.start(wait=False)
+        p.wait_state("ok", timeout=60)
+        wait_in_sync(b)  # the backup is a backup again, of the primary
+        assert ha_view(p)["state"] == "live" and ha_view(b)["state"] == "backup"
+        exactly(run(drain(f"tcp://127.0.0.1:{p.port}", "queue://q")), range(2000))
+    finally:
+        stop_all(p, b)
+
+
+def test_a_backup_killed_while_replicating_leaves_the_live_serving_alone(tmp_path):
+    p, b = make_pair(tmp_path)
+    try:
+        p.start()
+        b.start(wait=False)
+        wait_in_sync(b)
+        target = f"tcp://127.0.0.1:{p.port}"
+
+        async def go() -> None:
+            loop = asyncio.get_running_loop()
+            conn = await connect(target)
+            session = await conn.session()
+            producer = session.producer("queue://q")
+            for i in range(2000):
+                await producer.send(Message(b"%d:" % i))
+                if i == 500:
+                    await loop.run_in_executor(None, b.kill9)
+            await session.flush()  # every send confirmed, by the live alone after the kill
+            await conn.close()
+
+        run(go())
+        wait_for(lambda: "the live goes on alone" in p.log(), 10)
+        assert ha_view(p)["replication"]["backup"]["state"] == "lost"
+        b.start(wait=False)
+        wait_in_sync(b)
+        exactly(run(drain(target, "queue://q")), range(2000))
+    finally:
+        stop_all(p, b)
+
+
+def test_a_backup_restarted_during_its_initial_copy_syncs_again(tmp_path):
+    p, b = make_pair(tmp_path, primary="failover_on_shutdown = true\n")
+    try:
+        p.start()
+        target = f"tcp://127.0.0.1:{p.port}"
+        run(send_range(target, "queue://q", range(20_000), body=b"z" * 1000))
+        b.start(wait=False)
+        wait_for(lambda: (ha_view(b).get("replication", {}).get("live") or {}).get("bytes_received", 0) > 0, 30,
+                 interval=0.005)
+        b.kill9()
+        b.start(wait=False)
+        wait_in_sync(b)
+        assert list((b.workdir).glob("oldreplica.*")), "the interrupted copy was not set aside"
+        p.stop()
+        b.wait_state("ok", timeout=30)
+        exactly(run(drain(f"tcp://127.0.0.1:{b.port}", "queue://q")), range(20_000))
+    finally:
+        stop_all(p, b)
