@@ -143,3 +143,11 @@ def test_a_journal_segment_or_control_file_of_an_unknown_version_is_refused(tmp_
     for skip in (False, True):
         with pytest.raises(UnsupportedFormat, match="format '2'"):
             FileJournal(tmp_path / "j", file_size=16 * 1024, datasync=False).load(skip_damaged=skip)
+
+
+def test_large_messages_outside_the_streamed_directory_are_refused_at_once(tmp_path):
+    from petrel.storage.large import LargeMessageStore
+    from petrel.storage.stream import StoreStream
+
+    with pytest.raises(ValueError, match="outside the data directory"):
+        LargeMessageStore(tmp_path / "elsewhere", stream=StoreStream(tmp_path / "data"))

@@ -68,6 +68,8 @@ class LargeMessageStore:
         self.sync = sync
         self._dir = str(self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        if stream is not None:
+            stream.rel(self.directory)  # under the stream's directory, or ValueError now (not mid-write)
         self.stream = stream if stream is not None else StoreStream(self.directory)
 
     def path(self, body: LargeBody) -> str:
