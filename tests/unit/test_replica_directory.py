@@ -94,3 +94,15 @@ def test_set_aside_keeps_the_newest_old_replicas(tmp_path):
     assert (tmp_path / "node" / "oldreplica.4" / "journal" / "seg").read_bytes() == b"run 3"
     assert replica.set_aside(2, keep=("server.lock",)) is None  # nothing to move
     replica.close()
+
+
+def test_one_initial_sync_at_a_time(tmp_path):
+    stream = StoreStream(tmp_path)
+    (tmp_path / "f").write_bytes(b"x" * 100)
+    first = stream.start_sync(lambda first, ops: None, chunk_size=10)
+    with pytest.raises(RuntimeError, match="already running"):
+        stream.start_sync(lambda first, ops: None)
+    first.run()
+    second = stream.start_sync(lambda first, ops: None)  # the first is done
+    second.cancel()
+    stream.start_sync(lambda first, ops: None).cancel()  # the second was cancelled

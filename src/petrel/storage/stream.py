@@ -132,6 +132,7 @@ class StoreStream:
         self.lock = threading.RLock()
         self.seq = 0
         self._subs: tuple[Subscription, ...] = ()
+        self._copying: InitialSync | None = None  # the initial sync in progress, if any
 
     @property
     def active(self) -> bool:
@@ -257,9 +258,17 @@ class StoreStream:
     def start_sync(self, sink: Sink, *, chunk_size: int = DEFAULT_CHUNK,
                    exclude: Callable[[str], bool] | None = None) -> InitialSync:
         """Subscribe `sink` and take the manifest, at once (under the lock); returns the copier,
-        which sends the files' contents through `sink` too, a chunk at a time (`step`/`run`)."""
+        which sends the files' contents through `sink` too, a chunk at a time (`step`/`run`).
+
+        The copy's operations (chunks, `SyncDone`) are numbered like the others and reach every
+        subscriber: one initial sync at a time (RuntimeError while another runs)."""
         with self.lock:
+            running = self._copying
+            if running is not None and not running.done and running.subscription.active:
+                # its chunks and SyncDone go to every subscriber: two at once would mislead each other
+                raise RuntimeError("an initial sync is already running on this data directory")
             copier = InitialSync(self, sink, chunk_size, exclude)
+            self._copying = copier
             copier.subscription = self.subscribe(copier._observe_then(sink))
             copier._take_manifest()
         return copier
