@@ -224,3 +224,93 @@ def test_a_backup_restarted_during_its_initial_copy_syncs_again(tmp_path):
         exactly(run(drain(f"tcp://127.0.0.1:{b.port}", "queue://q")), range(20_000))
     finally:
         stop_all(p, b)
+
+
+def test_in_a_cluster_of_three_pairs_the_quorum_decides(tmp_path):
+    """No lock manager: a backup that loses its live takes over when the other lives no longer see
+    it (kill -9), and stays a backup when only its own link to the live is cut."""
+    from petrel.testing.ha import make_pairs
+    from petrel.testing.proxy import TcpProxy
+
+    votes = "vote_retries = 2\nvote_retry_wait = 300\nquorum_vote_wait = 2000\n"
+    pairs = make_pairs(tmp_path, 3, backup=votes)
+    (p0, b0), (p1, b1), (p2, b2) = pairs
+    # pair 1's backup reaches its live through a proxy, to cut that link alone
+    proxy = TcpProxy("127.0.0.1", p1.port).start()
+    text = b1.config_path.read_text()
+    b1.config_path.write_text(text.replace(f'"tcp://127.0.0.1:{p1.port}"', f'"tcp://127.0.0.1:{proxy.port}"'))
+    nodes = [n for pair in pairs for n in pair]
+    try:
+        for p, _ in pairs:
+            p.start()
+        for _, b in pairs:
+            b.start(wait=False)
+        for _, b in pairs:
+            wait_in_sync(b)
+        wait_for(lambda: all(len([m for m in (ha_view(p) and _members(p)) if m]) >= 3 for p, _ in pairs), 30)
+        run(send_range(f"tcp://127.0.0.1:{p0.port}", "queue://q0", range(300)))
+        run(send_range(f"tcp://127.0.0.1:{p1.port}", "queue://q1", range(300)))
+
+        proxy.cut()  # b1 loses p1, but p0 and p2 still see p1: no quorum
+        wait_for(lambda: "quorum not reached" in b1.log(), 30, message=b1.log())
+        assert b1.health().get("status") == "backup" and p1.health().get("status") == "ok"
+
+        p0.kill9()  # p1 and p2 no longer see p0: b0 takes over
+        b0.wait_state("ok", timeout=30)
+        exactly(run(drain(f"tcp://127.0.0.1:{b0.port}", "queue://q0")), range(300))
+        assert b1.health().get("status") == "backup"
+        proxy.heal()
+        exactly(run(drain(f"tcp://127.0.0.1:{p1.port}", "queue://q1")), range(300))
+    finally:
+        proxy.stop()
+        stop_all(*nodes)
+
+
+def _members(node: BrokerProcess) -> list:
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/cluster/members", timeout=2) as r:
+            return [m for m in json.loads(r.read())["members"] if m.get("connected")]
+    except OSError:
+        return []
+
+
+def test_a_client_that_knows_only_the_live_learns_its_backup_from_the_topology(tmp_path):
+    p, b = make_pair(tmp_path, backup="lone_pair_failover = true\n")
+    try:
+        p.start()
+        b.start(wait=False)
+        wait_in_sync(b)
+
+        async def go() -> list[int]:
+            loop = asyncio.get_running_loop()
+            conn = await connect(f"failover:(tcp://127.0.0.1:{p.port})?{FAST}")  # the live only
+            await wait_until(lambda: any(m.backup for m in (conn.topology or [])))
+            session = await conn.session()
+            producer = session.producer("queue://orders")
+            for i in range(1000):
+                await producer.send(Message(b"%d:" % i))
+                if i == 300:
+                    await loop.run_in_executor(None, p.kill9)
+            await session.flush()
+            consumer = await session.consumer("queue://orders")
+            out = []
+            while (m := await consumer.receive(1.0)) is not None:
+                out.append(int(m.body.split(b":", 1)[0]))
+            assert conn.failovers == 1 and conn.endpoint.port == b.port
+            await conn.close()
+            return out
+
+        exactly(run(go()), range(1000))
+    finally:
+        stop_all(p, b)
+
+
+async def wait_until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.01)

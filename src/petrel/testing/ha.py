@@ -15,7 +15,7 @@ from pathlib import Path
 
 from petrel.testing.process import BrokerProcess, wait_for
 
-__all__ = ["make_pair", "ha_view", "wait_in_sync", "live_of", "route_through", "PASSWORD"]
+__all__ = ["make_pair", "make_pairs", "ha_view", "wait_in_sync", "live_of", "route_through", "PASSWORD"]
 
 PASSWORD = "test-ha-secret"
 
@@ -41,6 +41,26 @@ def make_pair(tmp_path: Path, kind: str = "replication", *, primary: str = "", b
         with open(node.config_path, "a") as f:
             f.write(text)
     return p, b
+
+
+def make_pairs(tmp_path: Path, n: int, *, primary: str = "", backup: str = "", top: str = "",
+               connection_ttl: int = 2000) -> list[tuple[BrokerProcess, BrokerProcess]]:
+    """``n`` replicated pairs in one cluster (group_name pair<i>): every node names every other."""
+    tmp_path = Path(tmp_path)
+    pairs = [(BrokerProcess(tmp_path / f"pair{i}-primary", name=f"pair{i}-primary", http=True),
+              BrokerProcess(tmp_path / f"pair{i}-backup", name=f"pair{i}-backup", http=True)) for i in range(n)]
+    nodes = [node for pair in pairs for node in pair]
+    for i, pair in enumerate(pairs):
+        for node, role, extra in ((pair[0], "primary", primary), (pair[1], "backup", backup)):
+            statics = ", ".join(f'"tcp://127.0.0.1:{o.port}"' for o in nodes if o is not node)
+            with open(node.config_path, "a") as f:
+                f.write(f'cluster_user = "petrel-test"\ncluster_password = "{PASSWORD}"\n{top}'
+                        f'[ha_policy]\nreplication = "{role}"\ngroup_name = "pair{i}"\n{extra}\n'
+                        "[[cluster_connections]]\n"
+                        f'connector = "tcp://127.0.0.1:{node.port}"\n'
+                        f"static_connectors = [{statics}]\n"
+                        f"retry_interval = 100\nmax_retry_interval = 500\nconnection_ttl = {connection_ttl}\n")
+    return pairs
 
 
 def ha_view(node: BrokerProcess) -> dict:
