@@ -1,4 +1,5 @@
-"""``petrel cluster up|status|down``: a local cluster of broker processes (petrel.orchestrator.local)."""
+"""``petrel cluster up|status|down``: a local cluster of broker processes (petrel.orchestrator.local),
+plain or as live-backup pairs (``--ha shared-store|replication [--lock-manager zookeeper]``)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,23 @@ from pathlib import Path
 import click
 
 from petrel.cli.tables import print_table
-
 from petrel.orchestrator.local import DEFAULT_CLUSTER_NAME, DEFAULT_DATA_ROOT, ClusterSpec, LocalCluster
+from petrel.orchestrator.state import ClusterState, NodeStatus
 
 __all__ = ["cluster"]
 
 LOAD_BALANCING = ("OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION")
 
 
-_NUMERIC = ("PID", "MEMBERS", "BRIDGES", "BACKLOG")
+_NUMERIC = ("PID", "MEMBERS", "BRIDGES", "BACKLOG", "LAG")
 
 
 def _figure(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _progress(message: str) -> None:
@@ -40,48 +45,104 @@ def cluster() -> None:
     pass
 
 
-@cluster.command("up", help="Configure and start N brokers clustered with each other, in the background.")
-@click.option("--size", type=click.IntRange(1, 100), required=True, help="Number of nodes.")
+@cluster.command("up", help="Configure and start N brokers clustered with each other, in the background; with "
+                             "--ha, N live-backup pairs (2N brokers: node-i and node-i-backup, pair-i).")
+@click.option("--size", type=click.IntRange(1, 100), required=True, help="Number of nodes (with --ha: of pairs).")
 @click.option("--base-port", type=click.IntRange(1, 65535), default=None,
-              help="Ports of node-1: P (all protocols), P+1 (STOMP), P+2 (HTTP); each next node adds 100 "
-                   "[default: 61616, 61613, 8161].")
+              help="Ports of node-1: P (all protocols), P+1 (STOMP), P+2 (HTTP); each next node adds 100, "
+                   "a backup 50 to its primary's [default: 61616, 61613, 8161].")
 @data_root_option
 @click.option("--name", default=DEFAULT_CLUSTER_NAME, show_default=True, help="Cluster connection name.")
 @click.option("--load-balancing", type=click.Choice(LOAD_BALANCING, case_sensitive=False), default="ON_DEMAND",
               show_default=True, help="message_load_balancing of the cluster connection.")
 @click.option("--redistribution-delay", type=click.IntRange(-1), default=0, show_default=True, metavar="MS",
               help="redistribution_delay of every address (-1 = never, 0 = at once).")
+@click.option("--ha", type=click.Choice(("shared-store", "replication"), case_sensitive=False), default=None,
+              help="Give each node a backup: on the same data directory (shared-store) or with its own copy "
+                   "kept over the network (replication).")
+@click.option("--lock-manager", type=click.Choice(("zookeeper",), case_sensitive=False), default=None,
+              help="With --ha replication: start one ZooKeeper (Debian package `zookeeper`) and make the pairs "
+                   "use it, so a lone pair fails over safely.")
+@click.option("--lock-session-ms", type=click.IntRange(1000, 60000), default=18000, show_default=True,
+              metavar="MS", help="The lock manager's session: a killed live's backup takes over after about this.")
 @click.option("--timeout", type=click.FloatRange(1), default=60, show_default=True, metavar="SECONDS",
-              help="How long to wait for every node's /health.")
-def up(size: int, base_port: int | None, data_root: Path, name: str, load_balancing: str,
-       redistribution_delay: int, timeout: float) -> None:
+              help="How long to wait for every node to serve (or, a backup, to wait in sync).")
+@click.pass_context
+def up(ctx: click.Context, size: int, base_port: int | None, data_root: Path, name: str, load_balancing: str,
+       redistribution_delay: int, ha: str | None, lock_manager: str | None, lock_session_ms: int,
+       timeout: float) -> None:
+    if lock_manager and (ha or "").lower() != "replication":
+        raise click.UsageError("--lock-manager goes with --ha replication", ctx)
     spec = ClusterSpec(size=size, data_root=data_root, base_port=base_port, name=name,
-                       load_balancing=load_balancing.upper(), redistribution_delay=redistribution_delay)
+                       load_balancing=load_balancing.upper(), redistribution_delay=redistribution_delay,
+                       ha=ha.lower() if ha else None, lock_manager=lock_manager.lower() if lock_manager else None,
+                       lock_session_ms=lock_session_ms)
     local = LocalCluster(data_root)
     state = local.up(spec, timeout=timeout, progress=_progress)
-    _print_table(["NODE", "URL", "STOMP", "CONSOLE", "PID"],
-                 [[n.name, n.url, n.stomp, n.console, str(n.pid)] for n in state.nodes])
-    click.echo(f"cluster {state.name}: {len(state.nodes)} nodes running; state in {local.state_path}; "
-               f"stop with `petrel cluster down --data-root {local.data_root}`")
+    stop = f"stop with `petrel cluster down --data-root {local.data_root}`"
+    if state.ha is None:
+        _print_table(["NODE", "URL", "STOMP", "CONSOLE", "PID"],
+                     [[n.name, n.url, n.stomp, n.console, str(n.pid)] for n in state.nodes])
+        click.echo(f"cluster {state.name}: {len(state.nodes)} nodes running; state in {local.state_path}; {stop}")
+        return
+    _print_table(["NODE", "PAIR", "ROLE", "URL", "STOMP", "CONSOLE", "PID"],
+                 [[n.name, n.pair or "-", n.role, n.url, n.stomp, n.console, str(n.pid)] for n in state.nodes])
+    waiting = "in sync" if state.ha == "replication" else "waiting"
+    zk = f"; ZooKeeper on {state.zookeeper.connect_string}" if state.zookeeper else ""
+    click.echo(f"cluster {state.name} ({state.ha}): {_count(state.pairs, 'pair')}, each a live and a backup "
+               f"{waiting}{zk}; state in {local.state_path}; {stop}")
+
+
+def _ha_rows(nodes: list[NodeStatus]) -> list[list[str]]:
+    return [[s.node.name, s.node.pair or "-", s.node.role, s.ha_state or "-", s.sync or "-", _figure(s.lag),
+             str(s.node.pid), s.state, s.node.url, s.node.console, _figure(s.members),
+             "-" if s.bridges is None else f"{s.bridges_up}/{s.bridges}", _figure(s.backlog)]
+            for s in nodes]
 
 
 @cluster.command("status", help="The nodes of the cluster, whether they run, and how each sees the cluster: "
                                  "MEMBERS connected (itself included), BRIDGES up of all, BACKLOG messages "
-                                 "waiting to be forwarded (exit 1 unless all nodes run).")
+                                 "waiting to be forwarded. With HA: each node's PAIR, configured ROLE, HA_STATE "
+                                 "(live, backup, ...), replication SYNC state and LAG (operations); a waiting "
+                                 "backup is 'standby'. Exit 1 unless every node runs (or stands by).")
 @data_root_option
 @click.pass_context
 def status(ctx: click.Context, data_root: Path) -> None:
-    state, nodes = LocalCluster(data_root).status()
-    _print_table(["NODE", "PID", "STATE", "URL", "CONSOLE", "MEMBERS", "BRIDGES", "BACKLOG"],
-                 [[s.node.name, str(s.node.pid), s.state, s.node.url, s.node.console, _figure(s.members),
-                   "-" if s.bridges is None else f"{s.bridges_up}/{s.bridges}", _figure(s.backlog)]
-                  for s in nodes])
-    running = sum(s.state == "running" for s in nodes)
-    click.echo(f"cluster {state.name}: {running} of {len(nodes)} nodes running")
-    ctx.exit(0 if running == len(nodes) else 1)
+    local = LocalCluster(data_root)
+    state, nodes = local.status()
+    if state.ha is None:
+        _print_table(["NODE", "PID", "STATE", "URL", "CONSOLE", "MEMBERS", "BRIDGES", "BACKLOG"],
+                     [[s.node.name, str(s.node.pid), s.state, s.node.url, s.node.console, _figure(s.members),
+                       "-" if s.bridges is None else f"{s.bridges_up}/{s.bridges}", _figure(s.backlog)]
+                      for s in nodes])
+        running = sum(s.state == "running" for s in nodes)
+        click.echo(f"cluster {state.name}: {running} of {len(nodes)} nodes running")
+        ctx.exit(0 if running == len(nodes) else 1)
+    _print_table(["NODE", "PAIR", "ROLE", "HA_STATE", "SYNC", "LAG", "PID", "STATE", "URL", "CONSOLE", "MEMBERS",
+                  "BRIDGES", "BACKLOG"], _ha_rows(nodes))
+    ok = sum(s.state in ("running", "standby") for s in nodes)
+    click.echo(_ha_summary(local, state, nodes) + f"; {ok} of {len(nodes)} brokers up")
+    zk_ok = local.zookeeper_running(state)
+    ctx.exit(0 if ok == len(nodes) and zk_ok is not False else 1)
 
 
-@cluster.command("down", help="Stop every node (SIGTERM, then SIGKILL after the timeout) and forget the cluster.")
+def _ha_summary(local: LocalCluster, state: ClusterState, nodes: list[NodeStatus]) -> str:
+    pairs = sorted({s.node.pair for s in nodes if s.node.pair})
+    served = [p for p in pairs if any(s.node.pair == p and s.healthy and s.ha_state == "live" for s in nodes)]
+    backups = sum(s.standby for s in nodes)
+    text = (f"cluster {state.name} ({state.ha}): {len(served)} of {_count(len(pairs), 'pair')} served, "
+            f"{_count(backups, 'backup')} waiting")
+    unserved = [p for p in pairs if p not in served]
+    if unserved:
+        text += f" (no live in {', '.join(unserved)})"
+    zk = local.zookeeper_running(state)
+    if zk is not None:
+        text += f"; ZooKeeper {state.zookeeper.connect_string} {'running' if zk else 'NOT running'}"
+    return text
+
+
+@cluster.command("down", help="Stop every node (SIGTERM, then SIGKILL after the timeout), and the ZooKeeper if "
+                               "`up` started one, and forget the cluster.")
 @data_root_option
 @click.option("--purge", is_flag=True, help="Also delete the node directories (configs, logs, data).")
 @click.option("--timeout", type=click.FloatRange(0), default=30, show_default=True, metavar="SECONDS",
@@ -92,4 +153,5 @@ def down(data_root: Path, purge: bool, timeout: float) -> None:
     if state is None:
         click.echo(f"no cluster in {local.data_root} (no cluster.json); nothing to stop")
         return
-    click.echo(f"cluster {state.name}: {len(state.nodes)} nodes stopped" + (", directories deleted" if purge else ""))
+    zk = " and ZooKeeper" if state.zookeeper else ""
+    click.echo(f"cluster {state.name}: {len(state.nodes)} nodes{zk} stopped" + (", directories deleted" if purge else ""))

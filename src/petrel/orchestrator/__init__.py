@@ -1,9 +1,13 @@
 """Orchestrators: start, watch and stop a cluster of brokers.
 
 :mod:`petrel.orchestrator.local` runs the nodes as processes on this host (``petrel
-cluster up|status|down``).
+cluster up|status|down``), plain or as live-backup pairs; :mod:`~petrel.orchestrator.state`
+holds what it records, :mod:`~petrel.orchestrator.broker_toml` what it configures,
+:mod:`~petrel.orchestrator.processes` and :mod:`~petrel.orchestrator.probes` how it starts,
+stops and asks the brokers, :mod:`~petrel.orchestrator.zookeeper` its lock manager's ZooKeeper.
 """
 
-from petrel.orchestrator.local import ClusterSpec, ClusterState, LocalCluster, Node, NodeStatus
+from petrel.orchestrator.local import LocalCluster
+from petrel.orchestrator.state import ClusterSpec, ClusterState, Node, NodeStatus, ZooKeeperRecord
 
-__all__ = ["ClusterSpec", "ClusterState", "LocalCluster", "Node", "NodeStatus"]
+__all__ = ["ClusterSpec", "ClusterState", "LocalCluster", "Node", "NodeStatus", "ZooKeeperRecord"]

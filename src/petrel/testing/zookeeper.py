@@ -10,6 +10,7 @@ zoo.cfg``, on a free loopback port chosen at run time, with its own data directo
         zk.start()   # the same port and data: znodes and sessions survive
         zk.kill()    # SIGKILL
         zk.start()
+        pid = zk.detach()  # leave it running past this process (the orchestrator's ZooKeeper)
 
 `start()` returns once the server answers ``srvr`` with its mode (``ruok`` says ``imok``
 before it serves requests), or raises
@@ -177,6 +178,17 @@ class ZooKeeperServer:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout)
         _running.discard(self)
+
+    def detach(self) -> int:
+        """Let the running server outlive this object and this process (``petrel cluster up``
+        leaves it to ``petrel cluster down``): it is no longer stopped by `stop`, `kill`,
+        `close` or at exit. Returns its pid, which leads its own process group."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            raise ZooKeeperStartError(f"no running ZooKeeper on {self.connect_string} to detach")
+        self.process = None
+        _running.discard(self)
+        return process.pid
 
     def close(self) -> None:
         """Kill the server, and remove its directory when it made one itself."""

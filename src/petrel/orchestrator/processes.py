@@ -1,0 +1,139 @@
+"""The orchestrator's processes: started detached (their own session, so they outlive the
+command that started them), found again by pid plus the config file on their command line, and
+stopped with SIGTERM, then SIGKILL after a deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from petrel.errors import PetrelError
+from petrel.orchestrator.state import HOST, Node
+
+__all__ = ["Process", "Progress", "child_environment", "log_tail", "port_free", "process_alive", "quiet",
+           "signal_process", "spawn_broker", "stop_processes"]
+
+Progress = Callable[[str], None]
+
+
+def quiet(_message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Process:
+    """Something to stop: a broker or the ZooKeeper."""
+
+    name: str
+    pid: int
+    config: str  #: a file named on its command line
+
+
+def process_alive(pid: int, config: str | None = None) -> bool:
+    """Whether ``pid`` runs (a zombie does not count); with ``config``, also whether its command
+    line names that file, so a recycled pid is not taken for a broker."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return config is None  # someone else's process: not one of ours
+    proc = Path("/proc") / str(pid)
+    try:
+        stat = (proc / "stat").read_text()
+        if stat[stat.rindex(")") + 2:].startswith(("Z", "X")):
+            return False
+        if config is not None:
+            return config in (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+    except FileNotFoundError:
+        return False  # exited between the checks
+    except OSError:
+        pass  # no /proc (not Linux): os.kill said it exists
+    return True
+
+
+def signal_process(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def log_tail(path: str, lines: int = 3) -> str:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+def child_environment() -> dict[str, str]:
+    """This environment without the PETREL_* settings, which would override every node's
+    broker.toml alike (a shared PETREL_PORT would make the nodes collide)."""
+    keep = ("PETREL_LOG_LEVEL", "PETREL_LOG_FORMAT", "PETREL_TEST_", "PETREL_BENCH_")
+    return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_") or k.startswith(keep)}
+
+
+def spawn_broker(node: Node) -> subprocess.Popen:
+    """``petrel run --config <node's broker.toml>``, detached, its output appended to its log."""
+    with open(node.log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "petrel", "run", "--config", node.config],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            cwd=node.node_dir, env=child_environment(), start_new_session=True,
+        )
+
+
+def stop_processes(processes: Sequence[Process], *, timeout: float, progress: Progress = quiet) -> None:
+    """SIGTERM all at once, wait up to ``timeout`` for the exits, then SIGKILL the stragglers."""
+    running = [p for p in processes if process_alive(p.pid, p.config)]
+    for p in processes:
+        if p not in running:
+            progress(f"{p.name} (pid {p.pid}) is not running")
+    for p in running:
+        signal_process(p.pid, signal.SIGTERM)
+        progress(f"stopping {p.name} (pid {p.pid})")
+    started = time.monotonic()
+    next_report = started + 2.0
+    while running:
+        still = [p for p in running if process_alive(p.pid, p.config)]
+        for p in running:
+            if p not in still:
+                progress(f"{p.name} stopped")
+        running = still
+        now = time.monotonic()
+        if not running or now - started > timeout:
+            break
+        if now >= next_report:
+            progress(f"waiting for {', '.join(p.name for p in running)} to stop "
+                     f"({now - started:.0f} s of {timeout:g} s)")
+            next_report = now + 2.0
+        time.sleep(0.05)
+    for p in running:
+        progress(f"{p.name} (pid {p.pid}) did not stop within {timeout:g} s; killing it")
+        signal_process(p.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
+    while running and time.monotonic() < deadline:
+        running = [p for p in running if process_alive(p.pid, p.config)]
+        time.sleep(0.05)
+    if running:
+        raise PetrelError(f"{', '.join(f'{p.name} pid {p.pid}' for p in running)} still running after SIGKILL")
