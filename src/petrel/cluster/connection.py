@@ -28,7 +28,7 @@ from petrel.core.selector import SelectorError, compile_selector
 if TYPE_CHECKING:
     from petrel.core.queue import Queue
     from petrel.server.adapters.core import CoreAdapter
-    from petrel.server.broker import Broker
+    from petrel.server.node import NodeContext
 
 __all__ = ["ClusterConnection"]
 
@@ -50,7 +50,7 @@ class _Peer:
 
 
 class ClusterConnection:
-    def __init__(self, broker: Broker, model: ClusterConnectionModel) -> None:
+    def __init__(self, broker: NodeContext, model: ClusterConnectionModel) -> None:
         config = broker.config
         self.broker = broker
         self.model = model
@@ -74,15 +74,11 @@ class ClusterConnection:
         self._topology_event = 0
         # Peers may join as soon as the broker listens, before `start`: the post office is
         # cluster-aware from here on.
-        office = self.office
-        office.balancing = Balancing(model.message_load_balancing)
-        office.node_id = self.node_id
-        office.observer = self
         if config.grouping_handler is not None:
             from petrel.cluster.grouping import GroupingHandler
 
             self.grouping = GroupingHandler(self, config.grouping_handler)
-            office.grouping = self.grouping
+        self.office.attach_cluster(self.node_id, Balancing(model.message_load_balancing), self, self.grouping)
         # the peers' bindings known before a restart, routed to until their bridges join
         self.absent: dict[str, remembered.Absent] = {}
         self._remembered_path = config.data_dir / remembered.FILE_NAME
@@ -138,8 +134,7 @@ class ClusterConnection:
             await broadcast.stop()
         if self.grouping is not None:
             self.grouping.stop()
-        self.office.observer = None
-        self.office.grouping = None
+        self.office.detach_cluster()
 
     # -- bridges -------------------------------------------------------------------------------
 
@@ -508,7 +503,7 @@ def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
 
 
-def _own_connector(broker: Broker) -> str:
+def _own_connector(broker: NodeContext) -> str:
     host = _client_host(broker.config.host)
     port = broker.ports.get("all", 0)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -86,6 +86,19 @@ class Clustering:
         self.node_id = ""  # this node's, once it is in a cluster
         self.init_redistribution()
 
+    def attach_cluster(self: PostOffice, node_id: str, balancing: Balancing, observer: BindingObserver,
+                       grouping=None) -> None:
+        """The one way a cluster hooks into the office: this node's ID, how to balance, who hears
+        about binding changes, and the grouping handler (if any)."""
+        self.node_id = node_id
+        self.balancing = balancing
+        self.observer = observer
+        self.grouping = grouping
+
+    def detach_cluster(self: PostOffice) -> None:
+        self.observer = None
+        self.grouping = None
+
     # -- remote bindings ---------------------------------------------------------------------
 
     def add_remote_binding(self: PostOffice, binding: RemoteBinding) -> None:

@@ -25,7 +25,7 @@ from petrel.ha.node_manager import LIVE_LOCK, PAUSED, FAILING_BACK, FileNodeMana
 from petrel.storage.server_lock import DataDirLocked, ServerLock
 
 if TYPE_CHECKING:
-    from petrel.server.broker import Broker
+    from petrel.server.node import NodeContext
 
 __all__ = ["Activation", "activation_for", "LiveOnly", "SharedStorePrimary", "SharedStoreBackup"]
 
@@ -45,7 +45,7 @@ class Activation(Protocol):
     def describe(self) -> dict: ...
 
 
-def activation_for(broker: Broker) -> Activation:
+def activation_for(broker: NodeContext) -> Activation:
     policy = broker.config.ha_policy
     if policy.shared_store == "primary":
         return SharedStorePrimary(broker)
@@ -62,7 +62,7 @@ class _Base:
     kind = "live_only"
     role = "live"
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: NodeContext) -> None:
         self.broker = broker
         self.state = STARTING
         self.since = time.time()
@@ -90,7 +90,7 @@ class _Base:
 class LiveOnly(_Base):
     """One broker, one data directory, no backup."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: NodeContext) -> None:
         super().__init__(broker)
         self._lock = ServerLock(broker.config.data_dir)
 
@@ -115,7 +115,7 @@ class LiveOnly(_Base):
 class _SharedStore(_Base):
     kind = "shared_store"
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: NodeContext) -> None:
         super().__init__(broker)
         self.nodes = FileNodeManager(broker.config.data_dir)
         broker.node_id = self.nodes.node_id

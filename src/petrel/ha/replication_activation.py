@@ -27,7 +27,7 @@ from petrel.ha.replication import Replicator
 from petrel.storage.server_lock import DataDirLocked, ServerLock
 
 if TYPE_CHECKING:
-    from petrel.server.broker import Broker
+    from petrel.server.node import NodeContext
 
 __all__ = ["replication_activation", "ReplicationPrimary", "ReplicationBackup"]
 
@@ -38,7 +38,7 @@ RETRY_WAIT = 1.0  # s between attempts to find a live (Artemis retry-replication
 KEEP = ("server.lock",)  # kept in place when old data is set aside (the process holds its lock)
 
 
-def replication_activation(broker: Broker):
+def replication_activation(broker: NodeContext):
     if broker.config.ha_policy.replication == "primary":
         return ReplicationPrimary(broker)
     return ReplicationBackup(broker)
@@ -50,7 +50,7 @@ class _Replicated(_Base):
 
     kind = "replication"
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: NodeContext) -> None:
         super().__init__(broker)
         self.policy = broker.config.ha_policy
         self._dir_lock: ServerLock | None = None
@@ -188,7 +188,7 @@ class _Replicated(_Base):
         current = self.replicator
         if current is not None and current.state in ("syncing", "in-sync") and not current.adapter.conn.closed:
             return f"this live already has a backup ({current.connector})", {}
-        if not hasattr(self.broker.store, "stream"):
+        if self.broker.store.stream is None:
             return "this live keeps nothing on disk (persistence_enabled = false)", {}
         replicator = Replicator(self.broker.store, adapter, backup_node=e.node_id, connector=e.connector,
                                 on_lost=self._replica_lost)

@@ -8,7 +8,7 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from petrel.management.server import ManagementServer
-    from petrel.server.broker import Broker
+    from petrel.server.node import NodeContext
 
-BROKER: web.AppKey[Broker] = web.AppKey("petrel.broker")
+BROKER: web.AppKey[NodeContext] = web.AppKey("petrel.broker")
 SERVER: web.AppKey[ManagementServer] = web.AppKey("petrel.management")

@@ -1,6 +1,6 @@
 """Prometheus metrics with Artemis-like names, one registry per broker.
 
-Broker, address, queue and (on a clustered node) cluster figures are read from the live objects at scrape time by a
+NodeContext, address, queue and (on a clustered node) cluster figures are read from the live objects at scrape time by a
 custom collector (the scrape runs on the broker's loop, like every other reader). The
 journal's per-batch figures arrive from its writer thread through ``on_batch_stats`` and
 go into histograms, whose ``observe`` is thread-safe.
@@ -19,7 +19,7 @@ from prometheus_client.process_collector import ProcessCollector
 from petrel.management.usage import address_memory_bytes, journals
 
 if TYPE_CHECKING:
-    from petrel.server.broker import Broker
+    from petrel.server.node import NodeContext
 
 __all__ = ["BrokerMetrics", "CONTENT_TYPE"]
 
@@ -65,7 +65,7 @@ _BRIDGE_FIGURES = (
 class _BrokerCollector:
     """Reads the broker's counters at scrape time; must be called on the broker's loop."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: NodeContext) -> None:
         self.broker = broker
         self.journal_stats: dict[str, dict] = {}
 
@@ -152,7 +152,7 @@ def _cluster(view: dict) -> Iterator[Metric]:
 class BrokerMetrics:
     """The registry of one broker and the hooks that feed it."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: NodeContext) -> None:
         disable_created_metrics()  # no `_created` series: Artemis has none, and they double the text
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)

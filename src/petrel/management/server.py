@@ -13,7 +13,7 @@ from petrel.management.app import create_app
 from petrel.management.metrics import BrokerMetrics
 
 if TYPE_CHECKING:
-    from petrel.server.broker import Broker
+    from petrel.server.node import NodeContext
 
 __all__ = ["ManagementServer"]
 
@@ -23,7 +23,7 @@ log = logging.getLogger("petrel.management")
 class ManagementServer:
     """Serves ``/api/v1``, ``/health`` and ``/metrics`` for one broker."""
 
-    def __init__(self, broker: Broker, *, shutdown_timeout: float = 5.0) -> None:
+    def __init__(self, broker: NodeContext, *, shutdown_timeout: float = 5.0) -> None:
         self.broker = broker
         self.metrics = BrokerMetrics(broker)
         self.app = create_app(self)

@@ -93,7 +93,9 @@ class Broker:
         t0 = time.monotonic()
         try:
             recovered = await loop.run_in_executor(None, self.store.recover)
-            self.large = LargeMessageStore(config.large_messages_dir, sync=config.journal_datasync)
+            # large-message files are part of the data directory's stream (replication copies them)
+            self.large = LargeMessageStore(config.large_messages_dir, sync=config.journal_datasync,
+                                           stream=self.store.stream)
             reconcile(self.large, recovered, self.store)
         except Exception as exc:
             self.store = None
@@ -238,8 +240,7 @@ class Broker:
         if watch is None:
             watch = self.disk_watch = DiskWatch(Path(self.config.data_dir), self.config.max_disk_usage,
                                                 self._disk_changed)
-            if hasattr(self.store, "disk_watch"):
-                self.store.disk_watch = watch
+            self.store.disk_watch = watch
         period = self.config.disk_scan_period / 1000
         if watch.check():
             period = min(period, 0.5)
@@ -257,7 +258,7 @@ class Broker:
     def cannot_persist(self) -> str | None:
         """Why persistent messages cannot be taken now (a failing disk, a full one), or None."""
         store = self.store
-        error = store.persist_error() if store is not None and hasattr(store, "persist_error") else None
+        error = store.persist_error() if store is not None else None
         if error is not None:
             return f"the store cannot write: {error}"
         if self.office is not None and self.office.limits.disk_full:
