@@ -40,6 +40,7 @@ COMMANDS = {
     "browser": "petrel.cli.browser:browser",
     "perf": "petrel.cli.perf:perf",
     "cluster": "petrel.cli.cluster:cluster",
+    "ha": "petrel.cli.ha:ha",
 }
 
 

@@ -169,11 +169,18 @@ def _clustered_once(client: ManagementClient, contains: str, field: str | None, 
         members = client.get("/api/v1/cluster")["members"]
     except ManagementError as exc:
         if exc.status == 404:
+            note = _backup_note(client)  # a backup has no cluster until it takes over
+            if note is not None:
+                if as_json:
+                    click.echo("[]")
+                click.echo(note, err=as_json)
+                return True
             raise ManagementError(f"--clustered: {exc}", exc.status) from None
         raise
     results = _fetch_members(client, members, contains)
     labels = _node_labels(members, results)
     rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     complete = True
     for member in members:
         got = results[member["node_id"]]
@@ -185,10 +192,33 @@ def _clustered_once(client: ManagementClient, contains: str, field: str | None, 
         for q in got["queues"]:
             if internal or not q["name"].startswith(INTERNAL_PREFIX):
                 rows.append({"node": labels[member["node_id"]], **q})
+        backup = ((got.get("ha") or {}).get("replication") or {}).get("backup")
+        if isinstance(backup, dict) and backup.get("state") in ("syncing", "in-sync"):
+            notes.append(f"backup of {labels[member['node_id']]}: {backup.get('backup_connector')} "
+                         f"({backup.get('state')}; a backup serves no queues until it takes over)")
     rows = _select(rows, field, operation, value)
     rows.sort(key=lambda q: (q["name"], q["node"]))
     _show(rows, max_rows, as_json, CLUSTER_COLUMNS)
+    for note in sorted(notes):
+        click.echo(note, err=as_json)
     return complete
+
+
+def _backup_note(client: ManagementClient) -> str | None:
+    """When the broker asked is a waiting backup: a line saying so and whose; else None."""
+    try:
+        view = client.get("/api/v1/ha")
+    except ManagementError:
+        return None
+    if view.get("state") not in ("backup", "syncing"):
+        return None
+    live = ((view.get("replication") or {}).get("live")) or {}
+    of = f"node {live['live_node_id'][:8]} at {live.get('live_connector')}" if live.get("live_node_id") else \
+        f"node {str(view.get('node_id'))[:8]}"
+    policy = str(view.get("policy", "")).replace("_", " ")
+    return (f"{client.url} is a {policy} backup of {of} ({view.get('state')}): a backup serves no queues until "
+            "it takes over; for the cluster's queues ask a live broker (`petrel ha status --url URL` tells which "
+            "it is)")
 
 
 def _fetch_members(client: ManagementClient, members: list[dict[str, Any]],
@@ -205,13 +235,22 @@ def _fetch_members(client: ManagementClient, members: list[dict[str, Any]],
             api = ManagementClient(member["http"], timeout=MEMBER_TIMEOUT)
         try:
             health = api.get("/health")
-            return {"name": health.get("name"), "queues": api.get("/api/v1/queues", name=contains or None)["queues"]}
+            return {"name": health.get("name"), "queues": api.get("/api/v1/queues", name=contains or None)["queues"],
+                    "ha": _ha_or_none(api)}
         except ManagementError as exc:
             return str(exc)
 
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(members)))) as pool:
         answers = list(pool.map(fetch, members))
     return {m["node_id"]: a for m, a in zip(members, answers)}
+
+
+def _ha_or_none(api: ManagementClient) -> dict[str, Any] | None:
+    """The member's /api/v1/ha (None from a broker without one): it names the member's backup."""
+    try:
+        return api.get("/api/v1/ha")
+    except ManagementError:
+        return None
 
 
 def _node_labels(members: list[dict[str, Any]], results: dict[str, dict[str, Any] | str]) -> dict[str, str]:
