@@ -348,7 +348,8 @@ class ClusterConnection:
                          key=lambda e: e["key"])
         if entries != self._remembered:
             self._remembered = entries
-            remembered.save(self._remembered_path, entries)
+            store = self.broker.store
+            remembered.save(self._remembered_path, entries, store.stream if store is not None else None)
 
     # -- what we tell peers (the post office's BindingObserver) ----------------------------------------
 

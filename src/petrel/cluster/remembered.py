@@ -69,12 +69,17 @@ def load(path: Path) -> list[dict]:
     return [e for e in data.get("bindings", []) if isinstance(e, dict)]
 
 
-def save(path: Path, entries: list[dict]) -> None:
-    """Atomically: a new file, fsynced, renamed over the old one, and its directory fsynced."""
-    tmp = path.with_name(path.name + ".tmp")
+def save(path: Path, entries: list[dict], stream=None) -> None:
+    """Atomically and durably: a new file, fsynced, renamed over the old one, its directory fsynced;
+    through the store's ``stream`` when there is one (a replicating backup gets the file too)."""
+    data = json.dumps({"bindings": entries}).encode()
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"bindings": entries}, f)
+        if stream is not None:
+            stream.replace_file(path, data)
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
