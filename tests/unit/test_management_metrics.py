@@ -255,3 +255,67 @@ def test_a_failing_hook_is_logged_and_the_journal_goes_on(tmp_path, caplog):
     finally:
         j.stop()
     assert "on_batch_stats failed" in caplog.text
+
+
+# -- HA -------------------------------------------------------------------------------------------
+
+def ha_samples(view: dict) -> dict[str, dict[tuple, float]]:
+    """{sample name: {label items: value}} of the HA families for an /api/v1/ha view."""
+    from petrel.management.metrics import _ha
+
+    samples: dict[str, dict[tuple, float]] = {}
+    for family in _ha(view):
+        for s in family.samples:
+            samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return samples
+
+
+def _replication(state: str, role: str, **links) -> dict:
+    return {"policy": "replication", "role": role, "state": state, "failovers": 2, "node_id": "n1",
+            "replication": {"group_name": "pair-1", "lock_manager": None, **links}}
+
+
+def test_ha_metrics_of_a_live_only_broker_scraped(tmp_path):
+    async def main():
+        async with running(tmp_path / "data") as (_broker, http):
+            m = await scrape(http)
+            assert m["petrel_ha_live"] == {(): 1.0}
+            assert m["petrel_ha_failovers_total"] == {(): 0.0}
+            assert "petrel_ha_replication_lag_operations" not in m and "petrel_ha_replica_in_sync" not in m
+
+    asyncio.run(main())
+
+
+def test_ha_metrics_of_a_replicating_live_and_its_backup():
+    live = ha_samples(_replication("live", "primary", backup={
+        "backup_node_id": "n2", "backup_connector": "h:2", "state": "in-sync", "operations_sent": 10,
+        "bytes_sent": 100, "lag_operations": 3, "waiting_confirmations": 1, "synced_at": "t"}))
+    assert live["petrel_ha_live"] == {(): 1.0}
+    assert live["petrel_ha_failovers_total"] == {(): 2.0}
+    assert live["petrel_ha_replication_lag_operations"] == {(("peer", "backup"),): 3.0}
+    assert live["petrel_ha_replica_in_sync"] == {(("peer", "backup"),): 1.0}
+
+    backup = ha_samples(_replication("backup", "backup", live={
+        "live_node_id": "n1", "live_connector": "h:1", "state": "syncing", "received_seq": 9, "applied_seq": 4,
+        "lag_operations": 5, "bytes_received": 90}))
+    assert backup["petrel_ha_live"] == {(): 0.0}
+    assert backup["petrel_ha_replication_lag_operations"] == {(("peer", "live"),): 5.0}
+    assert backup["petrel_ha_replica_in_sync"] == {(("peer", "live"),): 0.0}
+
+
+def test_ha_metrics_invent_no_lag_without_a_copy_under_way():
+    # a live whose backup was lost: not in sync, and the lost link's last lag is not reported
+    lost = ha_samples(_replication("live", "primary", backup={"state": "lost", "lag_operations": 7}))
+    assert lost["petrel_ha_replica_in_sync"] == {(("peer", "backup"),): 0.0}
+    assert "petrel_ha_replication_lag_operations" not in lost
+    # a live that never had a backup
+    alone = ha_samples(_replication("live", "primary"))
+    assert alone["petrel_ha_replica_in_sync"] == {(("peer", "backup"),): 0.0}
+    assert "petrel_ha_replication_lag_operations" not in alone
+    # a stopped node says nothing about a copy
+    stopped = ha_samples(_replication("stopped", "backup"))
+    assert stopped["petrel_ha_live"] == {(): 0.0}
+    assert "petrel_ha_replica_in_sync" not in stopped
+    # shared store: no replication figures at all
+    shared = ha_samples({"policy": "shared_store", "role": "backup", "state": "backup", "failovers": 0})
+    assert shared == {"petrel_ha_live": {(): 0.0}, "petrel_ha_failovers_total": {(): 0.0}}

@@ -71,6 +71,8 @@ class _BrokerCollector:
 
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
+        if broker.activation is not None:  # a waiting backup has no office, but has its HA figures
+            yield from _ha(broker.activation.describe())
         office = broker.office
         if office is None:
             return
@@ -123,6 +125,38 @@ class _BrokerCollector:
             for journal, values in stats.items():
                 family.add_metric([journal], values.get(key, 0))
             yield family
+
+
+def _ha(view: dict) -> Iterator[Metric]:
+    """The HA figures, from the same view as ``GET /api/v1/ha``; replication's only with replication,
+    a link's lag only while the link copies (a lost backup's last figure is not current)."""
+    yield GaugeMetricFamily("petrel_ha_live", "1 while this broker is the live of its node, 0 while it waits as a "
+                            "backup, syncs, starts or stops", value=1 if view.get("state") == "live" else 0)
+    if view.get("failovers") is not None:
+        yield CounterMetricFamily("petrel_ha_failovers", "Times this broker took over as the live of its node "
+                                  "(failover or failback)", value=view["failovers"])
+    repl = view.get("replication")
+    if not isinstance(repl, dict):
+        return
+    # peer="backup": this live's copy on its backup; peer="live": this backup's copy of its live
+    lag = GaugeMetricFamily("petrel_ha_replication_lag_operations", "Replicated operations the backup has not "
+                            "yet confirmed (peer=backup, on the live) or applied (peer=live, on the backup)",
+                            labels=["peer"])
+    in_sync = GaugeMetricFamily("petrel_ha_replica_in_sync", "1 while the backup holds an in-sync copy of the "
+                                "live's data (as the live sees its backup, peer=backup, or the backup its copy, "
+                                "peer=live)", labels=["peer"])
+    state = view.get("state")
+    for peer in ("backup", "live"):
+        side = repl.get(peer)
+        if isinstance(side, dict) and side.get("state") != "lost" and side.get("lag_operations") is not None:
+            lag.add_metric([peer], side["lag_operations"])
+    live, backup = repl.get("live"), repl.get("backup")
+    if state == "live":
+        in_sync.add_metric(["backup"], int(isinstance(backup, dict) and backup.get("state") == "in-sync"))
+    elif state in ("backup", "syncing"):
+        in_sync.add_metric(["live"], int(isinstance(live, dict) and live.get("state") == "in-sync"))
+    yield lag
+    yield in_sync
 
 
 def _cluster(view: dict) -> Iterator[Metric]:
