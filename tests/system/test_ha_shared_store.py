@@ -38,12 +38,12 @@ WAITING = ("backup", "failing-back")  # /health of a node that waits for the liv
 class Pair:
     """A primary ``p`` and a backup ``b`` on the data directory ``shared``."""
 
-    def __init__(self, root: Path, policy: str = "", shared: Path | None = None) -> None:
+    def __init__(self, root: Path, policy: str = "", shared: Path | None = None, top: str = "") -> None:
         self.shared = shared or root / "shared"
         self.p = BrokerProcess(root / "p", name="p", http=True, data_dir=self.shared,
-                               settings=f'[ha_policy]\nshared_store = "primary"\n{policy}')
+                               settings=f'{top}[ha_policy]\nshared_store = "primary"\n{policy}')
         self.b = BrokerProcess(root / "b", name="b", http=True, data_dir=self.shared,
-                               settings=f'[ha_policy]\nshared_store = "backup"\n{policy}')
+                               settings=f'{top}[ha_policy]\nshared_store = "backup"\n{policy}')
         self.nodes = (self.p, self.b)
 
     def start(self) -> Pair:
@@ -80,8 +80,8 @@ class Pair:
 def pairs(tmp_path):
     made: list[Pair] = []
 
-    def make(policy: str = "", shared: Path | None = None) -> Pair:
-        pair = Pair(tmp_path / f"pair{len(made)}", policy, shared)
+    def make(policy: str = "", shared: Path | None = None, top: str = "") -> Pair:
+        pair = Pair(tmp_path / f"pair{len(made)}", policy, shared, top)
         made.append(pair)
         return pair
 
@@ -363,7 +363,8 @@ class StompLoad:
             finally:
                 channel.abort()
 
-    def _spec(self, n: int) -> Spec:
+    @staticmethod
+    def _spec(n: int) -> Spec:
         mid = message_id(0, n)
         return Spec(mid, f"{mid}|".encode() + b"x" * 100, True, duplicate_id=f"dup-{mid}")
 
@@ -406,6 +407,8 @@ def test_stomp_20_kill9_cycles_alternating_live_nothing_lost_or_twice(pairs):
     cycles, per_cycle = 20, 200
 
     def progressed(k: int) -> bool:
+        if load.errors:
+            raise load.errors[0]
         load.cap = (k + 1) * per_cycle
         return ledger.confirmed_count >= k * per_cycle + per_cycle // 2 and load.received > k * per_cycle // 2
 
@@ -632,3 +635,67 @@ async def drain_bodies(conn, destination: str) -> list[bytes]:
         out.append(m.body)
     await session.close()
     return out
+
+
+# -- a full disk on the live -------------------------------------------------------------------
+
+
+@pytest.fixture
+def shared_tmpfs(tmp_path):
+    if not can_mount_tmpfs():
+        pytest.skip("needs root to mount a small tmpfs for the shared data directory")
+    disk = DiskMount(tmp_path / "shared")
+    why = disk.mount()
+    if why is not None:
+        pytest.skip(why)
+    yield disk
+    disk.unmount()
+
+
+def send_confirmed(pair: Pair, ledger: Ledger, first: int, count: int) -> None:
+    channel = open_any([pair.p.stomp_port, pair.b.stomp_port],
+                       lambda port: stomp_producer(port, f"/queue/{StompLoad.QUEUE}", False, ledger.confirmed))
+    try:
+        for start in range(first, first + count, 10):
+            batch = [StompLoad._spec(n) for n in range(start, start + 10)]
+            for spec in batch:
+                ledger.sent(spec.mid, (StompLoad.QUEUE,))
+            channel.send(batch)
+    finally:
+        channel.close()
+
+
+def test_a_full_disk_on_the_live_refuses_sends_and_fails_nothing_over(pairs, shared_tmpfs):
+    pair = pairs(shared=shared_tmpfs.path, top="max_disk_usage = 100\njournal_file_size = 1048576\n"
+                                                "journal_pool_files = 1\n").start()
+    ledger = Ledger()
+    send_confirmed(pair, ledger, 0, 200)
+    shared_tmpfs.fill()
+    channel = stomp_producer(pair.p.stomp_port, f"/queue/{StompLoad.QUEUE}", False, ledger.confirmed)
+    refused = None
+    try:
+        for start in range(1000, 100_000, 10):
+            batch = [StompLoad._spec(n) for n in range(start, start + 10)]
+            for spec in batch:
+                ledger.sent(spec.mid, (StompLoad.QUEUE,))
+            channel.send(batch)
+    except ChannelError as exc:
+        refused = str(exc)
+    finally:
+        channel.abort()
+    assert refused is not None and ("No space left" in refused or "Errno 28" in refused), refused
+    health = pair.p.health()
+    assert health["status"] == "cannot persist", health
+    assert pair.p.proc.poll() is None
+    assert pair.b.health()["status"] == "backup" and ha(pair.b)["failovers"] == 0
+
+    shared_tmpfs.free()
+    pair.p.wait_state("ok")
+    send_confirmed(pair, ledger, 200_000, 200)
+    assert pair.live() is pair.p  # the full disk made no failover
+    assert pair.b.health()["status"] == "backup" and ha(pair.b)["failovers"] == 0
+
+    live, _ = fail_over(pair)  # what was confirmed is on the shared disk: the backup serves it
+    assert live is pair.b
+    drain_core(live, StompLoad.QUEUE, ledger)
+    verdict(ledger)

@@ -120,7 +120,7 @@ class _Stomp:
         try:
             self.conn.connect("guest", "guest", wait=False,
                               headers={"client-id": client_id} if client_id else {})
-        except stomp.exception.StompException as exc:
+        except (stomp.exception.StompException, OSError) as exc:  # OSError: accepted, then reset
             raise ChannelError(f"cannot connect: {exc!r}") from None
         listener.wait(lambda: listener.connected, 15, "CONNECTED")
 
