@@ -317,3 +317,42 @@ async def wait_until(condition, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met")
         await asyncio.sleep(0.01)
+
+
+def test_colocated_backups_every_live_backs_up_the_other(tmp_path):
+    """Two processes, each a live hosting a backup of the other: kill -9 one process, the other
+    serves both nodes' messages (its own, and the dead one's through its colocated backup)."""
+    a = BrokerProcess(tmp_path / "a", name="a", http=True)
+    b = BrokerProcess(tmp_path / "b", name="b", http=True)
+    for node, other in ((a, b), (b, a)):
+        with open(node.config_path, "a") as f:
+            f.write('cluster_user = "petrel-test"\ncluster_password = "test-ha-secret"\n'
+                    '[ha_policy]\nreplication = "primary"\n'
+                    "colocated = { max_backups = 1, backup_port_offset = 0 }\n"
+                    "[[cluster_connections]]\n"
+                    f'connector = "tcp://127.0.0.1:{node.port}"\n'
+                    f'static_connectors = ["tcp://127.0.0.1:{other.port}"]\n'
+                    "retry_interval = 100\nmax_retry_interval = 500\nconnection_ttl = 2000\n")
+    try:
+        a.start()
+        b.start()
+
+        def colocated_in_sync(node: BrokerProcess) -> dict | None:
+            for backup in ha_view(node).get("colocated", []):
+                live = (backup.get("replication") or {}).get("live") or {}
+                if live.get("state") == "in-sync":
+                    return backup
+            return None
+
+        wait_for(lambda: colocated_in_sync(a) and colocated_in_sync(b), 60,
+                 message=f"{ha_view(a)}\n{ha_view(b)}")
+        assert colocated_in_sync(a)["replication"]["live"]["live_connector"].endswith(f":{b.port}")
+        run(send_range(f"tcp://127.0.0.1:{a.port}", "queue://qa", range(300)))
+        run(send_range(f"tcp://127.0.0.1:{b.port}", "queue://qb", range(300)))
+        b.kill9()
+        took_over = wait_for(lambda: next((c for c in ha_view(a).get("colocated", []) if c.get("state") == "live"),
+                                          None), 30, message=a.log())
+        exactly(run(drain(f"tcp://127.0.0.1:{took_over['port']}", "queue://qb")), range(300))
+        exactly(run(drain(f"tcp://127.0.0.1:{a.port}", "queue://qa")), range(300))
+    finally:
+        stop_all(a, b)

@@ -52,7 +52,8 @@ class ColocatedModel(BaseModel):
     backup_request_retries: int = Field(-1, ge=-1)
     backup_request_retry_interval: int = Field(5000, ge=1)
     max_backups: int = Field(1, ge=0)
-    backup_port_offset: int = Field(100, ge=1)
+    backup_port_offset: int = Field(
+        100, ge=0, description="added to the host's ports for its n-th backup (times n); 0 = free ports picked at start")
 
 
 class ScaleDownModel(BaseModel):
@@ -108,6 +109,8 @@ class HaPolicyModel(BaseModel):
             raise ValueError(f"set one of shared_store, replication, live_only (got {', '.join(kinds)})")
         if self.lock_manager is not None and self.replication is None:
             raise ValueError("lock_manager: only a replication pair uses a lock manager")
+        if self.colocated is not None and self.replication != "primary":
+            raise ValueError("colocated: only a replication primary hosts backups of other lives")
         if self.scale_down is not None and not self.is_live_only:
             raise ValueError("scale_down: only a live_only broker scales down")
         return self

@@ -24,8 +24,8 @@ log = logging.getLogger("petrel.ha.quorum")
 
 
 def votes_needed(size: int) -> int:
-    """"Gone" votes a backup needs when the largest cluster seen has ``size`` lives (its own
-    live included): a majority of them."""
+    """"Gone" votes a backup needs from the other lives when the largest cluster seen has ``size``
+    lives (its own live included): Artemis's rule, 1 of 2, 2 of 3, 3 of 4, 3 of 5."""
     return size // 2 + 1 if size > 2 else size // 2
 
 

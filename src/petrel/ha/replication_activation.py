@@ -414,13 +414,12 @@ class _Replicated(_Base):
         for attempt in range(self.policy.vote_retries + 1):
             ballots = await quorum.ask(others, node, config.cluster_user, config.cluster_password,
                                        self.policy.quorum_vote_wait / 1000)
-            gone = sum(1 for b in ballots if b.gone)
-            # this backup's own view counts too: it lost the live
-            if gone + 1 >= needed:
-                log.warning("quorum: %d of %d say node %s is gone: taking over", gone + 1, size, node,
-                            extra={"event": "ha.failover"})
+            gone = sum(1 for b in ballots if b.gone)  # the other lives' views: this backup's own is no vote
+            if gone >= needed:
+                log.warning("quorum: %d of the other lives say node %s is gone (%d needed): taking over", gone,
+                            node, needed, extra={"event": "ha.failover"})
                 return True
-            log.warning("quorum not reached (%d of %d needed say node %s is gone)", gone + 1, needed, node,
+            log.warning("quorum not reached (%d of %d needed say node %s is gone)", gone, needed, node,
                         extra={"event": "ha.vote"})
             if attempt < self.policy.vote_retries:
                 await asyncio.sleep(self.policy.vote_retry_wait / 1000)
@@ -448,6 +447,8 @@ class _Replicated(_Base):
         if self.client is not None:
             repl["live"] = self.client.describe()
         view["replication"] = repl
+        if self.broker.colocated is not None:
+            view["colocated"] = self.broker.colocated.describe()
         return view
 
     async def stop(self, timeout: float) -> None:

@@ -54,6 +54,7 @@ class Broker:
         self._stopping = False
         self._stopped = False
         self.activation = None  # how this node becomes live (petrel.ha.activation)
+        self.colocated = None  # the backups of other lives this broker hosts (petrel.ha.colocated)
         self.store = None
         self.large: LargeMessageStore | None = None  # large-message files
         self.office: PostOffice | None = None
@@ -74,9 +75,20 @@ class Broker:
             self.management = ManagementServer(self)
             self.ports["http"] = await self.management.start(config.host, http_port)
         self.activation = activation_for(self)
+        active = False
         try:
             await self.activation.start()
+            active = True
+            if config.ha_policy.colocated is not None:
+                from petrel.ha.colocated import ColocatedBackups
+
+                self.colocated = ColocatedBackups(self)
+                await self.colocated.start()
         except BaseException:
+            if self.colocated is not None:
+                await self.colocated.stop()
+            if active:
+                await self.activation.stop(10.0)
             if self.management is not None:
                 await self.management.stop()
             raise
@@ -271,6 +283,8 @@ class Broker:
         if self._stopped:
             return
         self._stopped = True
+        if self.colocated is not None:
+            await self.colocated.stop(timeout)
         if self.management is not None:
             await self.management.stop()
         if self.activation is not None:

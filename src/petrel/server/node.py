@@ -30,6 +30,7 @@ class NodeContext(Protocol):
     cluster: object | None  # the ClusterConnection, while serving in a cluster
     activation: object | None  # how this node becomes live (petrel.ha.activation)
     management: object | None
+    colocated: object | None  # the backups of other lives this node hosts
     started_at: float  # epoch seconds of the last activation; 0 while not serving
 
     def cannot_persist(self) -> str | None: ...
