@@ -356,3 +356,84 @@ def test_colocated_backups_every_live_backs_up_the_other(tmp_path):
         exactly(run(drain(f"tcp://127.0.0.1:{a.port}", "queue://qa")), range(300))
     finally:
         stop_all(a, b)
+
+
+def test_a_transaction_open_across_a_failover_rolls_back_and_the_next_one_commits_on_the_backup(tmp_path):
+    from petrel.client import TransactionRolledBack
+
+    p, b = make_pair(tmp_path, backup="lone_pair_failover = true\n")
+    try:
+        p.start()
+        b.start(wait=False)
+        wait_in_sync(b)
+
+        async def go() -> None:
+            loop = asyncio.get_running_loop()
+            async with await connect(url(p, b)) as conn:
+                session = await conn.session(transacted=True)
+                producer = session.producer("queue://tx")
+                await producer.send(Message(b"1:"))
+                await session.commit()
+                await producer.send(Message(b"2:"))
+                await session.flush()
+                resumed = asyncio.Event()
+                conn.on_resumed.append(resumed.set)
+                await loop.run_in_executor(None, p.kill9)
+                await asyncio.wait_for(resumed.wait(), 30)
+                with pytest.raises(TransactionRolledBack):
+                    await session.commit()
+                await producer.send(Message(b"3:"))
+                await session.commit()
+                assert conn.endpoint.port == b.port
+
+        run(go())
+        assert sorted(run(drain(f"tcp://127.0.0.1:{b.port}", "queue://tx"))) == [1, 3]
+    finally:
+        stop_all(p, b)
+
+
+def test_stomp_producer_with_receipts_and_duplicate_ids_through_a_replicated_failover(tmp_path):
+    """stomp.py with a host list: what was receipted before the kill is on the backup; what was
+    not is sent again with the same _AMQ_DUPL_ID and kept once."""
+    import stomp
+
+    p, b = make_pair(tmp_path, backup="lone_pair_failover = true\n")
+    try:
+        p.start()
+        b.start(wait=False)
+        wait_in_sync(b)
+        receipts: set[str] = set()
+
+        class Receipts(stomp.ConnectionListener):
+            def on_receipt(self, frame) -> None:
+                receipts.add(frame.headers["receipt-id"])
+
+        hosts = [("127.0.0.1", p.stomp_port), ("127.0.0.1", b.stomp_port)]
+        conn = stomp.Connection(hosts, reconnect_sleep_initial=0.05, reconnect_sleep_max=0.2,
+                                reconnect_attempts_max=200)
+        conn.set_listener("r", Receipts())
+        conn.connect(wait=True)
+        pending = list(range(600))
+        killed = False
+        while pending:
+            for i in pending:
+                try:
+                    conn.send("/queue/stomp.ha", f"{i}:", headers={"persistent": "true", "receipt": str(i),
+                                                                   "_AMQ_DUPL_ID": f"m-{i}"})
+                except stomp.exception.NotConnectedException:
+                    break
+                if i == 200 and not killed:
+                    killed = True
+                    p.kill9()
+            wait_for(lambda: b.health().get("status") == "ok" or not killed, 30)
+            try:
+                wait_for(lambda: all(str(i) in receipts for i in pending), 5)
+            except TimeoutError:
+                pass
+            pending = [i for i in pending if str(i) not in receipts]
+            if pending and not conn.is_connected():
+                conn.connect(wait=True)  # stomp.py tries each host of the list in turn
+        conn.disconnect()
+        exactly(run(drain(f"tcp://127.0.0.1:{b.port}", "queue://stomp.ha")), range(600))
+    finally:
+        stop_all(p, b)
