@@ -13,6 +13,7 @@ import signal
 import socket
 import time
 import tomllib
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,8 @@ class Cluster:
         state = self.state()
         if state:
             self.pids.update(n["pid"] for n in state["nodes"])
+            if state.get("zookeeper"):
+                self.pids.add(state["zookeeper"]["pid"])
         self.pids.update(started_pids(out.stderr))  # even those of a failed `up`
         return out
 
@@ -335,3 +338,254 @@ def test_queue_stat_clustered_needs_a_clustered_broker(tmp_path):
         out = petrel("queue", "stat", "--internal", "--url", url)
         assert out.returncode == 2, explain(out)
         assert "--internal goes with --clustered" in out.stderr
+
+
+# -- live-backup pairs (--ha) ---------------------------------------------------------------------
+#
+# `cluster up --ha` runs node-i (primary) and node-i-backup (ports +50) per pair pair-i, all in one
+# cluster. Two pairs without a lock manager: when a live dies its backup asks the other live for a
+# vote, and with a cluster of 2 lives one "gone" (its own view) is a majority (Artemis: floor(n/2)
+# votes for n <= 2), so the backup takes over at once; a lone pair would stay a backup
+# (test_ha_replication.py), which `--lock-manager zookeeper` fixes.
+
+def free_pair_base_port(size: int) -> int:
+    """A base P where every port of `size` pairs is free: P+100i+{0,1,2} and P+100i+50+{0,1,2}."""
+    low, high = port_range()
+    for _ in range(200):
+        base = random.randrange(low, high - 100 * size, 3)
+        if all(_free(base + 100 * i + off + k) for i in range(size) for off in (0, 50) for k in range(3)):
+            return base
+    raise RuntimeError(f"no free port block for {size} pairs")
+
+
+def ha_view(node: dict) -> dict:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{node['http_port']}/api/v1/ha", timeout=2) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return {}
+
+
+def metrics(node: dict) -> dict[str, dict[tuple, float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{node['http_port']}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    samples: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return samples
+
+
+def send(url: str, queue: str, body: bytes) -> None:
+    with Connection(url) as conn:
+        conn.session().producer(f"queue://{queue}").send(body, wait=True)
+
+
+def receive(url: str, queue: str) -> bytes | None:
+    with Connection(url) as conn:
+        message = conn.session().consumer(f"queue://{queue}").receive(10)
+        return None if message is None else message.body
+
+
+def by_name(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {r["NODE"]: r for r in rows}
+
+
+def test_replication_pairs_up_status_kill9_of_a_live_down(cluster):
+    base = free_pair_base_port(2)
+    out = cluster.run("up", "--size", "2", "--ha", "replication", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    rows = table(out.stdout)
+    assert [(r["NODE"], r["PAIR"], r["ROLE"]) for r in rows] == [
+        ("node-1", "pair-1", "primary"), ("node-2", "pair-2", "primary"),
+        ("node-1-backup", "pair-1", "backup"), ("node-2-backup", "pair-2", "backup")]
+    assert [r["URL"] for r in rows] == [f"tcp://127.0.0.1:{base + p}" for p in (0, 100, 50, 150)]
+    assert "2 pairs" in out.stdout and "in sync" in out.stdout
+    # the backups started once the lives saw each other, and `up` returned with them in sync
+    stderr = out.stderr
+    assert stderr.index("node-1 in the cluster") < stderr.index("started node-1-backup")
+    assert "node-1-backup in sync" in stderr and "node-2-backup in sync" in stderr
+
+    state = cluster.state()
+    assert state["ha"] == "replication" and state["zookeeper"] is None
+    nodes = {n["name"]: n for n in state["nodes"]}
+    assert all(running(n["pid"]) for n in nodes.values())
+    for name, node in nodes.items():
+        config = load_config(node["config"], env={})
+        pair = node["pair"]
+        assert config.ha_policy.replication == node["role"] and config.ha_policy.group_name == pair
+        assert config.ha_policy.lock_manager is None
+        assert config.data_dir == Path(node["data_dir"]) == cluster.root.absolute() / name / "data"
+        (cc,) = config.cluster_connections
+        others = [n for n in nodes.values() if n["name"] != name]
+        assert sorted(cc.static_connectors) == sorted(f"tcp://127.0.0.1:{n['port']}" for n in others)
+        partner = [n for n in others if n["pair"] == pair]
+        assert cc.static_connectors[0] == f"tcp://127.0.0.1:{partner[0]['port']}"  # its own pair first
+
+    out = cluster.run("status")
+    assert out.returncode == 0, explain(out)
+    rows = by_name(table(out.stdout))
+    for name in ("node-1", "node-2"):
+        assert (rows[name]["HA_STATE"], rows[name]["SYNC"], rows[name]["LAG"], rows[name]["STATE"]) == \
+            ("live", "in-sync", "0", "running")
+    for name in ("node-1-backup", "node-2-backup"):
+        assert (rows[name]["HA_STATE"], rows[name]["SYNC"], rows[name]["LAG"], rows[name]["STATE"]) == \
+            ("backup", "in-sync", "0", "standby")
+        assert rows[name]["MEMBERS"] == "-"
+    assert "2 of 2 pairs served, 2 backups waiting; 4 of 4 brokers up" in out.stdout
+
+    # HA metrics: a live and its in-sync backup
+    live, backup = metrics(nodes["node-1"]), metrics(nodes["node-1-backup"])
+    assert live["petrel_ha_live"] == {(): 1.0} and live["petrel_ha_failovers_total"] == {(): 0.0}
+    assert live["petrel_ha_replica_in_sync"] == {(("peer", "backup"),): 1.0}
+    assert live["petrel_ha_replication_lag_operations"] == {(("peer", "backup"),): 0.0}
+    assert backup["petrel_ha_live"] == {(): 0.0} and backup["petrel_ha_failovers_total"] == {(): 0.0}
+    assert backup["petrel_ha_replica_in_sync"] == {(("peer", "live"),): 1.0}
+    assert backup["petrel_ha_replication_lag_operations"] == {(("peer", "live"),): 0.0}
+    assert "petrel_queue_count" not in backup  # a backup serves no queues
+
+    # `queue stat --clustered`: the lives' queues, and each live's backup noted; asked of a backup, a note
+    url1, backup_url1 = (f"http://127.0.0.1:{nodes[n]['http_port']}" for n in ("node-1", "node-1-backup"))
+    out = petrel("queue", "stat", "--clustered", "--url", url1)
+    assert out.returncode == 0, explain(out)
+    assert {r["NODE"] for r in table(out.stdout)} == {"node-1", "node-2"}
+    assert f"backup of node-1: 127.0.0.1:{base + 50} (in-sync;" in out.stdout
+    assert f"backup of node-2: 127.0.0.1:{base + 150} (in-sync;" in out.stdout
+    out = petrel("queue", "stat", "--clustered", "--url", backup_url1)
+    assert out.returncode == 0, explain(out)
+    assert f"{backup_url1} is a replication backup of node {ha_view(nodes['node-1'])['node_id'][:8]} " \
+           f"at 127.0.0.1:{base} (backup)" in out.stdout
+    assert "serves no queues" in out.stdout and not out.stderr
+
+    # a persistent message on node-1, replicated before the send is confirmed; then kill -9 node-1
+    send(f"tcp://127.0.0.1:{base}", "ha.orch", b"kept")
+    node1_id = ha_view(nodes["node-1"])["node_id"]
+    os.kill(nodes["node-1"]["pid"], signal.SIGKILL)
+    wait_for(lambda: not running(nodes["node-1"]["pid"]), 10, message="node-1 survived kill -9")
+    # two pairs: the other live votes, one vote is enough, node-1-backup takes over node-1's node id
+    view = wait_for(lambda: (v := ha_view(nodes["node-1-backup"])).get("state") == "live" and v, 30, 0.1,
+                    "node-1-backup did not take over")
+    assert view["node_id"] == node1_id and view["failovers"] == 1
+    assert any("quorum" in line and "[event=ha.failover]" in line  # by a vote, not a handover
+               for line in Path(nodes["node-1-backup"]["log"]).read_text().splitlines())
+    assert receive(f"tcp://127.0.0.1:{base + 50}", "ha.orch") == b"kept"
+
+    out = cluster.run("status")
+    assert out.returncode == 1, explain(out)
+    rows = by_name(table(out.stdout))
+    assert (rows["node-1"]["STATE"], rows["node-1"]["HA_STATE"]) == ("stopped", "-")
+    assert (rows["node-1-backup"]["ROLE"], rows["node-1-backup"]["HA_STATE"], rows["node-1-backup"]["SYNC"],
+            rows["node-1-backup"]["STATE"]) == ("backup", "live", "none", "running")
+    assert (rows["node-2"]["HA_STATE"], rows["node-2-backup"]["HA_STATE"]) == ("live", "backup")
+    assert "2 of 2 pairs served, 1 backup waiting; 3 of 4 brokers up" in out.stdout
+    took_over = metrics(nodes["node-1-backup"])
+    assert took_over["petrel_ha_live"] == {(): 1.0} and took_over["petrel_ha_failovers_total"] == {(): 1.0}
+    assert took_over["petrel_ha_replica_in_sync"] == {(("peer", "backup"),): 0.0}  # nothing copies it now
+    assert "petrel_ha_replication_lag_operations" not in took_over
+
+    out = cluster.run("down")
+    assert out.returncode == 0, explain(out)
+    assert "4 nodes stopped" in out.stdout
+    assert not any(running(n["pid"]) for n in nodes.values())
+    assert cluster.state() is None
+    assert all(_free(n[k]) for n in nodes.values() for k in ("port", "stomp_port", "http_port"))
+
+
+def test_shared_store_pairs_up_status_kill9_of_a_live_down(cluster):
+    base = free_pair_base_port(2)
+    out = cluster.run("up", "--size", "2", "--ha", "shared-store", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    assert "node-2-backup waiting as a backup" in out.stderr
+    nodes = {n["name"]: n for n in cluster.state()["nodes"]}
+    for i in (1, 2):
+        primary, backup = nodes[f"node-{i}"], nodes[f"node-{i}-backup"]
+        assert backup["data_dir"] == primary["data_dir"]  # one data directory per pair
+        assert load_config(backup["config"], env={}).ha_policy.shared_store == "backup"
+        assert load_config(primary["config"], env={}).ha_policy.shared_store == "primary"
+
+    out = cluster.run("status")
+    assert out.returncode == 0, explain(out)
+    rows = by_name(table(out.stdout))
+    assert [(rows[n]["HA_STATE"], rows[n]["SYNC"], rows[n]["LAG"], rows[n]["STATE"]) for n in nodes] == [
+        ("live", "-", "-", "running"), ("live", "-", "-", "running"),
+        ("backup", "-", "-", "standby"), ("backup", "-", "-", "standby")]
+    backup = metrics(nodes["node-2-backup"])
+    assert backup["petrel_ha_live"] == {(): 0.0}
+    assert "petrel_ha_replica_in_sync" not in backup  # nothing is replicated in a shared store
+
+    send(f"tcp://127.0.0.1:{base + 100}", "ha.shared", b"on disk")
+    os.kill(nodes["node-2"]["pid"], signal.SIGKILL)
+    wait_for(lambda: ha_view(nodes["node-2-backup"]).get("state") == "live", 30, 0.1,
+             "node-2-backup did not take over the shared store")
+    assert receive(f"tcp://127.0.0.1:{base + 150}", "ha.shared") == b"on disk"
+    out = cluster.run("status")
+    assert out.returncode == 1, explain(out)
+    rows = by_name(table(out.stdout))
+    assert (rows["node-2"]["STATE"], rows["node-2-backup"]["HA_STATE"], rows["node-2-backup"]["STATE"]) == \
+        ("stopped", "live", "running")
+    assert metrics(nodes["node-2-backup"])["petrel_ha_failovers_total"] == {(): 1.0}
+
+    out = cluster.run("down", "--purge")
+    assert out.returncode == 0, explain(out)
+    assert not any(running(n["pid"]) for n in nodes.values())
+    assert not any(Path(n["node_dir"]).exists() for n in nodes.values())
+
+
+def test_replication_with_a_zookeeper_lock_manager(cluster):
+    from petrel.testing.zookeeper import four_letter_word, zookeeper_available
+
+    missing = zookeeper_available()
+    if missing:
+        pytest.skip(missing)
+    base = free_pair_base_port(1)
+    out = cluster.run("up", "--size", "1", "--ha", "replication", "--lock-manager", "zookeeper",
+                      "--lock-session-ms", "2000", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    state = cluster.state()
+    zk = state["zookeeper"]
+    assert running(zk["pid"]) and "Mode: standalone" in four_letter_word("127.0.0.1", zk["port"], "srvr")
+    assert f"ZooKeeper on 127.0.0.1:{zk['port']}" in out.stdout
+    nodes = {n["name"]: n for n in state["nodes"]}
+    for node in nodes.values():
+        lock = load_config(node["config"], env={}).ha_policy.lock_manager
+        assert (lock.type, lock.connect_string, lock.session_ms) == ("zookeeper", f"127.0.0.1:{zk['port']}", 2000)
+
+    out = cluster.run("status")
+    assert out.returncode == 0, explain(out)
+    assert f"ZooKeeper 127.0.0.1:{zk['port']} running" in out.stdout
+    out = petrel("ha", "status", "--url", f"http://127.0.0.1:{nodes['node-1']['http_port']}")
+    assert out.returncode == 0, explain(out)
+    assert dict((r["PROPERTY"], r["VALUE"]) for r in table(out.stdout.split("\n+", 1)[0]))["lock manager"] == \
+        "zookeeper"
+
+    # a lone pair with a lock manager fails over by itself: once the dead live's session expires
+    os.kill(nodes["node-1"]["pid"], signal.SIGKILL)
+    started = time.monotonic()
+    wait_for(lambda: ha_view(nodes["node-1-backup"]).get("state") == "live", 30, 0.1,
+             "node-1-backup did not take over with the lock")
+    assert time.monotonic() - started < 20
+
+    out = cluster.run("down")
+    assert out.returncode == 0, explain(out)
+    assert "2 nodes and ZooKeeper stopped" in out.stdout and "stopping zookeeper" in out.stderr
+    assert not running(zk["pid"]) and _free(zk["port"])
+    assert not any(running(n["pid"]) for n in nodes.values())
+
+
+def test_up_ha_usage_errors_start_nothing(cluster):
+    out = cluster.run("up", "--size", "1", "--lock-manager", "zookeeper")
+    assert out.returncode == 2, explain(out)
+    assert "--lock-manager goes with --ha replication" in out.stderr
+    out = cluster.run("up", "--size", "1", "--ha", "shared-store", "--lock-manager", "zookeeper")
+    assert out.returncode == 2, explain(out)
+    out = cluster.run("up", "--size", "1", "--ha", "mirror")
+    assert out.returncode == 2, explain(out)
+    assert cluster.state() is None and not cluster.root.exists()
+    base = free_pair_base_port(1)
+    with socket.create_server(("127.0.0.1", base + 52)):  # node-1-backup's HTTP port
+        out = cluster.run("up", "--size", "1", "--ha", "replication", "--base-port", str(base))
+    assert out.returncode == 2, explain(out)
+    assert f"port {base + 52} (HTTP port of node-1-backup)" in out.stderr
+    assert cluster.state() is None
