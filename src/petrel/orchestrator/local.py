@@ -140,6 +140,10 @@ class LocalCluster:
         taken, ``PetrelError`` when a node does not come up (what started is stopped).
         """
         self._check_can_start(spec)
+        if spec.ha == "replication" and spec.lock_manager is None and spec.size == 1:
+            progress("note: a lone replicated pair without a lock manager never fails over by itself (its backup "
+                     "cannot tell a dead live from a cut link); add --lock-manager zookeeper, or run 2 or more "
+                     "pairs so that the other lives vote")
         password = secrets.token_urlsafe(24)
         self.data_root.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
