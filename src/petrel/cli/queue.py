@@ -168,13 +168,14 @@ def _clustered_once(client: ManagementClient, contains: str, field: str | None, 
     try:
         members = client.get("/api/v1/cluster")["members"]
     except ManagementError as exc:
-        if exc.status == 404:
-            note = _backup_note(client)  # a backup has no cluster until it takes over
+        if exc.status in (404, 503):  # a backup has no cluster (or serves nothing) until it takes over
+            note = _backup_note(client)
             if note is not None:
                 if as_json:
                     click.echo("[]")
                 click.echo(note, err=as_json)
                 return True
+        if exc.status == 404:
             raise ManagementError(f"--clustered: {exc}", exc.status) from None
         raise
     results = _fetch_members(client, members, contains)
