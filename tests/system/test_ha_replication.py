@@ -437,3 +437,56 @@ def test_stomp_producer_with_receipts_and_duplicate_ids_through_a_replicated_fai
         exactly(run(drain(f"tcp://127.0.0.1:{b.port}", "queue://stomp.ha")), range(600))
     finally:
         stop_all(p, b)
+
+
+def test_the_cluster_reaches_a_node_through_its_backup_after_a_failover(tmp_path):
+    """Two replicated pairs in one cluster: messages sent to pair 1 for a queue whose consumer is
+    on node 0 keep flowing after node 0's backup takes over (the bridge follows the node ID)."""
+    from petrel.testing.ha import make_pairs
+
+    pairs = make_pairs(tmp_path, 2, top='[address_settings."#"]\nredistribution_delay = 0\n')
+    (p0, b0), (p1, b1) = pairs
+    nodes = [p0, b0, p1, b1]
+    try:
+        for p, _ in pairs:
+            p.start()
+        for _, b in pairs:
+            b.start(wait=False)
+        for _, b in pairs:
+            wait_in_sync(b)
+
+        async def go() -> list[int]:
+            loop = asyncio.get_running_loop()
+            consumer_conn = await connect(url(p0, b0))
+            session = await consumer_conn.session()
+            consumer = await session.consumer("queue://orders")
+            await loop.run_in_executor(None, lambda: wait_for(
+                lambda: any(x.get("name") == "orders" and x.get("consumer_count")
+                            for x in _remote_bindings(p1)), 30))
+            await send_range(f"tcp://127.0.0.1:{p1.port}", "queue://orders", range(0, 200))
+            await loop.run_in_executor(None, p0.kill9)
+            await send_range(f"tcp://127.0.0.1:{p1.port}", "queue://orders", range(200, 400))
+            got = []
+            while (m := await consumer.receive(10.0)) is not None:
+                got.append(int(m.body.split(b":", 1)[0]))
+                if len(set(got)) >= 400:
+                    break
+            await consumer_conn.close()
+            return got
+
+        got = run(go(), timeout=180)
+        missing = sorted(set(range(400)) - set(got))
+        assert not missing, f"{len(missing)} never reached node 0's backup, e.g. {missing[:10]}"
+    finally:
+        stop_all(*nodes)
+
+
+def _remote_bindings(node: BrokerProcess) -> list:
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/cluster/bindings", timeout=2) as r:
+            return json.loads(r.read())["remote_bindings"]
+    except OSError:
+        return []

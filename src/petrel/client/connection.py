@@ -317,6 +317,7 @@ class AsyncConnection(Reconnecting, AdminRequests):
             if not m.leaving:
                 connectors.extend(c for c in (m.live, m.backup) if c)
         self.plan.learn(connectors)
+        self.plan.learn_backups([(m.live, m.backup) for m in e.members if m.live and m.backup and not m.leaving])
 
     def _on_disconnect(self, e: Disconnect) -> None:
         log.info("broker %s disconnected us (%s)%s", self.endpoint, e.reason,

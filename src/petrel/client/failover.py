@@ -25,6 +25,7 @@ class ReconnectPlan:
         self.static: list[Endpoint] = list(url.endpoints)
         self.discovered: list[Endpoint] = []
         self.redirect: Endpoint | None = None
+        self.backups: dict[Endpoint, Endpoint] = {}  # a live -> its backup, from the topology
         self._rng = rng or random.Random()
 
     @property
@@ -86,6 +87,23 @@ class ReconnectPlan:
                 self.redirect = parse_endpoint(target)
             except ValueError:
                 self.redirect = None
+
+    def learn_backups(self, pairs: list[tuple[str, str]]) -> None:
+        """(live, backup) connectors from a topology update."""
+        out = {}
+        for live, backup in pairs:
+            try:
+                out[parse_endpoint(live)] = parse_endpoint(backup)
+            except ValueError:
+                continue
+        self.backups = out
+
+    def backup_of(self, endpoint: Endpoint | None) -> Endpoint | None:
+        """Where the node behind ``endpoint`` serves next if it fails: its backup (a failover
+        there keeps the client with the node's messages), or None."""
+        if endpoint is None or not self.reconnects or self.options.backup_wait <= 0:
+            return None
+        return self.backups.get(endpoint)
 
     def learn(self, connectors: list[str]) -> None:
         """Brokers named by a topology update (``host:port``)."""

@@ -78,6 +78,9 @@ class Reconnecting:
         rounds = 0
         last: BaseException | None = None
         tried: set[Endpoint] = set()
+        backup = None if startup else plan.backup_of(self.endpoint)
+        if backup is not None and await self._try_backup(backup, tried):
+            return
         while not self._closing:
             if allowed >= 0 and rounds >= allowed:
                 break
@@ -106,6 +109,27 @@ class Reconnecting:
             names = ", ".join(sorted(str(e) for e in tried)) or "no broker"
             reason = f": {last}" if last else ""
             self._terminate(ConnectionFailed(f"could not connect to {names} after {rounds} attempt(s){reason}"))
+
+    async def _try_backup(self: AsyncConnection, backup: Endpoint, tried: set[Endpoint]) -> bool:
+        """The lost broker's backup first, for up to ``backupWait`` ms (it may be taking over)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.plan.options.backup_wait / 1000
+        delay = 0.01
+        tried.add(backup)
+        while not self._closing and loop.time() < deadline:
+            try:
+                proto, connected = await self._open(backup)
+            except (OSError, asyncio.TimeoutError, ClientError) as exc:
+                log.debug("backup %s not serving yet: %s", backup, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.2)
+                continue
+            if self._closing:
+                proto.close()
+                return True
+            self._install(proto, connected, startup=False)
+            return True
+        return False
 
     def _install(self: AsyncConnection, proto: Transport, connected: Connected, *, startup: bool) -> None:
         self._transport = proto

@@ -16,6 +16,8 @@ timeout                     -1       ms an operation waits for a reconnection (-
 priorityBackup              false    prefer the first URI; switch back when it returns
 priorityURIs                (none)   comma-separated URIs to prefer instead of the first
 updateURIsSupported         true     add brokers named in topology updates to the list
+backupWait                  10000    ms to keep trying a lost broker's backup (from the topology)
+                                     before any other broker: the node's messages are there
 =========================== ======== =======================================================
 
 One attempt tries every URI once; the delay grows between attempts, not between URIs.
@@ -61,6 +63,7 @@ class FailoverOptions:
     priority_backup: bool = False
     priority_uris: tuple[Endpoint, ...] = ()
     update_uris_supported: bool = True
+    backup_wait: int = 10000
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,7 @@ _FAILOVER = {
     "prioritybackup": ("priority_backup", _bool),
     "priorityuris": ("priority_uris", lambda text: tuple(parse_endpoint(u) for u in text.split(",") if u)),
     "updateurissupported": ("update_uris_supported", _bool),
+    "backupwait": ("backup_wait", int),
 }
 
 

@@ -157,6 +157,12 @@ class ClusterConnection:
             return False
         other = self.by_node.get(node_id)
         if other is not None and other is not bridge:
+            if other.state != "stopped" and not other.connected and other.connector != bridge.connector:
+                # the same node answers at another connector (its backup took over) while the old
+                # bridge cannot reach it: the identified one wins
+                log.info("node %s answers at %s now; its bridge to %s stops", node_id, bridge.connector,
+                         other.connector, extra={"event": "cluster.node_moved"})
+                other.stop()
             if other.state != "stopped" and (other.connected or other.state in ("joining", "connecting", "retrying")):
                 log.debug("node %s is already bridged through %s; dropping %s", node_id, other.connector,
                           bridge.connector)
@@ -233,6 +239,15 @@ class ClusterConnection:
         adapter.cluster_send(Bindings(True, snapshot, []))
         bridge = self.by_node.get(join.node_id)
         if not self._bridged(join.node_id) and not self.model.allow_direct_connections_only:
+            self._bridge_to(join.connector)
+        elif (bridge is not None and not bridge.connected and bridge.connector != join.connector
+              and not self.model.allow_direct_connections_only):
+            # the node serves elsewhere now (its backup took over): a bridge there takes over the
+            # old one's bindings and store-and-forward queue once it is identified
+            log.info("node %s joined from %s, its bridge still tries %s: bridging to %s (its backup took over?)",
+                     join.node_id, join.connector, bridge.connector, join.connector,
+                     extra={"event": "cluster.node_moved"})
+            bridge.http = join.http
             self._bridge_to(join.connector)
         elif bridge is not None and bridge.state == "retrying":
             bridge.http = join.http

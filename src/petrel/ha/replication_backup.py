@@ -148,7 +148,9 @@ class BackupSide:
             log.warning("quorum not reached (%d of %d needed say node %s is gone)", gone, needed, node,
                         extra={"event": "ha.vote"})
             if attempt < self.policy.vote_retries:
-                await asyncio.sleep(self.policy.vote_retry_wait / 1000)
+                # the voters may not have noticed the death yet (it is a matter of milliseconds):
+                # ask again soon, then every vote_retry_wait
+                await asyncio.sleep(min(self.policy.vote_retry_wait / 1000, 0.1 * 2 ** attempt))
         return False
 
     async def _take_over(self) -> None:

@@ -57,6 +57,24 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
         return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
 
 
+#: Routes that answer while the broker does not serve (a backup waiting, a node starting).
+ALWAYS = ("/health", "/metrics", "/api/v1/ha", "/api/v1/openapi.json")
+
+
+@web.middleware
+async def serving_only(request: web.Request, handler) -> web.StreamResponse:
+    """Routes about queues, addresses, connections... need a serving broker: 503 otherwise."""
+    broker = request.app[BROKER]
+    if broker.office is None and not request.path.startswith(ALWAYS):
+        from petrel.management.ha_api import ha_view
+
+        ha = ha_view(broker)
+        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE,
+                       f"this broker does not serve now ({ha['policy']} {ha['role']}, {ha['state']}): ask its live; "
+                       "GET /api/v1/ha says more")
+    return await handler(request)
+
+
 routes = web.RouteTableDef()
 
 
@@ -102,7 +120,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def create_app(server: ManagementServer) -> web.Application:
-    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[json_errors, serving_only], client_max_size=MAX_BODY)
     app[BROKER] = server.broker
     app[SERVER] = server
     for table in (routes, broker_api.routes, address_api.routes, queue_api.routes, message_api.routes,
