@@ -37,6 +37,7 @@ class Outcome:
     reason: str
     in_sync: bool = False
     accepted: bool = False  # the live took this backup (a copy began)
+    connector: str = ""  # the live's
     live_node_id: str | None = None
     data: dict = field(default_factory=dict)
 
@@ -107,6 +108,7 @@ class ReplicaClient:
         if self._outcome is not None and not self._outcome.done():
             outcome.in_sync = self.state == "in-sync"
             outcome.accepted = self.state != "connecting"
+            outcome.connector = self.connector
             outcome.live_node_id = self.live_node_id
             outcome.data = self.result_data
             self._outcome.set_result(outcome)

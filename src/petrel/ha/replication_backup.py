@@ -121,36 +121,47 @@ class BackupSide:
                 log.warning("node %s's lock is still held: its live is alive (or its session not yet expired); "
                             "staying a backup", node, extra={"event": "ha.stay_backup"})
             return ok
-        others = [c for c in outcome.data.get("members", []) if c != self._own_connector()]
-        size = self.policy.quorum_size if self.policy.quorum_size > 0 else int(outcome.data.get("cluster_size", 1))
-        if size <= 1 or not others:
-            if self.policy.lone_pair_failover:
-                log.warning("a lone pair: taking over without a vote (lone_pair_failover = true; if the live is "
-                            "only cut off, both now serve node %s)", node, extra={"event": "ha.failover"})
-                return True
-            if again:
-                return False
-            log.error("cannot tell whether the live of node %s died or is cut off: no lock manager and no other "
-                      "lives to vote; staying a backup. Configure [ha_policy] lock_manager (ZooKeeper), or run "
-                      "at least 3 pairs, or set lone_pair_failover = true to accept the risk of split brain",
-                      node, extra={"event": "ha.no_quorum"})
-            return False
-        needed = quorum.votes_needed(size)
+        # every node this backup knows of, but itself and the lost live: the lives among them vote
+        # (the live's members when it took this backup, and the configured connectors, which also
+        # name lives that joined later)
+        skip = {self._own_connector(), outcome.connector}
+        voters = [c for c in dict.fromkeys([*outcome.data.get("members", []), *self._connectors()]) if c not in skip]
+        known = int(outcome.data.get("cluster_size", 1))
         config = self.broker.config
         for attempt in range(self.policy.vote_retries + 1):
-            ballots = await quorum.ask(others, node, config.cluster_user, config.cluster_password,
+            ballots = await quorum.ask(voters, node, config.cluster_user, config.cluster_password,
                                        self.policy.quorum_vote_wait / 1000)
-            gone = sum(1 for b in ballots if b.gone)  # the other lives' views: this backup's own is no vote
+            answered = [b for b in ballots if b.gone is not None]
+            if self.policy.quorum_size > 0:
+                size = self.policy.quorum_size
+            else:  # the largest cluster of lives anyone has seen, the lost live included
+                size = max([known, *(b.cluster_size for b in answered)])
+            if size <= 1 and not answered:
+                return self._lone_pair(node, again)
+            needed = quorum.votes_needed(size)
+            gone = sum(1 for b in answered if b.gone)  # the other lives' views: this backup's own is no vote
             if gone >= needed:
                 log.warning("quorum: %d of the other lives say node %s is gone (%d needed): taking over", gone,
                             node, needed, extra={"event": "ha.failover"})
                 return True
-            log.warning("quorum not reached (%d of %d needed say node %s is gone)", gone, needed, node,
-                        extra={"event": "ha.vote"})
+            log.warning("quorum not reached (%d of %d needed say node %s is gone; %d of %d asked answered)", gone,
+                        needed, node, len(answered), len(voters), extra={"event": "ha.vote"})
             if attempt < self.policy.vote_retries:
                 # the voters may not have noticed the death yet (it is a matter of milliseconds):
                 # ask again soon, then every vote_retry_wait
                 await asyncio.sleep(min(self.policy.vote_retry_wait / 1000, 0.1 * 2 ** attempt))
+        return False
+
+    def _lone_pair(self, node: str, again: bool) -> bool:
+        if self.policy.lone_pair_failover:
+            log.warning("a lone pair: taking over without a vote (lone_pair_failover = true; if the live is "
+                        "only cut off, both now serve node %s)", node, extra={"event": "ha.failover"})
+            return True
+        if not again:
+            log.error("cannot tell whether the live of node %s died or is cut off: no lock manager and no other "
+                      "lives to vote; staying a backup. Configure [ha_policy] lock_manager (ZooKeeper), or run "
+                      "at least 3 pairs, or set lone_pair_failover = true to accept the risk of split brain",
+                      node, extra={"event": "ha.no_quorum"})
         return False
 
     async def _take_over(self) -> None:
