@@ -492,7 +492,8 @@ class ClusterConnection:
             "message_load_balancing": self.model.message_load_balancing,
             "max_hops": self.model.max_hops,
             "members": [
-                {"node_id": m.node_id, "connector": m.connector, "http": m.http, "self": m.node_id == self.node_id,
+                {"node_id": m.node_id, "connector": m.connector, "http": m.http, "backup": m.backup,
+                 "self": m.node_id == self.node_id,
                  "connected": m.node_id == self.node_id or bool(self.by_node.get(m.node_id)
                                                                 and self.by_node[m.node_id].connected)}
                 for m in self._members()

@@ -121,7 +121,8 @@ def _schemas() -> dict[str, Any]:
 
 
 def _cluster_schemas() -> dict[str, Any]:
-    member = _obj({"node_id": _STR, "connector": _STR, "http": _NSTR, "self": _BOOL, "connected": _BOOL},
+    member = _obj({"node_id": _STR, "connector": _STR, "http": _NSTR, "backup": _NSTR, "self": _BOOL,
+                   "connected": _BOOL},
                   ["node_id", "connector", "connected"])
     bridge = _obj({
         "node_id": _NSTR, "connector": _STR,
