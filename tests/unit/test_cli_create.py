@@ -155,3 +155,21 @@ def test_create_refuses_incomplete_cluster_options(tmp_path: Path, args, words) 
     result = create(str(tmp_path / "n"), *args)
     assert result.exit_code == 2 and words in result.output, result.output
     assert not (tmp_path / "n").exists()
+
+
+def test_create_with_ha_writes_a_loadable_pair(tmp_path):
+    from click.testing import CliRunner
+
+    from petrel.cli import main
+    from petrel.config import load_config
+
+    runner = CliRunner()
+    shared = tmp_path / "shared"
+    for role in ("primary", "backup"):
+        result = runner.invoke(main, ["create", str(tmp_path / role), "--ha", "shared-store", "--ha-role", role,
+                                      "--data-dir", str(shared)])
+        assert result.exit_code == 0, result.output
+        config = load_config(tmp_path / role / "broker.toml")
+        assert (config.ha_policy.kind, config.ha_policy.role, config.data_dir) == ("shared_store", role, shared)
+    result = runner.invoke(main, ["create", str(tmp_path / "r"), "--ha", "replication"])
+    assert result.exit_code == 2 and "--cluster" in result.output

@@ -80,9 +80,10 @@ def _describe(model: type[BaseModel], field: str) -> str | None:
 
 
 def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 0,
-                       cluster: dict[str, Any] | None = None) -> str:
+                       cluster: dict[str, Any] | None = None, ha: tuple[str, str] | None = None) -> str:
     """The text of a new instance's ``broker.toml``; `cluster`: connector, static_connectors,
-    message_load_balancing and cluster_password of an active cluster connection."""
+    message_load_balancing and cluster_password of an active cluster connection; `ha`: (kind,
+    role) of an active [ha_policy], kind shared_store or replication."""
     active = {"name": name, "data_dir": data_dir, "port_offset": port_offset}
     if cluster is not None:
         active.update(cluster_user="petrel-cluster", cluster_password=cluster["cluster_password"])
@@ -120,7 +121,14 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
         shown = "<unset>" if value is None else toml_value(value)
         lines.append(f"# {field.name} = {shown}")
     lines.append("")
-    lines.append(HA_EXAMPLE)
+    if ha is None:
+        lines.append(HA_EXAMPLE)
+    else:
+        kind, role = ha
+        lines += ["[ha_policy]", f"{kind} = {toml_value(role)}",
+                  "# failover_on_shutdown = false, allow_failback = true, check_for_live_server = false",
+                  "# (replication) group_name, lock_manager = { type = \"zookeeper\", connect_string = \"...\" }",
+                  ""]
     if cluster is None:
         lines.append(CLUSTER_EXAMPLE)
     else:
@@ -150,8 +158,15 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
               help="The secret every node of the cluster shares (env PETREL_CLUSTER_PASSWORD).")
 @click.option("--message-load-balancing", default="ON_DEMAND", show_default=True,
               type=click.Choice(["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"], case_sensitive=False))
+@click.option("--ha", type=click.Choice(["live-only", "shared-store", "replication"]), default="live-only",
+              show_default=True, help="High availability: pair this broker with a backup (see --ha-role).")
+@click.option("--ha-role", type=click.Choice(["primary", "backup"]), default="primary", show_default=True,
+              help="This broker's half of the pair.")
+@click.option("--data-dir", default="data", show_default=True,
+              help="Data directory (relative to DIRECTORY); shared store: the one both halves share.")
 def create(directory: Path, name: str | None, port_offset: int, force: bool, connector: str | None,
-           static_connectors: tuple[str, ...], cluster_password: str | None, message_load_balancing: str) -> None:
+           static_connectors: tuple[str, ...], cluster_password: str | None, message_load_balancing: str,
+           ha: str, ha_role: str, data_dir: str) -> None:
     """Create a broker instance in DIRECTORY: broker.toml and data directories."""
     if directory.exists() and any(directory.iterdir()) and not force:
         raise UsageError(f"{directory} is not empty; use --force to create the instance there anyway")
@@ -167,11 +182,15 @@ def create(directory: Path, name: str | None, port_offset: int, force: bool, con
                    "cluster_password": cluster_password, "message_load_balancing": message_load_balancing.upper()}
     elif static_connectors or cluster_password:
         raise UsageError("--static-connector and --cluster-password go with --cluster URL")
-    text = render_broker_toml(name=name, port_offset=port_offset, cluster=cluster)
+    if ha == "replication" and cluster is None:
+        raise UsageError("--ha replication needs --cluster URL, --static-connector URL (the other half) and "
+                         "--cluster-password: the two halves find each other through the cluster connection")
+    pairing = None if ha == "live-only" else (ha.replace("-", "_"), ha_role)
+    text = render_broker_toml(name=name, data_dir=data_dir, port_offset=port_offset, cluster=cluster, ha=pairing)
     try:
         BrokerConfig.model_validate(tomllib.loads(text))  # the template itself must always load
     except ValueError as exc:
-        raise UsageError(f"bad cluster option: {' '.join(str(exc).split())}") from None
+        raise UsageError(f"bad cluster or HA option: {' '.join(str(exc).split())}") from None
 
     config_path = directory / CONFIG_NAME
     created = [config_path]
@@ -179,7 +198,7 @@ def create(directory: Path, name: str | None, port_offset: int, force: bool, con
         directory.mkdir(parents=True, exist_ok=True)
         config_path.write_text(text, encoding="utf-8")
         for sub in DATA_SUBDIRS:
-            path = directory / "data" / sub
+            path = directory / data_dir / sub
             path.mkdir(parents=True, exist_ok=True)
             created.append(path)
     except OSError as exc:
