@@ -100,9 +100,15 @@ class FileNodeManager:
     # -- the two roles -------------------------------------------------------------------------
 
     async def start_primary(self) -> None:
-        """Tell an active backup to give way, then wait for the live lock."""
+        """Tell an active backup to give way, then wait for the live lock.
+
+        ``F`` is written again while waiting: a backup that was recovering when it was first
+        written writes ``L`` once it serves, and would then never see the request."""
         self.set_state(FAILING_BACK)
-        await self.lock(LIVE_LOCK)
+        while not self.try_lock(LIVE_LOCK):
+            if self.state() != FAILING_BACK:
+                self.set_state(FAILING_BACK)
+            await asyncio.sleep(self.poll)
 
     async def await_failover(self) -> None:
         """As a backup: return holding the live lock once the live has died (state L, lock free)."""
