@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from petrel.testing.chaos.plan import make_plan
+from petrel.testing.chaos.plan import EXTRA_TOPOLOGIES, TOPOLOGIES, make_plan
 from petrel.testing.chaos.report import print_table
 from petrel.testing.chaos.runner import run_seed
 
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-seed", type=int, help="first seed of the series (default: random)")
     parser.add_argument("--duration", type=float, help="run seeds for this many seconds")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the message counts")
+    parser.add_argument("--topology", choices=TOPOLOGIES + EXTRA_TOPOLOGIES,
+                        help="replace the drawn topology (pair: a shared-store primary and backup)")
     parser.add_argument("--workdir", type=Path, help="where the brokers' directories go (default: a temp dir)")
     parser.add_argument("--plan", action="store_true", help="print the plan(s) only, run nothing")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every run's report, not only failures'")
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = iter(range(start, start + count)) if count is not None else _forever(start)
     if args.plan:
         for seed in (seeds if args.runs or args.seed is not None else [next(seeds)]):
-            print(make_plan(seed, scale=args.scale).describe())
+            print(make_plan(seed, scale=args.scale, topology=args.topology).describe())
         return 0
     deadline = time.monotonic() + args.duration if args.duration else None
     base = args.workdir or Path(tempfile.mkdtemp(prefix="petrel-chaos-"))
@@ -43,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         if deadline is not None and time.monotonic() > deadline:
             break
-        print(make_plan(seed, scale=args.scale).describe(), flush=True)
-        result = run_seed(seed, base / f"seed-{seed}", scale=args.scale)
+        print(make_plan(seed, scale=args.scale, topology=args.topology).describe(), flush=True)
+        result = run_seed(seed, base / f"seed-{seed}", scale=args.scale, topology=args.topology)
         results.append(result)
         print(result.report() if (args.verbose or not result.ok) else result.summary(), flush=True)
     print()

@@ -1,11 +1,13 @@
 """The faults of a chaos run, each applied and then healed.
 
 - ``kill9`` / ``sigterm``: a broker killed (SIGKILL) or stopped (SIGTERM), started again after
-  the hold; its ports and data directory stay.
+  the hold; its ports and data directory stay. In a shared-store pair the fault hits the live
+  process, the backup takes over, and the restarted process waits as the backup (or, the
+  primary, takes over again: failback).
 - ``link_cut`` / ``link_freeze``: every cluster link to and from one node goes through a
   `TcpProxy`; the fault resets them (and refuses new ones) or holds every byte, then heals.
 - ``consumer_drop``: a consumer disconnects abruptly between a batch and its acknowledgement.
-- ``disk_full``: the node's data directory is a small tmpfs (only as root, where mount works);
+- ``disk_full``: the node's data directory (a pair's shared one) is a small tmpfs (only as root, where mount works);
   the fault fills it with a file, then deletes the file. Elsewhere it is skipped, with a message.
 """
 
@@ -100,6 +102,7 @@ class Injector:
     def apply(self, fault: Fault) -> None:
         kind = fault.kind
         node = self.nodes[fault.node] if kind != "consumer_drop" else None
+        failovers = len(node.failovers) if hasattr(node, "failovers") else None
         if kind == "kill9":
             node.kill9()
         elif kind == "sigterm":
@@ -122,6 +125,13 @@ class Injector:
             self.timeline.note(f"disk_full: {disk.fill() >> 20} MiB written to fill node {fault.node}'s disk")
         self.injected[kind] = self.injected.get(kind, 0) + 1
         self.timeline.note(f"FAULT {fault.describe()}")
+        if failovers is None or kind not in ("kill9", "sigterm"):
+            return
+        if len(node.failovers) > failovers:  # a shared-store pair: the other process took over
+            self.timeline.note(f"node {fault.node}: the other process of the pair serves after "
+                               f"{node.failovers[-1]:.2f}s")
+        else:
+            self.timeline.note(f"node {fault.node}: the other process of the pair was down too: nobody serves")
 
     def heal(self, fault: Fault) -> None:
         kind = fault.kind

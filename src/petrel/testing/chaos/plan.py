@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ACK_MODES", "DIMENSIONS", "FAULT_KINDS", "Fault", "Plan", "make_plan"]
+__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "Fault", "Plan", "make_plan"]
 
 PROTOCOLS = ("STOMP", "CORE")
 ACK_MODES = ("auto", "client", "client-individual", "transacted")
@@ -19,6 +19,10 @@ LIMITS = ("none", "PAGE", "BLOCK")
 FEATURES = ("plain", "scheduled", "priority", "groups")
 DESTINATIONS = ("queue", "durable-topic")
 TOPOLOGIES = ("single", "cluster")
+#: A topology a run gets only when asked for (``make_plan(seed, topology="pair")``), so that the
+#: seeds drawn before it keep their plans: a shared-store primary and backup serving as one node,
+#: every fault that hits "the node" hitting whichever of the two is live.
+EXTRA_TOPOLOGIES = ("pair",)
 #: kill9/sigterm: a broker killed (or stopped) and started again; link_cut/link_freeze: one
 #: node's cluster links reset or silent for a while; consumer_drop: a consumer's connection
 #: dropped between receiving a batch and acknowledging it; disk_full: the data directory's
@@ -76,6 +80,7 @@ class Plan:
 
     @property
     def nodes(self) -> int:
+        """Nodes the clients see (a pair is one node served by one of two processes)."""
         return 3 if self.topology == "cluster" else 1
 
     @property
@@ -91,7 +96,7 @@ class Plan:
         """Does the contract promise per-producer order on each queue of this run? One consumer
         at a time on one node, no priorities, no scheduled delivery (redeliveries void it from
         the first one on; the ledger stops checking there)."""
-        return (self.consumers == 1 and self.topology == "single"
+        return (self.consumers == 1 and self.topology in ("single", "pair")
                 and self.feature in ("plain", "groups") and self.ack != "transacted")
 
     def dimensions(self) -> dict[str, object]:
@@ -109,8 +114,11 @@ class Plan:
         return asdict(self)
 
 
-def make_plan(seed: int, *, scale: float = 1.0) -> Plan:
-    """The plan of run `seed`; `scale` multiplies the message counts (and the pacing time)."""
+def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> Plan:
+    """The plan of run `seed`; `scale` multiplies the message counts (and the pacing time);
+    `topology` replaces the drawn one (everything else is drawn as without it)."""
+    if topology is not None and topology not in TOPOLOGIES + EXTRA_TOPOLOGIES:
+        raise ValueError(f"unknown topology {topology!r}")
     rng = random.Random(seed)
     protocol = rng.choice(PROTOCOLS)
     ack = rng.choice(ACK_MODES)
@@ -119,7 +127,8 @@ def make_plan(seed: int, *, scale: float = 1.0) -> Plan:
     limit = rng.choice(LIMITS)
     feature = rng.choice(FEATURES)
     destination = rng.choice(DESTINATIONS)
-    topology = rng.choice(TOPOLOGIES)
+    drawn = rng.choice(TOPOLOGIES)  # drawn either way: the draws after it stay the same
+    topology = topology or drawn
     churn = rng.random() < 0.4
     duplicate_ids = rng.random() < 0.5
     producers = rng.choice((1, 1, 2))

@@ -17,7 +17,8 @@ from petrel.client import Connection
 from petrel.testing.chaos.channels import body_mid
 from petrel.testing.chaos.faults import DiskMount, Injector
 from petrel.testing.chaos.ledger import Ledger, Verdict
-from petrel.testing.chaos.plan import LARGE_THRESHOLD, Plan, make_plan
+from petrel.testing.chaos.pair import SharedStorePair
+from petrel.testing.chaos.plan import EXTRA_TOPOLOGIES, LARGE_THRESHOLD, Plan, make_plan
 from petrel.testing.chaos.timeline import Timeline
 from petrel.testing.chaos.workload import QUEUE, Ports, Workload, streams_of
 from petrel.testing.cluster import backlog, make_cluster, start_all, stop_all, wait_bindings, wait_connected
@@ -29,8 +30,10 @@ __all__ = ["RunResult", "replay_command", "run_plan", "run_seed"]
 DEAD_ENDS = ("DLQ", "ExpiryQueue")  # their messages say no stream
 
 
-def replay_command(seed: int, scale: float = 1.0) -> str:
+def replay_command(seed: int, scale: float = 1.0, topology: str | None = None) -> str:
     extra = f" --scale {scale:g}" if scale != 1.0 else ""
+    if topology in EXTRA_TOPOLOGIES:
+        extra += f" --topology {topology}"
     return f".venv/bin/python -m petrel.testing.chaos --seed {seed}{extra}"
 
 
@@ -61,13 +64,22 @@ class RunResult:
         if self.verdict.defects():
             lines.append(f"  {self.verdict.defects()}")
         lines += [f"  PROBLEM: {p}" for p in self.problems]
-        lines.append(f"  replay: {replay_command(self.plan.seed, self.scale)}")
+        lines.append(f"  replay: {replay_command(self.plan.seed, self.scale, self.plan.topology)}")
         lines.append("  plan: " + self.plan.describe().replace("\n", "\n  "))
         if self.skipped:
             lines.append("  skipped: " + "; ".join(f"{k}: {v}" for k, v in self.skipped.items()))
         lines.append("  timeline:")
         lines += self.timeline
         return "\n".join(lines)
+
+
+def _settings_top(plan: Plan) -> str:
+    """`_settings` with the address settings as an inline table, so that more tables may follow."""
+    text = f"min_large_message_size = {LARGE_THRESHOLD}\njournal_file_size = 1048576\n"
+    entries = [f'max_size_bytes = 262144, address_full_policy = "{plan.limit}", page_size_bytes = 65536'] \
+        if plan.limit != "none" else []
+    entries.append("max_delivery_attempts = 20")
+    return text + f'address_settings = {{ "chaos.#" = {{ {", ".join(entries)} }} }}\n'
 
 
 def _settings(plan: Plan) -> str:
@@ -87,7 +99,11 @@ class _Brokers:
         self.timeline = timeline
         self.proxies: dict[tuple[int, int], TcpProxy] = {}
         self.disks: dict[int, DiskMount] = {}
-        if plan.nodes == 1:
+        self.pair: SharedStorePair | None = None
+        if plan.topology == "pair":
+            self.pair = SharedStorePair(workdir, _settings_top(plan))
+            self.nodes = [self.pair]
+        elif plan.nodes == 1:
             self.nodes = [BrokerProcess(workdir / "node0", settings=_settings(plan), name="node0", http=True)]
         else:
             via = {}
@@ -111,19 +127,31 @@ class _Brokers:
                     timeline.note(f"disk_full will be skipped: {why}")
 
     def ports(self) -> list[Ports]:
+        if self.pair is not None:
+            p, b = self.pair.nodes
+            return [Ports(0, p.stomp_port, p.port, ((b.stomp_port, b.port),))]
         return [Ports(i, n.stomp_port, n.port) for i, n in enumerate(self.nodes)]
 
     def start(self) -> None:
+        if self.pair is not None:
+            self.pair.start()
+            return
         start_all(self.nodes)
         if len(self.nodes) > 1:
             wait_connected(self.nodes, timeout=60)
 
+    def stop(self) -> None:
+        if self.pair is not None:
+            self.pair.stop_all()
+        else:
+            stop_all(self.nodes)
+
     def restart(self) -> None:
-        stop_all(self.nodes)
+        self.stop()
         self.start()
 
     def close(self) -> None:
-        stop_all(self.nodes)
+        self.stop()
         for proxy in self.proxies.values():
             proxy.stop()
         for disk in self.disks.values():
@@ -209,8 +237,8 @@ def _wait_subscriptions(workload: Workload, brokers: _Brokers) -> None:
                 wait_bindings(brokers.nodes[p.ports.node], c.stream, timeout=30)
 
 
-def run_seed(seed: int, workdir: Path, *, scale: float = 1.0) -> RunResult:
-    return run_plan(make_plan(seed, scale=scale), workdir, scale=scale)
+def run_seed(seed: int, workdir: Path, *, scale: float = 1.0, topology: str | None = None) -> RunResult:
+    return run_plan(make_plan(seed, scale=scale, topology=topology), workdir, scale=scale)
 
 
 def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:

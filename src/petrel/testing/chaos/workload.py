@@ -50,6 +50,14 @@ class Ports:
     node: int
     stomp: int
     core: int
+    others: tuple[tuple[int, int], ...] = ()  # (stomp, core) of the node's other process (a pair)
+
+    def rotated(self) -> Ports:
+        """The next process's ports (a pair's backup listens only once it serves)."""
+        if not self.others:
+            return self
+        (stomp, core), rest = self.others[0], self.others[1:]
+        return Ports(self.node, stomp, core, rest + ((self.stomp, self.core),))
 
 
 class _Worker(threading.Thread):
@@ -71,7 +79,9 @@ class _Worker(threading.Thread):
                     self.failures += 1
                     self.failed()
                     self.timeline.note(f"{self.name} on node {self.ports.node}: {exc}")
-                    self.stopping.wait(0.2)
+                    if self.ports.others:  # the other process of the pair may serve now
+                        self.ports = self.ports.rotated()
+                    self.stopping.wait(0.05 if self.ports.others else 0.2)
         except BaseException as exc:  # noqa: BLE001 - reported by the runner
             self.error = exc
             self.timeline.note(f"{self.name} crashed: {exc!r}")
