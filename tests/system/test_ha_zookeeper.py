@@ -214,3 +214,39 @@ def test_zookeeper_down_stops_the_live_and_it_serves_again_when_zookeeper_is_bac
             exactly([x for x in run(drain(f"tcp://127.0.0.1:{live.port}", "queue://q")) if x >= 0], range(300))
         finally:
             stop_all(p, b)
+
+
+def test_the_live_cut_off_from_zookeeper_stops_serving_and_its_backup_takes_over(tmp_path, zookeeper):
+    """Only the live loses ZooKeeper (its link to it goes through a proxy that freezes): it stops
+    serving within a third of the session, the backup takes the lock once the session expires,
+    never both at once, and nothing confirmed is lost."""
+    proxy = TcpProxy("127.0.0.1", zookeeper.port).start()
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+
+    def lock(port: int) -> str:
+        return (f'lock_manager = {{ type = "zookeeper", connect_string = "127.0.0.1:{port}", '
+                f'session_ms = {SESSION_MS}, connection_ms = 3000, namespace = "{namespace}" }}\n')
+
+    p, b = make_pair(tmp_path, primary=lock(proxy.port), backup=lock(zookeeper.port))
+    try:
+        p.start()
+        b.start(wait=False)
+        wait_in_sync(b)
+        run(send_range(f"tcp://127.0.0.1:{p.port}", "queue://q", range(500)))
+        proxy.freeze()
+        overlap = []
+
+        def settled() -> bool:
+            p_serves, b_serves = p.health().get("status") == "ok", b.health().get("status") == "ok"
+            if p_serves and b_serves:
+                overlap.append(time.monotonic())
+            return b_serves and not p_serves
+
+        wait_for(settled, 30, interval=0.05, message=p.log() + b.log())
+        assert not overlap, "the live and its backup both served"
+        exactly([x for x in run(drain(f"tcp://127.0.0.1:{b.port}", "queue://q")) if x >= 0], range(500))
+        proxy.heal()
+        wait_in_sync(p)  # the old live, its lock lost to the backup, is the backup now
+    finally:
+        proxy.stop()
+        stop_all(p, b)

@@ -1,8 +1,11 @@
 """The broker-to-broker CORE link: the connecting end of a CORE connection to a peer.
 
-`PeerLink` only moves bytes: it feeds the sans-IO codec, hands every decoded event to its
-owner and batches outgoing frames into one write per loop turn. What the frames mean is the
-owner's business: a cluster `Bridge`, a replicating backup's `ReplicaClient`, a quorum vote.
+`open_link` connects and says CONNECT (versions, capabilities, credentials, TTL); the link
+answers the peer's PINGs itself and, with `watch`, drops a peer silent for longer than a
+limit. Otherwise `PeerLink` only moves bytes: it feeds the sans-IO codec, hands every other
+decoded event to its owner and batches outgoing frames into one write per loop turn. What
+the frames mean is the owner's business: a cluster `Bridge`, a replicating backup's
+`ReplicaClient`, a quorum vote.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ import asyncio
 import logging
 from typing import Protocol
 
-from petrel.codec.core import CoreConnection, Role
+import uuid
+
+from petrel.cluster.config import parse_connector
+from petrel.codec.core import CAPABILITIES, PROTOCOL_VERSIONS, Connect, CoreConnection, Ping, Pong, Role
 from petrel.codec.errors import ProtocolError
 
-__all__ = ["PeerLink", "LinkOwner"]
+__all__ = ["PeerLink", "LinkOwner", "open_link"]
 
 log = logging.getLogger("petrel.client.link")
 
@@ -56,6 +62,9 @@ class PeerLink(asyncio.Protocol):
                 if not events:
                     break
                 for event in events:
+                    if type(event) is Ping:
+                        self.send(Pong(event.nonce))
+                        continue
                     self.owner.link_event(self, event)
                     if self.closed:
                         break
@@ -116,3 +125,30 @@ class PeerLink(asyncio.Protocol):
                 self.transport.abort()
             else:
                 self.transport.close()
+
+
+    def watch(self, limit: float, on_silent=None) -> None:
+        """Close the link once the peer has been silent for ``limit`` seconds (it pings a third of
+        our TTL), calling ``on_silent(link, limit)`` first when given."""
+        if self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - self.last_read > limit:
+            if on_silent is not None:
+                on_silent(self, limit)
+            self.close(f"no traffic from the peer for {limit:.1f}s", abort=True)
+            return
+        loop.call_later(max(min(limit / 4, 0.25), 0.05), self.watch, limit, on_silent)
+
+
+async def open_link(owner: LinkOwner, connector: str, *, user: str, password: str, ttl_ms: int,
+                    client: str, max_frame_size: int, timeout: float) -> PeerLink:
+    """Connect to ``connector`` (``host:port``) and say CONNECT; the CONNECTED (or ERROR) reaches
+    the owner as an event. Raises OSError, asyncio.TimeoutError or ValueError (a bad connector)."""
+    host, port = parse_connector(connector)
+    loop = asyncio.get_running_loop()
+    _, link = await asyncio.wait_for(
+        loop.create_connection(lambda: PeerLink(owner, max_frame_size), host, port), timeout)
+    link.send(Connect(list(PROTOCOL_VERSIONS), list(CAPABILITIES), user, password, None, ttl_ms, uuid.uuid4().hex,
+                      client))
+    return link

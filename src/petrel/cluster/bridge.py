@@ -23,22 +23,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections import deque
 from typing import TYPE_CHECKING
 
-from petrel.cluster.config import parse_connector
-from petrel.client.link import PeerLink
+from petrel.client.link import PeerLink, open_link
 from petrel.codec.core import (
-    CAPABILITIES,
-    PROTOCOL_VERSIONS,
-    Connect,
     Connected,
     CreateSession,
     Disconnect,
     Error,
     ErrorCode,
-    Ping,
     Pong,
     Result,
     SendChunk,
@@ -149,13 +143,11 @@ class Bridge:
         self.state = "connecting"
         self.attempts += 1
         model = self.model
+        cfg = self.cluster.broker.config
         try:
-            host, port = parse_connector(self.connector)
-            loop = asyncio.get_running_loop()
-            max_frame = self.cluster.broker.config.max_frame_size + 65536
-            _, link = await asyncio.wait_for(
-                loop.create_connection(lambda: PeerLink(self, max_frame), host, port),
-                model.call_timeout / 1000)
+            link = await open_link(self, self.connector, user=cfg.cluster_user, password=cfg.cluster_password,
+                                   ttl_ms=model.connection_ttl, client=f"petrel-cluster/{self.cluster.node_id}",
+                                   max_frame_size=cfg.max_frame_size + 65536, timeout=model.call_timeout / 1000)
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             self._failed_attempt(f"cannot connect to {self.connector}: {exc or 'timed out'}")
             return
@@ -169,24 +161,14 @@ class Bridge:
             return
         self.link = link
         self.state = "joining"
-        self._watch(link)
-        cfg = self.cluster.broker.config
-        link.send(Connect(list(PROTOCOL_VERSIONS), list(CAPABILITIES), cfg.cluster_user, cfg.cluster_password,
-                          None, model.connection_ttl, uuid.uuid4().hex, f"petrel-cluster/{self.cluster.node_id}"))
+        # drop a link the peer has been silent on for check_period or connection_ttl, whichever is
+        # shorter (the peer pings every third of our connection_ttl)
+        link.watch(min(model.check_period, model.connection_ttl) / 1000, self._silent)
 
-    def _watch(self, link: PeerLink) -> None:
-        """Drop a link the peer has been silent on for `check_period` or `connection_ttl`, whichever
-        is shorter (the peer pings every third of our connection_ttl)."""
-        if link is not self.link or link.closed:
-            return
-        loop = asyncio.get_running_loop()
-        limit = min(self.model.check_period, self.model.connection_ttl) / 1000
-        if loop.time() - link.last_read > limit:
+    def _silent(self, link: PeerLink, limit: float) -> None:
+        if link is self.link:
             log.warning("bridge to %s: nothing heard for %.1fs (check_period/connection_ttl); reconnecting",
                         self.node_id or self.connector, limit)
-            link.close(f"no traffic from the peer for {limit:.1f}s", abort=True)
-            return
-        loop.call_later(max(limit / 4, 0.05), self._watch, link)
 
     def _failed_attempt(self, why: str) -> None:
         if self.state == "stopped":
@@ -217,8 +199,6 @@ class Bridge:
             self.cluster.bindings_from(self, event)
         elif kind is ClusterMembers:
             self.cluster.members_from(self, event.members)
-        elif kind is Ping:
-            link.send(Pong(event.nonce))
         elif kind is SendFailed:
             self.failed[event.number] = event.message
             log.warning("peer %s refused a forwarded message: %s (it stays queued here and is retried)",

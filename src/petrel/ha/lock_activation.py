@@ -80,6 +80,9 @@ class LockManagerSide:
                     await self._serve()
                     log.warning("node %s serves again (its lock is back)", node, extra={"event": "ha.live"})
                     return
+                log.warning("node %s's lock is held by another broker (its backup took over): becoming its "
+                            "backup", node, extra={"event": "ha.stale"})
+                break
             except StaleActivationSequence as exc:
                 log.warning("%s: becoming its backup", exc, extra={"event": "ha.stale"})
                 break

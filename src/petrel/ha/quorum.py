@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from dataclasses import dataclass
 
-from petrel.client.link import PeerLink
-from petrel.cluster.config import parse_connector
-from petrel.codec.core import CAPABILITIES, PROTOCOL_VERSIONS, Connect, Connected, Error, Ping, Pong
+from petrel.client.link import PeerLink, open_link
+from petrel.codec.core import Connected, Error
 from petrel.codec.core.replication import ReplicaVote, ReplicaVoteAnswer
 
 __all__ = ["Ballot", "votes_needed", "ask"]
@@ -50,8 +48,6 @@ class _Voter:
             link.send(ReplicaVote(1, self.node_id, self.user, self.password))
         elif kind is ReplicaVoteAnswer and not self.answer.done():
             self.answer.set_result(event)
-        elif kind is Ping:
-            link.send(Pong(event.nonce))
         elif kind is Error and not self.answer.done():
             self.answer.set_exception(RuntimeError(event.message))
 
@@ -64,15 +60,11 @@ class _Voter:
 
 
 async def _ask_one(connector: str, node_id: str, user: str, password: str, timeout: float) -> Ballot:
-    loop = asyncio.get_running_loop()
     voter = _Voter(node_id, user, password)
     link = None
     try:
-        host, port = parse_connector(connector)
-        _, link = await asyncio.wait_for(loop.create_connection(lambda: PeerLink(voter, 1 << 20), host, port),
-                                         timeout)
-        link.send(Connect(list(PROTOCOL_VERSIONS), list(CAPABILITIES), user, password, None, int(timeout * 1000),
-                          uuid.uuid4().hex, "petrel-vote"))
+        link = await open_link(voter, connector, user=user, password=password, ttl_ms=int(timeout * 1000),
+                               client="petrel-vote", max_frame_size=1 << 20, timeout=timeout)
         answer = await asyncio.wait_for(voter.answer, timeout)
         return Ballot(connector, answer.gone, answer.cluster_size)
     except (OSError, asyncio.TimeoutError, ValueError, RuntimeError, ConnectionError) as exc:

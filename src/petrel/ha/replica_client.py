@@ -14,12 +14,10 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
-from petrel.client.link import PeerLink
-from petrel.cluster.config import parse_connector
-from petrel.codec.core import CAPABILITIES, PROTOCOL_VERSIONS, Connect, Connected, Error, Ping, Pong, Result
+from petrel.client.link import PeerLink, open_link
+from petrel.codec.core import Connected, Error, Result
 from petrel.codec.core.replication import ReplicaAck, ReplicaFailback, ReplicaOps, ReplicaRegister, ReplicaStopping
 from petrel.ha.replication import decode_op
 from petrel.storage import stream as ops_
@@ -84,16 +82,13 @@ class ReplicaClient:
         loop = self._loop = asyncio.get_running_loop()
         self._outcome = loop.create_future()
         try:
-            host, port = parse_connector(self.connector)
-            _, link = await asyncio.wait_for(
-                loop.create_connection(lambda: PeerLink(self, self.max_frame_size), host, port),
-                self.connect_timeout)
+            link = await open_link(self, self.connector, user=self.user, password=self.password, ttl_ms=self.ttl_ms,
+                                   client=f"petrel-backup/{self.node_id}", max_frame_size=self.max_frame_size,
+                                   timeout=self.connect_timeout)
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             return Outcome("lost", f"cannot connect to {self.connector}: {exc or 'timed out'}")
         self.link = link
-        link.send(Connect(list(PROTOCOL_VERSIONS), list(CAPABILITIES), self.user, self.password, None,
-                          self.ttl_ms, uuid.uuid4().hex, f"petrel-backup/{self.node_id}"))
-        self._watch()
+        link.watch(self.ttl_ms / 1000)  # a silent live is a lost one
         try:
             return await self._outcome
         finally:
@@ -115,24 +110,12 @@ class ReplicaClient:
             if self.link is not None and not self.link.closed:
                 self.link.close(outcome.reason)
 
-    def _watch(self) -> None:
-        link = self.link
-        if link is None or link.closed or self._outcome.done():
-            return
-        limit = self.ttl_ms / 1000
-        if self._loop.time() - link.last_read > limit:
-            self._end(Outcome("lost", f"nothing heard from the live for {limit:.1f}s"))
-            return
-        self._loop.call_later(min(limit / 4, 0.25), self._watch)
-
     # -- the link's events (event loop) ------------------------------------------------------------
 
     def link_event(self, link: PeerLink, event: object) -> None:
         kind = type(event)
         if kind is ReplicaOps:
             self._ops(event)
-        elif kind is Ping:
-            link.send(Pong(event.nonce))
         elif kind is Connected:
             link.send(ReplicaRegister(REGISTER, self.node_id, self.group_name, self.user, self.password,
                                       self.own_connector, self.twin))
