@@ -12,7 +12,8 @@ import time
 import pytest
 
 from petrel.client import Message, connect
-from petrel.testing.ha import ha_view, live_of, make_pair, wait_in_sync
+from petrel.testing.ha import (drain, exactly, ha_view, live_of, make_pair, send_range, start_pair,
+                               stop_all, wait_in_sync)
 from petrel.testing.process import BrokerProcess, wait_for
 
 pytestmark = pytest.mark.system
@@ -28,42 +29,12 @@ def url(*nodes: BrokerProcess) -> str:
     return f"failover:({','.join(f'tcp://127.0.0.1:{n.port}' for n in nodes)})?{FAST}"
 
 
-async def send_range(target: str, queue: str, numbers, *, body: bytes = b"") -> None:
-    conn = await connect(target)
-    session = await conn.session()
-    producer = session.producer(queue)
-    for i in numbers:
-        await producer.send(Message(b"%d:" % i + body))
-    await session.flush()
-    await conn.close()
 
 
-async def drain(target: str, queue: str, idle: float = 1.0) -> list[int]:
-    conn = await connect(target)
-    session = await conn.session()
-    consumer = await session.consumer(queue)
-    out = []
-    while (m := await consumer.receive(idle)) is not None:
-        number, _, body = m.body.partition(b":")
-        assert len(set(body)) <= 1, f"message {number} arrived damaged"
-        out.append(int(number))
-    await session.close()
-    await conn.close()
-    return out
 
 
-def exactly(numbers: list[int], expected) -> None:
-    expected = list(expected)
-    dupes = len(numbers) - len(set(numbers))
-    assert dupes == 0, f"{dupes} delivered twice"
-    missing = sorted(set(expected) - set(numbers))
-    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {missing[:10]}"
 
 
-def stop_all(*nodes: BrokerProcess) -> None:
-    for n in nodes:
-        if n.proc is not None and n.proc.poll() is None:
-            n.kill9()
 
 
 def test_a_backup_copies_a_live_with_a_backlog_and_takes_over_when_it_hands_over(tmp_path):
@@ -99,9 +70,7 @@ def test_a_backup_copies_a_live_with_a_backlog_and_takes_over_when_it_hands_over
 def test_a_lone_pair_without_a_lock_manager_does_not_activate_its_backup(tmp_path):
     p, b = make_pair(tmp_path)
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
         run(send_range(f"tcp://127.0.0.1:{p.port}", "queue://q", range(500)))
         p.kill9()
         wait_for(lambda: "no lock manager and no other lives" in b.log(), 30)
@@ -119,9 +88,7 @@ def test_kill9_of_the_live_under_load_20_cycles_alternating_the_live(tmp_path):
     p, b = make_pair(tmp_path, primary="lone_pair_failover = true\n", backup="lone_pair_failover = true\n")
     cycles, per_cycle = 20, 150
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
         confirmed: list[int] = []
         seen_live = []
 
@@ -163,9 +130,7 @@ def test_failback_the_primary_syncs_from_the_active_backup_and_takes_over(tmp_pa
     p, b = make_pair(tmp_path, primary="check_for_live_server = true\nlone_pair_failover = true\n",
                      backup="lone_pair_failover = true\n")
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
         run(send_range(f"tcp://127.0.0.1:{p.port}", "queue://q", range(1000)))
         p.kill9()
         b.wait_state("ok", timeout=30)
@@ -182,9 +147,7 @@ def test_failback_the_primary_syncs_from_the_active_backup_and_takes_over(tmp_pa
 def test_a_backup_killed_while_replicating_leaves_the_live_serving_alone(tmp_path):
     p, b = make_pair(tmp_path)
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
         target = f"tcp://127.0.0.1:{p.port}"
 
         async def go() -> None:
@@ -283,9 +246,7 @@ def _members(node: BrokerProcess) -> list:
 def test_a_client_that_knows_only_the_live_learns_its_backup_from_the_topology(tmp_path):
     p, b = make_pair(tmp_path, backup="lone_pair_failover = true\n")
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
 
         async def go() -> list[int]:
             loop = asyncio.get_running_loop()
@@ -363,9 +324,7 @@ def test_a_transaction_open_across_a_failover_rolls_back_and_the_next_one_commit
 
     p, b = make_pair(tmp_path, backup="lone_pair_failover = true\n")
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
 
         async def go() -> None:
             loop = asyncio.get_running_loop()
@@ -399,9 +358,7 @@ def test_stomp_producer_with_receipts_and_duplicate_ids_through_a_replicated_fai
 
     p, b = make_pair(tmp_path, backup="lone_pair_failover = true\n")
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
         receipts: set[str] = set()
 
         class Receipts(stomp.ConnectionListener):

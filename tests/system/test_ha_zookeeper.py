@@ -14,7 +14,8 @@ import uuid
 import pytest
 
 from petrel.client import Message, connect
-from petrel.testing.ha import ha_view, make_pair, route_through, wait_in_sync
+from petrel.testing.ha import (drain, exactly, ha_view, make_pair, route_through, send_range, start_pair,
+                               stop_all, wait_in_sync)
 from petrel.testing.process import BrokerProcess, wait_for
 from petrel.testing.proxy import TcpProxy
 from petrel.testing.zookeeper import ZooKeeperServer, zookeeper_available
@@ -48,31 +49,10 @@ def run(coro, timeout: float = 120.0):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-async def send_range(target: str, queue: str, numbers) -> None:
-    conn = await connect(target)
-    session = await conn.session()
-    producer = session.producer(queue)
-    for i in numbers:
-        await producer.send(Message(b"%d" % i))
-    await session.flush()
-    await conn.close()
 
 
-async def drain(target: str, queue: str, idle: float = 1.0) -> list[int]:
-    conn = await connect(target)
-    session = await conn.session()
-    consumer = await session.consumer(queue)
-    out = []
-    while (m := await consumer.receive(idle)) is not None:
-        out.append(int(m.body))
-    await conn.close()
-    return out
 
 
-def exactly(numbers: list[int], expected) -> None:
-    assert len(numbers) == len(set(numbers)), f"{len(numbers) - len(set(numbers))} delivered twice"
-    missing = sorted(set(expected) - set(numbers))
-    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {missing[:10]}"
 
 
 def serves(node: BrokerProcess) -> bool:
@@ -98,18 +78,12 @@ def serves(node: BrokerProcess) -> bool:
     return asyncio.run(probe())
 
 
-def stop_all(*nodes) -> None:
-    for n in nodes:
-        if n.proc is not None and n.proc.poll() is None:
-            n.kill9()
 
 
 def test_kill9_of_the_live_under_load_the_backup_takes_over_after_its_session(tmp_path, zookeeper):
     p, b = zk_pair(tmp_path, zookeeper)
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
 
         async def go() -> int:
             loop = asyncio.get_running_loop()
@@ -139,9 +113,7 @@ def test_a_cut_between_live_and_backup_never_makes_two_lives_and_the_stale_backu
     proxy = TcpProxy("127.0.0.1", p.port).start()
     route_through(b, p, proxy.port)
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
         target = f"tcp://127.0.0.1:{p.port}"
         run(send_range(target, "queue://q", range(0, 500)))
         proxy.cut()
@@ -167,9 +139,7 @@ def test_a_cut_between_live_and_backup_never_makes_two_lives_and_the_stale_backu
 def test_failback_with_a_lock_manager(tmp_path, zookeeper):
     p, b = zk_pair(tmp_path, zookeeper, primary="check_for_live_server = true\n")
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
         run(send_range(f"tcp://127.0.0.1:{p.port}", "queue://q", range(500)))
         p.kill9()
         b.wait_state("ok", timeout=30)
@@ -229,9 +199,7 @@ def test_the_live_cut_off_from_zookeeper_stops_serving_and_its_backup_takes_over
 
     p, b = make_pair(tmp_path, primary=lock(proxy.port), backup=lock(zookeeper.port))
     try:
-        p.start()
-        b.start(wait=False)
-        wait_in_sync(b)
+        start_pair(p, b)
         run(send_range(f"tcp://127.0.0.1:{p.port}", "queue://q", range(500)))
         proxy.freeze()
         overlap = []

@@ -190,11 +190,17 @@ class _Replicated(LockManagerSide, BackupSide, _Base):
         self._set(BACKUP)
 
     async def _leave_live(self, reason: str) -> None:
+        """Stop serving because the lock is lost: nothing is claimed on the way out (the backup's
+        loss is expected), the lock is let go, the directory unlocked."""
+        activation, self.zk_activation = self.zk_activation, None
         replicator = self.replicator
+        if replicator is not None:
+            replicator.handing_over = True
         await self.broker.deactivate(10.0, reason=reason)
         if replicator is not None:
             replicator.stop()
         self.replicator = None
+        self.zk_activation = activation
         self._release_zk()
         self._unlock_dir()
         self._set(BACKUP)

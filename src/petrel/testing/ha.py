@@ -15,7 +15,7 @@ from pathlib import Path
 
 from petrel.testing.process import BrokerProcess, wait_for
 
-__all__ = ["make_pair", "make_pairs", "ha_view", "wait_in_sync", "live_of", "route_through", "PASSWORD"]
+__all__ = ["make_pair", "make_pairs", "start_pair", "send_range", "drain", "exactly", "stop_all", "ha_view", "wait_in_sync", "live_of", "route_through", "PASSWORD"]
 
 PASSWORD = "test-ha-secret"
 
@@ -95,3 +95,57 @@ def route_through(node: BrokerProcess, target: BrokerProcess, port: int) -> None
     """Make ``node`` reach ``target`` (its static connector) through ``port`` (a TcpProxy)."""
     text = node.config_path.read_text()
     node.config_path.write_text(text.replace(f'"tcp://127.0.0.1:{target.port}"', f'"tcp://127.0.0.1:{port}"'))
+
+
+def start_pair(primary: BrokerProcess, backup: BrokerProcess) -> None:
+    """Start a replicated pair: the primary serving, the backup in sync."""
+    primary.start()
+    backup.start(wait=False)
+    wait_in_sync(backup)
+
+
+def stop_all(*nodes: BrokerProcess) -> None:
+    for node in nodes:
+        if node.proc is not None and node.proc.poll() is None:
+            node.kill9()
+
+
+# -- numbered messages and the exactly-once check -------------------------------------------------
+
+async def send_range(target: str, queue: str, numbers, *, body: bytes = b"") -> None:
+    """Persistent messages ``b"<n>:" + body`` for each n, every one confirmed before returning."""
+    from petrel.client import Message, connect
+
+    conn = await connect(target)
+    session = await conn.session()
+    producer = session.producer(queue)
+    for i in numbers:
+        await producer.send(Message(b"%d:" % i + body))
+    await session.flush()
+    await conn.close()
+
+
+async def drain(target: str, queue: str, idle: float = 1.0) -> list[int]:
+    """Consume ``queue`` until it stays empty for ``idle`` s; the numbers received, in order
+    (a body that is not one byte repeated after its number fails: it arrived damaged)."""
+    from petrel.client import connect
+
+    conn = await connect(target)
+    session = await conn.session()
+    consumer = await session.consumer(queue)
+    out = []
+    while (m := await consumer.receive(idle)) is not None:
+        number, _, body = m.body.partition(b":")
+        assert len(set(body)) <= 1, f"message {number!r} arrived damaged"
+        out.append(int(number))
+    await session.close()
+    await conn.close()
+    return out
+
+
+def exactly(numbers: list[int], expected) -> None:
+    """Every expected number once: none lost, none twice."""
+    dupes = len(numbers) - len(set(numbers))
+    assert dupes == 0, f"{dupes} delivered twice"
+    missing = sorted(set(expected) - set(numbers))
+    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {missing[:10]}"
