@@ -41,6 +41,7 @@ COMMANDS = {
     "perf": "petrel.cli.perf:perf",
     "cluster": "petrel.cli.cluster:cluster",
     "ha": "petrel.cli.ha:ha",
+    "drain": "petrel.cli.drain:drain",
 }
 
 

@@ -17,10 +17,12 @@ from typing import Protocol
 import uuid
 
 from petrel.cluster.config import parse_connector
-from petrel.codec.core import CAPABILITIES, PROTOCOL_VERSIONS, Connect, CoreConnection, Ping, Pong, Role
+from petrel.codec.core import CAPABILITIES, PROTOCOL_VERSIONS, Connect, CoreConnection, Ping, Pong, Role, SendChunk
 from petrel.codec.errors import ProtocolError
 
-__all__ = ["PeerLink", "LinkOwner", "open_link"]
+__all__ = ["PeerLink", "LinkOwner", "open_link", "stream_body"]
+
+LARGE_CHUNK = 256 * 1024
 
 log = logging.getLogger("petrel.client.link")
 
@@ -152,3 +154,15 @@ async def open_link(owner: LinkOwner, connector: str, *, user: str, password: st
     link.send(Connect(list(PROTOCOL_VERSIONS), list(CAPABILITIES), user, password, None, ttl_ms, uuid.uuid4().hex,
                       client))
     return link
+
+
+async def stream_body(link: PeerLink, first: object, reader, *, session: int = 1, chunk: int = LARGE_CHUNK) -> None:
+    """A large body after its first frame (a FORWARD with ``more``): SEND_CHUNK frames, one at a
+    time as the socket drains, so the body is never whole in memory. ``reader``: ``read(n)``."""
+    link.send(first)
+    while not link.closed:
+        await link.drained()
+        data = reader.read(chunk)
+        link.send(SendChunk(session, data, bool(data)))
+        if not data:
+            break

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from petrel.client.link import PeerLink, open_link
+from petrel.client.link import PeerLink, open_link, stream_body
 from petrel.codec.core import (
     Connected,
     CreateSession,
@@ -35,7 +35,6 @@ from petrel.codec.core import (
     ErrorCode,
     Pong,
     Result,
-    SendChunk,
     SendConfirm,
     SendFailed,
     Topology,
@@ -378,13 +377,7 @@ class Bridge:
         (never the whole body in memory); the messages behind it wait, in order."""
         try:
             with self.cluster.broker.large.open(message.large) as reader:
-                link.send(first)
-                while not link.closed:
-                    await link.drained()
-                    chunk = reader.read(LARGE_CHUNK)
-                    link.send(SendChunk(1, chunk, bool(chunk)))
-                    if not chunk:
-                        break
+                await stream_body(link, first, reader, chunk=LARGE_CHUNK)
         except OSError as exc:
             log.error("bridge to %s cannot read large message %s: %s", self.node_id, message.id, exc)
             link.close(f"cannot read large message {message.id}")

@@ -287,6 +287,16 @@ class Queue:
         if released:
             self.deliver()
 
+    def unschedule_all(self) -> int:
+        """Every scheduled message available now, keeping its time on the message (a migration
+        moves it to a queue that schedules it again); the number released."""
+        released = sorted((entry[2] for entry in self._scheduled), key=lambda r: r.seq)
+        self._scheduled.clear()
+        for ref in released:
+            if ref.state == SCHEDULED:
+                self._make_available(ref, head=False)
+        return len(released)
+
     # -- dispatch ------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:

@@ -136,7 +136,8 @@ class Broker:
             from petrel.cluster.connection import ClusterConnection
 
             self.cluster = ClusterConnection(self, config.cluster_connections[0])
-        await self._listen("all", config.listen_port(), ("core", "stomp"))
+        if config.listen_port() >= 0:  # -1: no client listener (a drainer)
+            await self._listen("all", config.listen_port(), ("core", "stomp"))
         stomp_port = config.listen_stomp_port()
         if stomp_port >= 0:
             await self._listen("stomp", stomp_port, ("stomp",))

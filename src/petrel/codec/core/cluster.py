@@ -25,6 +25,8 @@ __all__ = [
     "Forward",
     "GroupPropose",
     "GroupDecision",
+    "MigrationBegin",
+    "MigrateQueue",
     "CLUSTER_CAPABILITY",
 ]
 
@@ -114,7 +116,35 @@ class GroupDecision(Event, frozen=True, array_like=True):
     key: str | None
 
 
+class MigrationBegin(Event, frozen=True, array_like=True):
+    """A node scaling down (or a drainer on its data directory) -> a live target: I am ``node_id``
+    and will move my messages to you (FORWARD frames, each with its origin's duplicate ID)."""
+
+    TYPE: ClassVar[int] = 0x46
+    corr: int
+    node_id: str
+    user: str
+    password: str
+
+
+class MigrateQueue(Event, frozen=True, array_like=True):
+    """Create (when missing) the queue migrated messages go to, as it was on the origin."""
+
+    TYPE: ClassVar[int] = 0x47
+    corr: int
+    name: str
+    address: str
+    routing_type: int
+    durable: bool
+    filter: str | None = None
+    client_id: str | None = None
+    subscription: str | None = None
+    attributes: dict = {}
+
+
 register(ClusterJoin, client=True, server=False)
+register(MigrationBegin, client=True, server=False)
+register(MigrateQueue, client=True, server=False)
 register(Forward, client=True, server=False)
 register(ClusterMembers, client=False, server=True)
 register(Bindings, client=False, server=True)

@@ -61,12 +61,13 @@ from petrel.core.message import LargeBody, Message, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
 from petrel.core.transaction import Transaction, TransactionRolledBack
-from petrel.codec.core.cluster import ClusterJoin, Forward, GroupPropose
+from petrel.codec.core.cluster import ClusterJoin, Forward, GroupPropose, MigrateQueue, MigrationBegin
 from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.core.admin import AdminFrames
 from petrel.server.adapters.core.cluster import ClusterFrames
 from petrel.server.adapters.core import large
 from petrel.server.adapters.core.consuming import ROUTING, ConsumerFrames
+from petrel.server.adapters.core.migration import MigrationFrames
 from petrel.server.adapters.core.replication import ReplicationFrames
 from petrel.codec.core.replication import ReplicaAck, ReplicaFailback, ReplicaRegister, ReplicaVote
 from petrel.server.adapters.core.session import CoreConsumer, Fatal, RequestFailed, ServerSession
@@ -80,7 +81,7 @@ __all__ = ["CoreAdapter"]
 log = logging.getLogger("petrel.server.core")
 
 
-class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames):
+class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames, MigrationFrames):
     protocol = "core"
 
     def __init__(self, broker: Broker, conn: Connection) -> None:
@@ -139,6 +140,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames)
             ReplicaAck: self.on_replica_ack,
             ReplicaFailback: self.on_replica_failback,
             ReplicaVote: self.on_replica_vote,
+            MigrationBegin: self.on_migration_begin,
+            MigrateQueue: self.on_migrate_queue,
         }
 
     # -- input ------------------------------------------------------------------------------

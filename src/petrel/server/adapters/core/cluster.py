@@ -72,8 +72,8 @@ class ClusterFrames:
         self._release()
 
     def on_forward(self: CoreAdapter, e: Forward) -> None:
-        if self.cluster_peer is None:
-            raise Fatal(ErrorCode.UNAUTHORIZED, "FORWARD before a successful CLUSTER_JOIN")
+        if self.cluster_peer is None and self.migration_source is None:
+            raise Fatal(ErrorCode.UNAUTHORIZED, "FORWARD before a successful CLUSTER_JOIN or MIGRATION_BEGIN")
         session = self._session(e.session)
         if session.large is not None:
             raise Fatal(ErrorCode.PROTOCOL, "FORWARD while a large message is still arriving on the session")

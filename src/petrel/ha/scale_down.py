@@ -1,0 +1,321 @@
+"""Scale-down with message migration: move every message of a broker to a live target.
+
+A :class:`Migration` runs inside a broker that serves no clients any more — a live-only broker
+stopping with ``scale_down``, or the drainer (``petrel drain``: a broker started on an orphaned
+data directory without listeners). Queue by queue it creates the queue on the target as it is
+here (MIGRATE_QUEUE), then consumes it like a bridge consumes its store-and-forward queue:
+every message, paged and large ones included, in the order this broker would deliver it,
+scheduled ones with their times, goes to the target as a FORWARD naming that one queue and
+carrying the origin's duplicate ID (this node's ID + the message ID). A message is removed
+here only once the target has confirmed it from its disk. The target keeps the IDs, and at
+most half its duplicate-ID cache is ever in flight or not yet removed here, so a migration
+killed at any point and run again delivers nothing twice; nothing is removed here that the
+target does not hold, so nothing is lost.
+
+Order: per queue, the target receives the messages in this queue's delivery order (priority,
+then arrival). Messages already on the target's queue are delivered before the moved ones
+that arrive after them, as Artemis does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from petrel.client.link import PeerLink, open_link, stream_body
+from petrel.codec.core import Connected, CreateSession, Error, Result, SendConfirm, SendFailed
+from petrel.codec.core.cluster import Forward, MigrateQueue, MigrationBegin
+from petrel.core.queue import Consumer
+from petrel.core.remote import bridge_dup_id
+
+if TYPE_CHECKING:
+    from petrel.core.queue import MessageReference, Queue
+    from petrel.server.node import NodeContext
+
+__all__ = ["Migration", "MigrationFailed", "Progress"]
+
+log = logging.getLogger("petrel.ha.scale_down")
+
+BEGIN, SESSION, QUEUE = 1, 2, 3
+WINDOW = 2000  # messages in flight or not yet removed here, at most (and half the target's cache)
+RETRY_REFUSED = 0.5  # s before sending again what the target refused (an address full: FAIL/BLOCK)
+
+
+class MigrationFailed(Exception):
+    """The migration could not finish; what was not moved stays here."""
+
+
+@dataclass
+class Progress:
+    messages_moved: int
+    messages_total: int
+    bytes_moved: int
+    rate: float  # messages/s since the start
+    eta_s: float | None
+    queue: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"event": "progress", "messages_moved": self.messages_moved, "messages_total": self.messages_total,
+                "bytes_moved": self.bytes_moved, "rate": round(self.rate, 1),
+                "eta_s": None if self.eta_s is None else round(self.eta_s, 1), "queue": self.queue}
+
+
+class Migration:
+    def __init__(self, broker: NodeContext, target: str, *, user: str, password: str, window: int = WINDOW,
+                 on_progress: Callable[[Progress], None] | None = None, timeout: float = 10.0) -> None:
+        self.broker = broker
+        self.office = broker.office
+        self.target = target
+        self.user = user
+        self.password = password
+        self.window = window
+        self.on_progress = on_progress
+        self.timeout = timeout
+        self.link: PeerLink | None = None
+        self.target_node: str | None = None
+        self.moved = 0
+        self.bytes = 0
+        self.total = 0
+        self.sent = 0  # FORWARDs sent on the session (SEND_CONFIRM counts them)
+        self.confirmed = 0
+        self.in_flight: deque[tuple[MessageReference, Consumer]] = deque()
+        self.failed: dict[int, str] = {}
+        self.removing = 0  # acknowledged here, not yet on disk: they still hold the window
+        self._answers: dict[int, asyncio.Future] = {}
+        self._lost: asyncio.Future | None = None
+        self._outbox: deque[MessageReference] = deque()
+        self._streaming: asyncio.Task | None = None
+        self._consumer: Consumer | None = None
+        self._queue: Queue | None = None
+        self._started = 0.0
+        self._last_progress = 0.0
+
+    # -- the run ---------------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Move everything; the number of messages moved. Raises MigrationFailed."""
+        loop = asyncio.get_running_loop()
+        self._lost = loop.create_future()
+        self._started = time.monotonic()
+        queues = [q for q in self.office.queues.values() if not q.temporary]
+        self.total = sum(q.message_count for q in queues)
+        try:
+            self.link = await open_link(self, self.target, user=self.user, password=self.password,
+                                        ttl_ms=int(self.timeout * 3000), client=f"petrel-scale-down/{self.broker.node_id}",
+                                        max_frame_size=self.broker.config.max_frame_size + 65536, timeout=self.timeout)
+        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+            raise MigrationFailed(f"cannot reach the target {self.target}: {exc or 'timed out'}") from None
+        self.link.watch(self.timeout * 3)
+        try:
+            begun = await self._ask(BEGIN, None)
+            self.target_node = begun.get("node_id")
+            cache = int(begun.get("id_cache_size") or 0)
+            if cache > 0:
+                self.window = max(1, min(self.window, cache // 2))
+            self.link.send(CreateSession(SESSION, 1, False))
+            await self._ask(SESSION, None)
+            log.info("moving %d messages in %d queues to node %s at %s (window %d)", self.total, len(queues),
+                     self.target_node, self.target, self.window, extra={"event": "scale_down.started"})
+            for queue in sorted(queues, key=lambda q: q.name):
+                await self._move_queue(queue)
+            left = sum(q.message_count for q in queues if q.name in self.office.queues)
+            if left:
+                raise MigrationFailed(f"{left} messages are still here after the migration")
+        finally:
+            if self.link is not None and not self.link.closed:
+                self.link.close("the migration is over")
+        self._report(force=True)
+        log.info("moved %d messages (%.1f MiB) to node %s in %.1fs", self.moved, self.bytes / (1 << 20),
+                 self.target_node, time.monotonic() - self._started, extra={"event": "scale_down.done"})
+        return self.moved
+
+    async def _ask(self, corr: int, event) -> dict:
+        future = asyncio.get_running_loop().create_future()
+        self._answers[corr] = future
+        if event is not None:
+            self.link.send(event)
+        done, _ = await asyncio.wait({future, self._lost}, timeout=self.timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if future in done:
+            return future.result()
+        if self._lost.done():
+            raise MigrationFailed(self._lost.result())
+        raise MigrationFailed(f"the target {self.target} did not answer within {self.timeout:.0f}s")
+
+    async def _move_queue(self, queue: Queue) -> None:
+        await self._ask(QUEUE, MigrateQueue(
+            QUEUE, queue.name, queue.address, int(queue.routing_type), queue.durable,
+            queue.selector.text if queue.selector else None, queue.client_id, queue.subscription,
+            _attributes(queue)))
+        if queue.message_count == 0:
+            return
+        self._queue = queue
+        consumer = self._consumer = Consumer(queue, self._deliver, window=self.window)
+        queue.add_consumer(consumer)
+        if queue.unschedule_all():
+            queue.deliver()
+        last_change, last_count = time.monotonic(), -1
+        try:
+            while True:
+                count = queue.message_count
+                if count == 0:
+                    break
+                if queue.non_destructive and not self.in_flight and not self._outbox and self._streaming is None \
+                        and not consumer.delivering:
+                    queue.purge()  # everything was moved (a non-destructive queue keeps its messages)
+                    break
+                if count != last_count:
+                    last_change, last_count = time.monotonic(), count
+                elif time.monotonic() - last_change > self.timeout * 3 and not self.in_flight:
+                    raise MigrationFailed(f"queue {queue.name!r}: {count} messages do not move")
+                if self._lost.done():
+                    raise MigrationFailed(self._lost.result())
+                self._report()
+                await asyncio.sleep(0.01)
+        finally:
+            consumer.closed = True
+            for ref in reversed(list(consumer.delivering.values())):
+                queue.cancel(ref, redelivered=False)
+            queue.remove_consumer(consumer)
+            self._consumer = None
+
+    # -- sending ---------------------------------------------------------------------------------------
+
+    def _deliver(self, consumer: Consumer, ref: MessageReference) -> None:
+        if self._streaming is not None or self._outbox:
+            self._outbox.append(ref)
+            return
+        self._send(ref)
+
+    def _send(self, ref: MessageReference) -> None:
+        link = self.link
+        if link is None or link.closed:
+            return
+        message = ref.message
+        rt = int(message.routing_type) if message.routing_type is not None else -1
+        head = (1, message.address, rt, message.durable, message.priority, message.expiration,
+                message.timestamp, message.scheduled, dict(message.properties))
+        dup = bridge_dup_id(self.broker.node_id, message.id)
+        self.sent += 1
+        self.in_flight.append((ref, self._consumer))
+        if message.large is None:
+            link.send(Forward(*head, message.body, False, [ref.queue.name], dup))
+            return
+        self._streaming = asyncio.get_running_loop().create_task(
+            self._stream(link, message, Forward(*head, b"", True, [ref.queue.name], dup)))
+
+    async def _stream(self, link: PeerLink, message, first: Forward) -> None:
+        try:
+            with self.broker.large.open(message.large) as reader:
+                await stream_body(link, first, reader)
+        except OSError as exc:
+            self._lose(f"cannot read large message {message.id}: {exc}")
+        finally:
+            self._streaming = None
+            while self._outbox and self._streaming is None and not link.closed:
+                self._send(self._outbox.popleft())
+
+    # -- the target's answers --------------------------------------------------------------------------
+
+    def link_event(self, link: PeerLink, event: object) -> None:
+        kind = type(event)
+        if kind is SendConfirm:
+            self._confirmed(event.count)
+        elif kind is SendFailed:
+            self.failed[event.number] = event.message
+            log.warning("the target refused a message: %s (it stays here and is sent again)", event.message,
+                        extra={"event": "scale_down.refused"})
+        elif kind is Connected:
+            link.send(MigrationBegin(BEGIN, self.broker.node_id, self.user, self.password))
+        elif kind is Result:
+            future = self._answers.pop(event.corr, None)
+            if future is None or future.done():
+                return
+            if event.code:
+                future.set_exception(MigrationFailed(f"the target refused: {event.message}"))
+            else:
+                future.set_result(dict(event.value or {}))
+        elif kind is Error:
+            self._lose(f"the target closed the migration: {event.message}")
+
+    def link_lost(self, link: PeerLink, reason: str) -> None:
+        self._lose(f"the connection to the target was lost: {reason}")
+
+    def link_writable(self, link: PeerLink, writable: bool) -> None:
+        consumer = self._consumer
+        if consumer is not None:
+            consumer.paused = not writable
+            if writable and self._queue is not None:
+                self._queue.deliver()
+
+    def _lose(self, reason: str) -> None:
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(reason)
+        for future in self._answers.values():
+            if not future.done():
+                future.set_exception(MigrationFailed(reason))
+        self._answers.clear()
+        # what is not confirmed stays here (it may be on the target: its duplicate ID says so)
+        for ref, consumer in reversed(self.in_flight):
+            ref.queue.cancel(ref, redelivered=False)
+        self.in_flight.clear()
+        self._outbox.clear()
+
+    def _confirmed(self, count: int) -> None:
+        removed = 0
+        refused = False
+        while self.confirmed < count and self.in_flight:
+            self.confirmed += 1
+            ref, consumer = self.in_flight.popleft()
+            if self.failed.pop(self.confirmed, None) is not None:
+                refused = True
+                ref.queue.cancel(ref, redelivered=False)
+                continue
+            self.moved += 1
+            self.bytes += ref.message.body_size
+            ref.queue.acknowledge(ref, 0, consumer)
+            removed += 1
+        if removed:
+            self._hold(removed)
+            self.office.store.sync(lambda: self._hold(-removed))
+        if refused and self._consumer is not None:
+            consumer = self._consumer
+            consumer.paused = True
+
+            def resume() -> None:
+                consumer.paused = False
+                if self._queue is not None:
+                    self._queue.deliver()
+
+            asyncio.get_running_loop().call_later(RETRY_REFUSED, resume)
+
+    def _hold(self, n: int) -> None:
+        """Removals not yet on disk keep their credit: a killed migration resends at most a window."""
+        self.removing += n
+        consumer = self._consumer
+        if consumer is not None:
+            consumer.window = max(self.window - self.removing, 0)
+            if n < 0 and self._queue is not None:
+                self._queue.deliver()
+
+    def _report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.on_progress is None or (not force and now - self._last_progress < 0.5):
+            return
+        self._last_progress = now
+        elapsed = max(now - self._started, 1e-6)
+        rate = self.moved / elapsed
+        left = max(self.total - self.moved, 0)
+        eta = left / rate if rate > 0 else None
+        self.on_progress(Progress(self.moved, self.total, self.bytes, rate, eta,
+                                  self._queue.name if self._queue is not None else None))
+
+
+def _attributes(queue: Queue) -> dict:
+    return {k: getattr(queue, k) for k in ("exclusive", "last_value_key", "non_destructive", "ring_size",
+                                           "group_rebalance", "group_buckets")}
