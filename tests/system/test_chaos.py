@@ -25,8 +25,10 @@ SEEDS = [2291, 2810, 2163, 1501, 2545, 2900, 1589, 571, 29]
 # the same plans with topology="pair": a shared-store primary and backup serving as one node, so
 # that kill9 and sigterm hit whichever process is live (the backup takes over, the restarted one
 # waits or fails back), disk_full fills the shared data directory, and the clients go to whichever
-# process listens. 111: STOMP, kill9 then two SIGTERM handovers; 157: CORE, two kill9 and a full disk.
-PAIR_SEEDS = [111, 157]
+# process listens. 111: STOMP, kill9 then two SIGTERM handovers; 1017: CORE, the live killed twice
+# while the shared disk is full (the backup takes over unable to write: the harness waited for an
+# "ok" that could not come before the disk was freed).
+PAIR_SEEDS = [111, 1017]
 PAIR_FAULTS = {"kill9", "sigterm", "disk_full"}
 
 

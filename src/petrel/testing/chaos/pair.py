@@ -20,6 +20,7 @@ __all__ = ["SharedStorePair", "POLICY"]
 #: A SIGTERM of the live hands over to the backup; the primary takes over again when it returns.
 POLICY = "[ha_policy]\nshared_store = \"{role}\"\nfailover_on_shutdown = true\n"
 WAITING = ("backup", "failing-back")
+SERVING = ("ok", "cannot persist")  # live; the second on a full disk
 
 
 class _PairProc:
@@ -61,7 +62,7 @@ class SharedStorePair:
 
     def _serving(self) -> BrokerProcess | None:
         for node in self.nodes:
-            if self._running(node) and node.health().get("status") == "ok":
+            if self._running(node) and node.health().get("status") in SERVING:
                 return node
         return None
 
@@ -105,14 +106,14 @@ class SharedStorePair:
         t0 = time.monotonic()
         how(live)
         if self._running(other):
-            other.wait_state("ok")
+            other.wait_state(*SERVING)
             self.failovers.append(time.monotonic() - t0)
 
     def start(self, *extra_args: str, wait: bool = True) -> SharedStorePair:
         """Start whichever process is down; wait until one serves and the other waits."""
         if not any(self._running(n) for n in self.nodes):
             self.p.start(*extra_args, wait=False)  # the primary first: it serves, the backup waits
-            self.p.wait_state("ok")
+            self.p.wait_state(*SERVING)
         for node in self.nodes:
             if not self._running(node):
                 node.start(*extra_args, wait=False)
@@ -123,7 +124,8 @@ class SharedStorePair:
     def wait_ready(self, timeout: float = 60.0) -> None:
         def settled() -> bool:
             states = [n.health().get("status") for n in self.nodes]
-            return states.count("ok") == 1 and all(s == "ok" or s in WAITING for s in states)
+            serving = [s for s in states if s in SERVING]
+            return len(serving) == 1 and all(s in SERVING or s in WAITING for s in states)
 
         wait_for(settled, timeout, 0.02, message=f"the pair did not settle: {self.states()}")
 
