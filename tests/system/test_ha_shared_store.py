@@ -358,3 +358,23 @@ def test_a_primary_returning_while_the_backup_recovers_still_fails_back(pairs):
     assert ha(pair.b)["failovers"] == 1  # the backup did serve in between
     with Connection(f"tcp://127.0.0.1:{pair.p.port}") as conn:
         assert conn.queue_info("ha.long")["message_count"] == count
+
+
+def test_a_primary_stopped_while_it_waits_to_fail_back_leaves_the_backup_the_live(pairs):
+    """allow_failback = false: the returning primary waits (F); it is stopped before it ever
+    serves. The backup is still the live: when it crashes and restarts, it must take over again
+    (a stale F kept it waiting, and nobody served)."""
+    pair = pairs("allow_failback = false\n").start()
+    ledger = Ledger()
+    send_confirmed(pair, ledger, 0, 100)
+    fail_over(pair)
+    pair.p.start(wait=False)
+    pair.p.wait_state("failing-back")
+    send_confirmed(pair, ledger, 100, 100)
+    assert pair.p.stop() == 0
+    assert pair.state_byte() == "L"
+    pair.b.kill9()
+    pair.b.start(wait=False)
+    pair.b.wait_state("ok")
+    drain_core(pair.b, StompLoad.QUEUE, ledger)
+    verdict(ledger)

@@ -174,6 +174,13 @@ class SharedStorePrimary(_SharedStore):
         await self.nodes.start_primary()
         await self._serve()
 
+    async def stop(self, timeout: float) -> None:
+        if self.state != LIVE and not self.nodes.holds(LIVE_LOCK) and self.nodes.state() == FAILING_BACK:
+            # stopped while waiting to fail back: the node that serves stays the live one (a
+            # stale F would keep a restarted backup from ever taking over from it)
+            self.nodes.set_state("L")
+        await super().stop(timeout)
+
 
 class SharedStoreBackup(_SharedStore):
     role = "backup"
