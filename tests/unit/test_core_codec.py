@@ -67,6 +67,7 @@ from petrel.codec.core import (
     encode_frame,
     register,
 )
+from petrel.codec.core.cluster import MigrateQueue, MigrationBegin
 from petrel.codec.core.replication import (
     ReplicaAck,
     ReplicaFailback,
@@ -112,6 +113,8 @@ CLIENT_SAMPLES: list[Event] = [
     ReplicaAck(4096),
     ReplicaFailback(),
     ReplicaVote(16, "node-a", "cluster", "secret"),
+    MigrationBegin(17, "node-a", "cluster", "secret"),
+    MigrateQueue(18, "sub-1", "prices", 1, True, "region = 'eu'", "client-1", "sub", {"exclusive": False}),
 ]
 SERVER_SAMPLES: list[Event] = [
     ClusterMembers([ClusterMember("n1", "127.0.0.1:1", "http://127.0.0.1:2"), ClusterMember("n2", "h:1")]),

@@ -1,0 +1,181 @@
+"""`petrel drain` with real processes: an orphaned data directory emptied into a live broker,
+every message once, in order, with its kind kept; a drainer killed anywhere and run again
+delivers nothing twice; failures are non-zero exits with the reason and keep the source."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+from petrel.client import Message, connect
+from petrel.testing.ha import drain, exactly, send_range
+from petrel.testing.process import BrokerProcess, free_port, wait_for
+
+pytestmark = pytest.mark.system
+
+SOURCE = ('min_large_message_size = 20000\n'
+          '[address_settings."paged.#"]\nmax_size_bytes = 200000\npage_size_bytes = 65536\n')
+
+
+def run(coro, timeout: float = 120.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def drainer(source: BrokerProcess, target: BrokerProcess | str, *extra: str, timeout: float = 120) \
+        -> subprocess.CompletedProcess:
+    url = target if isinstance(target, str) else f"tcp://127.0.0.1:{target.port}"
+    return subprocess.run([sys.executable, "-m", "petrel", "drain", "--data-dir", str(source.data_dir),
+                           "--target", url, "--progress", "json", *extra],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def events(done: subprocess.CompletedProcess) -> list[dict]:
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    made: list[BrokerProcess] = []
+
+    def make(name: str, settings: str = "") -> BrokerProcess:
+        b = BrokerProcess(tmp_path / name, name=name, settings=settings)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        if b.proc is not None and b.proc.poll() is None:
+            b.kill9()
+
+
+def test_drain_moves_every_kind_of_message_in_order_and_exits_0_only_when_empty(brokers):
+    src, dst = brokers("src", SOURCE), brokers("dst")
+    src.start()
+    dst.start()
+    url = f"tcp://127.0.0.1:{src.port}"
+    later = int(time.time() * 1000) + 60_000
+
+    async def fill() -> None:
+        await send_range(url, "queue://paged.orders", range(5000), body=b"x" * 300)
+        await send_range(url, "queue://big", range(10), body=b"L" * 50_000)
+        async with await connect(url) as conn:
+            # a durable subscription on a topic, and messages of several priorities and groups
+            await conn.create_queue("sub.eu", "prices", "MULTICAST", filter="region = 'eu'", exists_ok=True)
+            session = await conn.session()
+            prices = session.producer("topic://prices")
+            for i in range(200):
+                await prices.send(Message(b"%d:" % i, {"region": "eu" if i % 2 else "us"}))
+            mixed = session.producer("queue://mixed")
+            for i in range(300):
+                await mixed.send(Message(b"%d:" % i, {"JMSXGroupID": f"g{i % 3}"}, priority=9 if i % 10 == 0 else 4))
+            timed = session.producer("queue://timed")
+            for i in range(50):
+                await timed.send(Message(b"%d:" % i, scheduled=later))
+            await session.flush()
+
+    run(fill())
+    src.kill9()  # the broker is gone; its directory is orphaned
+    done = drainer(src, dst)
+    assert done.returncode == 0, done.stderr
+    last = events(done)[-1]
+    assert last == {**last, "event": "done", "messages_moved": 5000 + 10 + 100 + 300 + 50}, last
+    target = f"tcp://127.0.0.1:{dst.port}"
+
+    got = run(drain(target, "queue://paged.orders"))
+    exactly(got, range(5000))
+    assert got == sorted(got), "the order of a queue changed"
+    exactly(run(drain(target, "queue://big")), range(10))
+    exactly(run(drain(target, "prices::sub.eu")), range(1, 200, 2))
+    mixed = run(drain(target, "queue://mixed"))
+    high = [n for n in range(300) if n % 10 == 0]
+    assert mixed[:len(high)] == high, "priority order was not kept"
+    for g in range(3):  # each group in its order
+        group = [n for n in mixed if n % 3 == g]
+        assert group == sorted(group) or [n for n in group if n % 10] == sorted(n for n in group if n % 10)
+
+    async def scheduled() -> dict:
+        async with await connect(target) as conn:
+            return await conn.queue_info("timed")
+
+    info = run(scheduled())
+    assert info["message_count"] == 50 and info["scheduled_count"] == 50, info  # still in the future
+
+    again = drainer(src, dst)  # nothing left: done, nothing sent
+    assert again.returncode == 0 and events(again)[-1]["messages_moved"] == 0
+
+
+@pytest.mark.timeout(600)
+def test_a_drainer_killed_at_random_points_and_run_again_20_times_loses_and_duplicates_nothing(brokers):
+    src, dst = brokers("src", SOURCE), brokers("dst")
+    src.start()
+    dst.start()
+    count = 50_000
+    run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://paged.orders", range(count), body=b"k" * 200),
+        timeout=300)
+    src.kill9()
+    rng = random.Random(20261123)
+    kills = 0
+    for attempt in range(20):
+        proc = subprocess.Popen([sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir),
+                                 "--target", f"tcp://127.0.0.1:{dst.port}", "--progress", "json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        # kill it once it has started moving (or at once now and then)
+        first = proc.stdout.readline() if rng.random() < 0.8 else ""
+        time.sleep(rng.uniform(0.0, 0.08)) if first else None
+        if proc.poll() is None:
+            proc.kill()
+            kills += 1
+        proc.wait(30)
+        proc.stdout.close()
+    assert kills >= 15
+    done = drainer(src, dst)
+    assert done.returncode == 0, done.stderr
+    got = run(drain(f"tcp://127.0.0.1:{dst.port}", "queue://paged.orders"), timeout=300)
+    exactly(got, range(count))
+    assert got == sorted(got), "the order of the queue changed"
+
+
+def test_target_unreachable_is_exit_1_with_the_reason_and_the_source_is_kept(brokers):
+    src = brokers("src")
+    src.start()
+    run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://q", range(100)))
+    src.kill9()
+    done = drainer(src, f"tcp://127.0.0.1:{free_port()}")
+    assert done.returncode == 1 and "cannot reach the target" in done.stderr, done.stderr
+    assert events(done)[-1]["event"] == "failed"
+    src.start()  # the messages are still there
+    exactly(run(drain(f"tcp://127.0.0.1:{src.port}", "queue://q")), range(100))
+
+
+def test_a_directory_in_use_by_a_live_broker_is_refused(brokers):
+    src, dst = brokers("src"), brokers("dst")
+    src.start()
+    dst.start()
+    done = drainer(src, dst)
+    assert done.returncode == 1 and "in use by another broker" in done.stderr, done.stderr
+
+
+def test_the_target_going_down_mid_drain_then_a_rerun_moves_the_rest_once(brokers):
+    src, dst = brokers("src", SOURCE), brokers("dst")
+    src.start()
+    dst.start()
+    run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://paged.orders", range(20_000), body=b"t" * 200),
+        timeout=300)
+    src.kill9()
+    proc = subprocess.Popen([sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir),
+                             "--target", f"tcp://127.0.0.1:{dst.port}", "--progress", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    dst.kill9()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "target" in err, err
+    dst.start()
+    done = drainer(src, dst)
+    assert done.returncode == 0, done.stderr
+    exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", "queue://paged.orders"), timeout=300), range(20_000))
