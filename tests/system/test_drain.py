@@ -179,3 +179,70 @@ def test_the_target_going_down_mid_drain_then_a_rerun_moves_the_rest_once(broker
     done = drainer(src, dst)
     assert done.returncode == 0, done.stderr
     exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", "queue://paged.orders"), timeout=300), range(20_000))
+
+
+def test_a_live_only_broker_scales_down_on_stop_and_its_clients_follow(brokers):
+    """[ha_policy] live_only with scale_down: SIGTERM moves every message to the target first; a
+    CORE client is sent there and keeps consuming; the queue arrives whole and in order."""
+    dst = brokers("dst")
+    dst.start()
+    src = brokers("src", f'[ha_policy]\nlive_only = true\n'
+                         f'scale_down = {{ enabled = true, connectors = ["tcp://127.0.0.1:{dst.port}"] }}\n')
+    src.start()
+    run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://orders", range(3000)))
+
+    async def consume_across() -> list[int]:
+        loop = asyncio.get_running_loop()
+        conn = await connect(f"failover:(tcp://127.0.0.1:{src.port})?initialReconnectDelay=10&maxReconnectDelay=100")
+        session = await conn.session()
+        consumer = await session.consumer("queue://orders")
+        got = []
+        for _ in range(500):
+            m = await consumer.receive(5.0)
+            got.append(int(m.body.split(b":")[0]))
+        code = await loop.run_in_executor(None, src.stop)
+        assert code == 0, src.log()
+        while (m := await consumer.receive(3.0)) is not None:
+            got.append(int(m.body.split(b":")[0]))
+        assert conn.endpoint.port == dst.port  # the scale-down sent the client to the target
+        await conn.close()
+        return got
+
+    got = run(consume_across())
+    exactly(got, range(3000))
+    assert "scale_down.done" in src.log()
+
+
+def test_scale_down_through_the_management_api(brokers, tmp_path):
+    import urllib.request
+
+    dst = brokers("dst")
+    dst.start()
+    src = BrokerProcess(tmp_path / "api-src", name="api-src", http=True)
+    src.start()
+    try:
+        run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://q", range(1000)))
+        request = urllib.request.Request(f"http://127.0.0.1:{src.http_port}/api/v1/broker/scale-down",
+                                         data=json.dumps({"target": f"tcp://127.0.0.1:{dst.port}"}).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as r:
+            assert r.status == 202
+        assert src.proc.wait(60) == 0, src.log()  # the broker stopped once everything moved
+        exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", "queue://q")), range(1000))
+    finally:
+        if src.proc.poll() is None:
+            src.kill9()
+
+
+def test_a_scale_down_that_cannot_reach_its_target_stops_non_zero_and_keeps_the_messages(brokers):
+    src = brokers("src", f'[ha_policy]\nlive_only = true\n'
+                         f'scale_down = {{ enabled = true, connectors = ["tcp://127.0.0.1:{free_port()}"] }}\n')
+    src.start()
+    run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://q", range(200)))
+    assert src.stop() == 1
+    assert "petrel drain" in src.log()  # it says what to do
+    dst = brokers("dst")
+    dst.start()
+    done = drainer(src, dst)
+    assert done.returncode == 0, done.stderr
+    exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", "queue://q")), range(200))

@@ -129,9 +129,11 @@ async def test_broker_status_without_persistence_has_no_journal(broker, http):
 
 
 @in_broker()
-async def test_scale_down_is_501_until_its_issue(broker, http):
-    body = await call(http, "POST", "/api/v1/broker/scale-down", 501)
-    assert "scale-down issue" in body["error"]
+async def test_scale_down_without_a_target_is_400_and_a_bad_target_too(broker, http):
+    body = await call(http, "POST", "/api/v1/broker/scale-down", 400)
+    assert "no target" in body["error"]
+    body = await call(http, "POST", "/api/v1/broker/scale-down", 400, json={"target": "nowhere"})
+    assert "target" in body["error"]
 
 
 @in_broker()

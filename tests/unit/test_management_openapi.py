@@ -71,7 +71,7 @@ def test_the_error_statuses_are_documented_with_the_error_schema():
 @pytest.mark.parametrize("path,method,status", [
     ("/api/v1/queues", "post", "409"),
     ("/api/v1/queues/{name}", "get", "404"),
-    ("/api/v1/broker/scale-down", "post", "501"),
+    ("/api/v1/broker/scale-down", "post", "409"),
     ("/health", "get", "503"),
 ])
 def test_key_error_cases_are_in_the_document(path, method, status):

@@ -107,9 +107,34 @@ class LiveOnly(_Base):
         self._set(LIVE)
 
     async def stop(self, timeout: float) -> None:
-        await self.broker.deactivate(timeout)
+        broker = self.broker
+        model = broker.config.ha_policy.scale_down
+        if broker.office is not None and (getattr(broker, "scale_down_target", None)
+                                          or (model is not None and model.enabled)):
+            await self._scale_down(timeout)
+        else:
+            await broker.deactivate(timeout)
         self._lock.release()
         self._set(STOPPED)
+
+    async def _scale_down(self, timeout: float) -> None:
+        """Clients are sent to the target, then every message moves there before the store closes."""
+        from petrel.codec.core import DisconnectCode
+        from petrel.ha.scale_down import scale_down, scale_down_targets
+
+        broker = self.broker
+        targets = scale_down_targets(broker)
+        moved = []
+
+        async def migrate() -> None:
+            moved.append(await scale_down(broker, targets))
+
+        log.info("scaling down to %s", ", ".join(targets) or "nowhere (no target configured)",
+                 extra={"event": "scale_down.begin"})
+        await broker.deactivate(timeout, reason="the broker scales down", code=int(DisconnectCode.SCALE_DOWN),
+                                redirect=targets[0] if targets else None, before_close=migrate)
+        if not (moved and moved[0]):
+            broker.exit_code = 1
 
 
 class _SharedStore(_Base):

@@ -319,3 +319,37 @@ class Migration:
 def _attributes(queue: Queue) -> dict:
     return {k: getattr(queue, k) for k in ("exclusive", "last_value_key", "non_destructive", "ring_size",
                                            "group_rebalance", "group_buckets")}
+
+
+def scale_down_targets(broker: NodeContext) -> list[str]:
+    """Where a stopping broker moves its messages: the target asked for (management), else the
+    scale_down connectors, else the cluster connection's static connectors (``host:port``)."""
+    config = broker.config
+    asked = getattr(broker, "scale_down_target", None)
+    if asked:
+        return [asked.removeprefix("tcp://")]
+    model = config.ha_policy.scale_down
+    refs = list(model.connectors) if model is not None else []
+    if not refs:
+        for cc in config.cluster_connections:
+            refs.extend(cc.static_connectors)
+    return list(dict.fromkeys(config.connector_url(ref) for ref in refs))
+
+
+async def scale_down(broker: NodeContext, targets: list[str]) -> bool:
+    """Move everything to the first target that takes it; False (logged, with what to do) when
+    none could: the messages stay in the data directory for a drainer."""
+    config = broker.config
+    reasons = []
+    for target in targets:
+        migration = Migration(broker, target, user=config.cluster_user, password=config.cluster_password)
+        try:
+            await migration.run()
+            return True
+        except MigrationFailed as exc:
+            reasons.append(f"{target}: {exc}")
+            log.warning("scale-down to %s failed: %s", target, exc, extra={"event": "scale_down.target_failed"})
+    log.error("scale-down failed (%s); the messages stay in %s: move them with `petrel drain --data-dir %s "
+              "--target tcp://<a live broker>`", "; ".join(reasons) or "no target configured", config.data_dir,
+              config.data_dir, extra={"event": "scale_down.failed"})
+    return False

@@ -61,11 +61,31 @@ async def broker_status(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/broker/scale-down")
 async def scale_down(request: web.Request) -> web.Response:
-    raise ApiError(
-        HTTPStatus.NOT_IMPLEMENTED,
-        "scale-down is not available yet: it arrives with the scale-down issue "
-        "(live-only scale-down with message migration)",
-    )
+    """Move every message to a live broker, send the clients there, and stop (Artemis's scaleDown)."""
+    broker = request.app[BROKER]
+    if not broker.config.ha_policy.is_live_only:
+        raise ApiError(HTTPStatus.CONFLICT, f"a {broker.config.ha_policy.kind} broker does not scale down: its "
+                                            "backup takes over when it stops (set failover_on_shutdown)")
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except ValueError:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "the body must be JSON: {\"target\": \"tcp://host:port\"}") from None
+    target = (body or {}).get("target") if isinstance(body, dict) else None
+    if target is not None:
+        from petrel.cluster.config import parse_connector
+
+        try:
+            parse_connector(str(target))
+        except ValueError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"target: {exc}") from None
+    from petrel.ha.scale_down import scale_down_targets
+
+    if target is None and not scale_down_targets(broker):
+        raise ApiError(HTTPStatus.BAD_REQUEST, "no target: give {\"target\": \"tcp://host:port\"}, or configure "
+                                               "[ha_policy] scale_down connectors or a cluster connection")
+    broker.request_stop(scale_down_to=str(target) if target else None)
+    chosen = str(target) if target else scale_down_targets(broker)[0]
+    return web.json_response({"scaling_down_to": chosen, "status": "stopping"}, status=HTTPStatus.ACCEPTED)
 
 
 @routes.get("/api/v1/connections", allow_head=False)

@@ -197,8 +197,11 @@ def _paths() -> dict[str, Any]:
         "/api/v1/broker": {"get": _op("Broker status: identity, uptime, HA role, usage, journal figures",
                                       _json(_ref("BrokerStatus"), "status"))},
         "/api/v1/broker/scale-down": {"post": _op(
-            "Scale this broker down, handing its messages to another (not available yet)",
-            _error("never answered yet"), status="501")},
+            "Scale this live-only broker down: its clients are sent to the target, every message moves there "
+            "(idempotent, in order), then the broker stops (non-zero exit if the move failed; the messages stay)",
+            _json(_obj({"scaling_down_to": _STR, "status": _STR}), "scale-down begun"), status="202",
+            body=_obj({"target": _STR}),
+            errors={"400": "no target given or configured, or a bad one", "409": "not a live-only broker"})},
         **_cluster_paths(),
         "/api/v1/ha": {"get": _op(
             "This node's part in its live-backup pair: policy, role, state, failovers, and with replication "

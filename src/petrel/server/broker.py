@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from petrel import __version__
@@ -55,6 +55,9 @@ class Broker:
         self._stopped = False
         self.activation = None  # how this node becomes live (petrel.ha.activation)
         self.colocated = None  # the backups of other lives this broker hosts (petrel.ha.colocated)
+        self.scale_down_target: str | None = None  # asked for by management: move everything there on stop
+        self.stop_requested: asyncio.Event | None = None  # set to stop the process (serve waits on it)
+        self.exit_code = 0
         self.store = None
         self.large: LargeMessageStore | None = None  # large-message files
         self.office: PostOffice | None = None
@@ -295,12 +298,15 @@ class Broker:
         log.info("Petrel stopped", extra={"event": "broker.stopped"})
 
     async def deactivate(self, timeout: float = 10.0, *, reason: str = "the broker is shutting down",
-                         code: int | None = None, keep: set | frozenset = frozenset()) -> None:
+                         code: int | None = None, keep: set | frozenset = frozenset(), redirect: str | None = None,
+                         before_close: Callable[[], Awaitable[None]] | None = None) -> None:
         """Stop serving: leave the cluster, close listeners and connections, close the store.
 
         The data directory's lock is the activation's to release; a backup that gave way to its
         primary (failback) can activate again later. Connections in ``keep`` stay open (the
-        replication link, which carries the last writes to the backup)."""
+        replication link, which carries the last writes to the backup); CORE clients are told to
+        go to ``redirect`` when given; ``before_close`` runs once no client is connected, before
+        the store closes (a scale-down moves the messages then)."""
         if self._stopping:
             return
         self._stopping = True
@@ -317,7 +323,7 @@ class Broker:
             if disconnect is not None:
                 # CORE: confirmations still waiting for the disk go out first, then a
                 # DISCONNECT tells the client to fail over.
-                disconnect(reason, code=code)
+                disconnect(reason, redirect=redirect, code=code)
             else:
                 conn.close()
         deadline = time.monotonic() + timeout
@@ -328,6 +334,8 @@ class Broker:
         if not keep:  # (wait_closed also waits for the kept connection)
             for server in self.servers:
                 await server.wait_closed()
+        if before_close is not None and self.office is not None:
+            await before_close()
         if self.store is not None:
             if self.management is not None:
                 self.management.metrics.detach()
@@ -342,6 +350,15 @@ class Broker:
         self.store = None
         self.disk_watch = None
         self.started_at = 0.0
+
+    def request_stop(self, *, scale_down_to: str | None = None) -> None:
+        """Stop the process as a signal would (management's scale-down)."""
+        if scale_down_to:
+            self.scale_down_target = scale_down_to
+        if self.stop_requested is not None:
+            self.stop_requested.set()
+        else:  # an embedded broker: no process to end, just stop it
+            asyncio.get_running_loop().create_task(self.stop())
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -371,7 +388,7 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
 
 async def serve(config: BrokerConfig) -> int:
     broker = Broker(config)
-    stop = asyncio.Event()
+    stop = broker.stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -392,10 +409,10 @@ async def serve(config: BrokerConfig) -> int:
     starting.result()  # a failed start raises here (it has cleaned up after itself)
     try:
         await stop.wait()
-        log.info("signal received, stopping", extra={"event": "broker.stopping"})
+        log.info("stop requested, stopping", extra={"event": "broker.stopping"})
     finally:
         await broker.stop()
-    return 0
+    return broker.exit_code
 
 
 def run(config: BrokerConfig) -> int:
