@@ -246,3 +246,60 @@ def test_a_scale_down_that_cannot_reach_its_target_stops_non_zero_and_keeps_the_
     done = drainer(src, dst)
     assert done.returncode == 0, done.stderr
     exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", "queue://q")), range(200))
+
+
+def test_duplicate_ids_and_delivery_counts_move_with_the_messages(brokers):
+    src, dst = brokers("src"), brokers("dst")
+    src.start()
+    dst.start()
+    url = f"tcp://127.0.0.1:{src.port}"
+
+    async def fill() -> None:
+        async with await connect(url) as conn:
+            session = await conn.session()
+            producer = session.producer("queue://orders")
+            for i in range(100):
+                await producer.send(Message(b"%d:" % i, duplicate_id=f"order-{i}"))
+            await session.flush()
+            # the first ten are delivered once and not acknowledged: delivery count 1
+            consumer = await session.consumer("queue://orders", ack="client")
+            for _ in range(10):
+                assert await consumer.receive(5.0) is not None
+            await consumer.close()
+            # these are sent and consumed here: only the source's duplicate-ID cache knows them
+            done = session.producer("queue://done")
+            for i in range(50):
+                await done.send(Message(b"%d:" % i, duplicate_id=f"done-{i}"))
+            await session.flush()
+            consumer = await session.consumer("queue://done")
+            for _ in range(50):
+                assert await consumer.receive(5.0) is not None
+            await consumer.close()
+
+    run(fill())
+    src.kill9()
+    assert drainer(src, dst).returncode == 0
+    target = f"tcp://127.0.0.1:{dst.port}"
+
+    async def check() -> list[tuple[int, int]]:
+        async with await connect(target) as conn:
+            session = await conn.session()
+            producer = session.producer("queue://orders")
+            for i in range(100):  # a client resending after the scale-down: each already known
+                await producer.send(Message(b"%d:" % i, duplicate_id=f"order-{i}"))
+            done = session.producer("queue://done")
+            for i in range(50):
+                await done.send(Message(b"%d:" % i, duplicate_id=f"done-{i}"))
+            await session.flush()
+            assert (await conn.queue_info("done") or {}).get("message_count", 0) == 0, "consumed sends came back"
+            consumer = await session.consumer("queue://orders")
+            out = []
+            while (m := await consumer.receive(1.0)) is not None:
+                out.append((int(m.body.split(b":")[0]), m.delivery_count))
+            return out
+
+    got = run(check())
+    exactly([n for n, _ in got], range(100))
+    counts = dict(got)
+    assert all(counts[n] >= 1 for n in range(10)), counts
+    assert all(counts[n] == 0 for n in range(10, 100))

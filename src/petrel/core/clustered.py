@@ -233,7 +233,7 @@ class Clustering:
         return self._dup_cache(name, self.settings_for(name)).size
 
     def receive_forwarded(self: PostOffice, message: Message, keys: list[str], dup_id: str | None,
-                          tx_id: int = 0) -> SendResult:
+                          tx_id: int = 0, delivery_count: int = 0) -> SendResult:
         """Route a bridged message to the bindings its sender named, at most once per `dup_id`
         (an anycast one, `message.routing_type`, whose queues are all gone: to the address's queue).
 
@@ -296,7 +296,8 @@ class Clustering:
         if own:
             tx_id = self.store.begin()
         paged_before = self.paged_routes
-        result = self._route(message, None, tx_id, local, remote=far, own_tx=True, track_dup=False)
+        result = self._route(message, None, tx_id, local, remote=far, own_tx=True, track_dup=False,
+                             delivery_count=delivery_count)
         after_pages = message.durable and self.paged_routes != paged_before  # see `remember_dup`
         for cache, key in remember:
             self.remember_dup(cache, key, tx_id, after_pages=after_pages)

@@ -409,10 +409,12 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         remote: list[RemoteBinding] | None = None,
         own_tx: bool = False,
         track_dup: bool = True,
+        delivery_count: int = 0,
     ) -> SendResult:
         """`only`: these queues instead of the address's bindings (and `remote` bindings with
         them); `own_tx`: `tx_id` is a transaction the office commits itself (not a client's),
-        so paging is allowed; `track_dup`: remember the message's duplicate ID."""
+        so paging is allowed; `track_dup`: remember the message's duplicate ID; `delivery_count`:
+        the references start with it (a migrated message keeps its count)."""
         address = self.addresses.get(message.address)
         diverted = False
         if only is not None:
@@ -467,7 +469,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                                         else self.addresses.get(queue.address)):
                 to_page.append((queue, seq))
                 continue
-            refs.append(MessageReference(message, queue, seq))
+            refs.append(MessageReference(message, queue, seq, delivery_count))
         paged = len(to_page)
         if paged:
             # One page record that holds the whole send (no journal record, no forwarded copy, no
@@ -484,6 +486,10 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         if stored:
             message.ref_count = len(stored)
             self.store.add_message(tx_id, message, [(r.queue.id, r.seq) for r in refs if r.queue.durable])
+            if delivery_count:
+                for r in refs:
+                    if r.queue.durable:
+                        self.store.update_delivery_count(message.id, r.queue.id, delivery_count)
         if commit_here:
             self.store.commit(commit_here)
             self.admit_held(commit_here)  # its store-and-forward copies

@@ -34,6 +34,10 @@ SYNC_FIRST = "_PETREL_SYNC_FIRST"
 INSTANCE = "_PETREL_INSTANCE"
 
 
+#: Property a migrated message carries its delivery count in (the target takes it off).
+MIGRATED_DELIVERY_COUNT = "_PETREL_MIGRATED_DC"
+
+
 def bridge_dup_id(node_id: str, message_id: int) -> str:
     """The duplicate ID of a copy a bridge sends: the sending node and the copy's message id."""
     return f"{node_id}:{message_id}"

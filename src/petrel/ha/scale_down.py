@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 
 from petrel.client.link import PeerLink, open_link, stream_body
 from petrel.codec.core import Connected, CreateSession, Error, Result, SendConfirm, SendFailed
-from petrel.codec.core.cluster import Forward, MigrateQueue, MigrationBegin
+from petrel.codec.core.cluster import Forward, MigrateDuplicateIds, MigrateQueue, MigrationBegin
 from petrel.core.queue import Consumer
-from petrel.core.remote import bridge_dup_id
+from petrel.core.remote import MIGRATED_DELIVERY_COUNT, bridge_dup_id
 
 if TYPE_CHECKING:
     from petrel.core.queue import MessageReference, Queue
@@ -123,6 +123,7 @@ class Migration:
                      self.target_node, self.target, self.window, extra={"event": "scale_down.started"})
             for queue in sorted(queues, key=lambda q: q.name):
                 await self._move_queue(queue)
+            await self._move_duplicate_ids()
             left = sum(q.message_count for q in queues if q.name in self.office.queues)
             if left:
                 raise MigrationFailed(f"{left} messages are still here after the migration")
@@ -146,6 +147,16 @@ class Migration:
         if self._lost.done():
             raise MigrationFailed(self._lost.result())
         raise MigrationFailed(f"the target {self.target} did not answer within {self.timeout:.0f}s")
+
+    async def _move_duplicate_ids(self) -> None:
+        """The duplicate IDs this node remembers, cache by cache, oldest first (a rerun adds only
+        what the target lacks)."""
+        corr = QUEUE + 1
+        for name, cache in sorted(self.office.dup_caches.items()):
+            ids = [dup_id for dup_id, _ in cache.entries()]
+            for start in range(0, len(ids), 5000):
+                corr += 1
+                await self._ask(corr, MigrateDuplicateIds(corr, name, ids[start:start + 5000]))
 
     async def _move_queue(self, queue: Queue) -> None:
         await self._ask(QUEUE, MigrateQueue(
@@ -198,8 +209,11 @@ class Migration:
             return
         message = ref.message
         rt = int(message.routing_type) if message.routing_type is not None else -1
+        properties = dict(message.properties)
+        if ref.delivery_count:
+            properties[MIGRATED_DELIVERY_COUNT] = ref.delivery_count
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
-                message.timestamp, message.scheduled, dict(message.properties))
+                message.timestamp, message.scheduled, properties)
         dup = bridge_dup_id(self.broker.node_id, message.id)
         self.sent += 1
         self.in_flight.append((ref, self._consumer))

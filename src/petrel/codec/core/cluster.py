@@ -27,6 +27,7 @@ __all__ = [
     "GroupDecision",
     "MigrationBegin",
     "MigrateQueue",
+    "MigrateDuplicateIds",
     "CLUSTER_CAPABILITY",
 ]
 
@@ -142,7 +143,18 @@ class MigrateQueue(Event, frozen=True, array_like=True):
     attributes: dict = {}
 
 
+class MigrateDuplicateIds(Event, frozen=True, array_like=True):
+    """Duplicate IDs the origin remembers for ``cache`` (an address, or a bridge's cache), oldest
+    first: the target remembers them too, so a client's resend after the move is still dropped."""
+
+    TYPE: ClassVar[int] = 0x48
+    corr: int
+    cache: str
+    ids: list[str] = []
+
+
 register(ClusterJoin, client=True, server=False)
+register(MigrateDuplicateIds, client=True, server=False)
 register(MigrationBegin, client=True, server=False)
 register(MigrateQueue, client=True, server=False)
 register(Forward, client=True, server=False)

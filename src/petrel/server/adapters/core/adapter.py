@@ -61,7 +61,14 @@ from petrel.core.message import LargeBody, Message, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
 from petrel.core.transaction import Transaction, TransactionRolledBack
-from petrel.codec.core.cluster import ClusterJoin, Forward, GroupPropose, MigrateQueue, MigrationBegin
+from petrel.codec.core.cluster import (
+    ClusterJoin,
+    Forward,
+    GroupPropose,
+    MigrateDuplicateIds,
+    MigrateQueue,
+    MigrationBegin,
+)
 from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.core.admin import AdminFrames
 from petrel.server.adapters.core.cluster import ClusterFrames
@@ -142,6 +149,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
             ReplicaVote: self.on_replica_vote,
             MigrationBegin: self.on_migration_begin,
             MigrateQueue: self.on_migrate_queue,
+            MigrateDuplicateIds: self.on_migrate_duplicate_ids,
         }
 
     # -- input ------------------------------------------------------------------------------

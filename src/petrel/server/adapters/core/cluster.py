@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from petrel.codec.core import ErrorCode, Result, SendFailed
 from petrel.codec.core.cluster import ClusterJoin, Forward, GroupPropose
 from petrel.core.limits import AddressFull
+from petrel.core.remote import MIGRATED_DELIVERY_COUNT
 from petrel.core.message import Message, RoutingType, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
@@ -90,7 +91,11 @@ class ClusterFrames:
         session.sent += 1
         if session.sent - session.confirmed == 1:
             self._dirty.append(session)
-        message = Message(large_body[0] if large_body else self._next_id(), e.address, body, e.properties,
+        properties, delivery_count = e.properties, 0
+        if self.migration_source is not None and MIGRATED_DELIVERY_COUNT in properties:
+            properties = dict(properties)
+            delivery_count = int(properties.pop(MIGRATED_DELIVERY_COUNT) or 0)
+        message = Message(large_body[0] if large_body else self._next_id(), e.address, body, properties,
                           e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
         if large_body is not None:
             message.large = large_body[1]
@@ -99,7 +104,7 @@ class ClusterFrames:
         try:
             if not self.forward_tx:  # one store transaction for the read's forwarded messages
                 self.forward_tx = self.office.store.begin()
-            self.office.receive_forwarded(message, e.keys, e.dup, self.forward_tx)
+            self.office.receive_forwarded(message, e.keys, e.dup, self.forward_tx, delivery_count)
         except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
             self.office.discard(message)
             code = ErrorCode.ADDRESS_FULL if isinstance(exc, AddressFull) else ErrorCode.ROUTING

@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from petrel.codec.core import ErrorCode, Result
-from petrel.codec.core.cluster import MigrateQueue, MigrationBegin
+from petrel.codec.core.cluster import MigrateDuplicateIds, MigrateQueue, MigrationBegin
 from petrel.core.message import RoutingType
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
@@ -59,3 +59,17 @@ class MigrationFrames:
                               f"queue {e.name!r} exists here on address {queue.address!r}, not {e.address!r}"))
             return
         self.reply(Result(e.corr, 0, "", {"name": e.name}), sync=True)
+
+    def on_migrate_duplicate_ids(self: CoreAdapter, e: MigrateDuplicateIds) -> None:
+        if self.migration_source is None:
+            raise Fatal(ErrorCode.UNAUTHORIZED, "MIGRATE_DUPLICATE_IDS before MIGRATION_BEGIN")
+        office = self.office
+        cache = office._dup_cache(e.cache, office.settings_for(e.cache))
+        tx = office.store.begin()
+        added = 0
+        for dup_id in e.ids:
+            if dup_id not in cache:
+                office.remember_dup(cache, dup_id, tx)
+                added += 1
+        office.commit_store(tx)
+        self.reply(Result(e.corr, 0, "", {"added": added}), sync=True)
