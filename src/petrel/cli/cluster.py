@@ -1,5 +1,7 @@
-"""``petrel cluster up|status|down``: a local cluster of broker processes (petrel.orchestrator.local),
-plain or as live-backup pairs (``--ha shared-store|replication [--lock-manager zookeeper]``)."""
+"""``petrel cluster up|status|scale|apply|down``: a local cluster of broker processes
+(petrel.orchestrator.local), plain or as live-backup pairs (``--ha shared-store|replication
+[--lock-manager zookeeper]``); ``scale`` and ``apply`` resize it with message migration
+(petrel.orchestrator.scaling, on the decision core shared with the Kubernetes operator)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 import click
 
 from petrel.cli.tables import print_table
+from petrel.errors import PetrelError
 from petrel.orchestrator.local import DEFAULT_CLUSTER_NAME, DEFAULT_DATA_ROOT, ClusterSpec, LocalCluster
 from petrel.orchestrator.state import ClusterState, NodeStatus
 
@@ -16,7 +19,7 @@ __all__ = ["cluster"]
 LOAD_BALANCING = ("OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION")
 
 
-_NUMERIC = ("PID", "MEMBERS", "BRIDGES", "BACKLOG", "LAG")
+_NUMERIC = ("PID", "MEMBERS", "BRIDGES", "BACKLOG", "LAG", "ATTEMPT", "MOVED", "TOTAL", "RATE", "ETA")
 
 
 def _figure(value: int | None) -> str:
@@ -40,7 +43,7 @@ def data_root_option(fn):
                         show_default=True, help="Directory holding cluster.json and the node directories.")(fn)
 
 
-@click.group("cluster", help="Run a cluster of brokers on this host: up, status, down.")
+@click.group("cluster", help="Run a cluster of brokers on this host: up, status, scale (or apply a spec), down.")
 def cluster() -> None:
     pass
 
@@ -104,26 +107,58 @@ def _ha_rows(nodes: list[NodeStatus]) -> list[list[str]]:
                                  "MEMBERS connected (itself included), BRIDGES up of all, BACKLOG messages "
                                  "waiting to be forwarded. With HA: each node's PAIR, configured ROLE, HA_STATE "
                                  "(live, backup, ...), replication SYNC state and LAG (operations); a waiting "
-                                 "backup is 'standby'. Exit 1 unless every node runs (or stands by).")
+                                 "backup is 'standby'. After `cluster scale`: retired nodes and each DRAIN's state, "
+                                 "progress (messages moved of the total, rate, ETA) and last error. Exit 1 unless "
+                                 "every node runs (or stands by) and no drain is unfinished.")
 @data_root_option
 @click.pass_context
 def status(ctx: click.Context, data_root: Path) -> None:
     local = LocalCluster(data_root)
-    state, nodes = local.status()
+    state, nodes = local.status(progress=_progress)
     if state.ha is None:
         _print_table(["NODE", "PID", "STATE", "URL", "CONSOLE", "MEMBERS", "BRIDGES", "BACKLOG"],
-                     [[s.node.name, str(s.node.pid), s.state, s.node.url, s.node.console, _figure(s.members),
+                     [[s.node.name, str(s.node.pid), _node_state(s), s.node.url, s.node.console, _figure(s.members),
                        "-" if s.bridges is None else f"{s.bridges_up}/{s.bridges}", _figure(s.backlog)]
                       for s in nodes])
-        running = sum(s.state == "running" for s in nodes)
-        click.echo(f"cluster {state.name}: {running} of {len(nodes)} nodes running")
-        ctx.exit(0 if running == len(nodes) else 1)
+        members = [s for s in nodes if not s.node.retired]
+        running = sum(s.state == "running" for s in members)
+        size = state.spec.size if state.spec else len(members)
+        text = f"cluster {state.name}: {running} of {size} nodes running"
+        pending = [d for d in state.drains if d.phase in ("running", "failed", "succeeded")]
+        if state.drains:
+            click.echo(text)
+            _print_drains(state)
+            text = f"{_count(len(pending), 'drain')} not finished" if pending else "every drain finished"
+        click.echo(text)
+        ctx.exit(0 if running == size == len(members) and not pending else 1)
     _print_table(["NODE", "PAIR", "ROLE", "HA_STATE", "SYNC", "LAG", "PID", "STATE", "URL", "CONSOLE", "MEMBERS",
                   "BRIDGES", "BACKLOG"], _ha_rows(nodes))
     ok = sum(s.state in ("running", "standby") for s in nodes)
     click.echo(_ha_summary(local, state, nodes) + f"; {ok} of {len(nodes)} brokers up")
     zk_ok = local.zookeeper_running(state)
     ctx.exit(0 if ok == len(nodes) and zk_ok is not False else 1)
+
+
+def _node_state(s: NodeStatus) -> str:
+    if not s.node.retired:
+        return s.state
+    return "retired" if s.state == "stopped" else f"{s.state}, retired"
+
+
+def _print_drains(state: ClusterState) -> None:
+    from petrel.orchestrator.drains import last_progress
+
+    rows = []
+    for d in state.drains:
+        event = last_progress(d)
+        phase = "succeeded, directory deleted" if d.phase == "deleted" else d.phase
+        moved, total = event.get("messages_moved"), event.get("messages_total")
+        rate, eta = event.get("rate"), event.get("eta_s")
+        rows.append([d.node, phase, str(d.attempts), _figure(moved), _figure(total),
+                     "-" if rate is None else f"{float(rate):.0f}/s",
+                     "-" if eta is None or d.phase != "running" else f"{float(eta):.0f} s",
+                     d.target, d.reason or "-"])
+    _print_table(["DRAIN", "STATE", "ATTEMPT", "MOVED", "TOTAL", "RATE", "ETA", "TARGET", "LAST_ERROR"], rows)
 
 
 def _ha_summary(local: LocalCluster, state: ClusterState, nodes: list[NodeStatus]) -> str:
@@ -141,8 +176,110 @@ def _ha_summary(local: LocalCluster, state: ClusterState, nodes: list[NodeStatus
     return text
 
 
-@cluster.command("down", help="Stop every node (SIGTERM, then SIGKILL after the timeout), and the ZooKeeper if "
-                               "`up` started one, and forget the cluster.")
+def _load_spec(path: Path) -> dict:
+    """A spec file: ``size``, ``persistence_enabled``, ``message_migration`` (TOML), as the
+    operator's ``deploymentPlan``."""
+    import tomllib
+
+    try:
+        body = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", param_hint="SPEC") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise click.BadParameter(f"{path} is not TOML: {exc}", param_hint="SPEC") from None
+    known = {"size": int, "persistence_enabled": bool, "message_migration": bool}
+    for key, value in body.items():
+        if key not in known:
+            raise click.BadParameter(f"{path}: unknown key {key!r}; a spec has {', '.join(known)}",
+                                     param_hint="SPEC")
+        if type(value) is not known[key]:
+            raise click.BadParameter(f"{path}: {key} must be {'an integer' if known[key] is int else 'true or false'}",
+                                     param_hint="SPEC")
+    if "size" not in body or body["size"] < 1:
+        raise click.BadParameter(f"{path}: size (at least 1) is required", param_hint="SPEC")
+    return body
+
+
+def _converge(data_root: Path, size: int | None, spec_file: Path | None, migration: bool | None,
+              timeout: float, max_attempts: int | None, parallel: int) -> None:
+    from dataclasses import asdict
+
+    from petrel.orchestrator.converge import ConvergeTimeout
+    from petrel.orchestrator.reconcile import Policy
+    from petrel.orchestrator.scaling import scale
+    from petrel.orchestrator.state import DesiredSpec
+
+    local = LocalCluster(data_root)
+    state = local.load()
+    if state is None:
+        raise click.UsageError(f"no cluster in {local.data_root}; start one with `petrel cluster up`")
+    current = asdict(state.spec) if state.spec else {"size": len(state.members)}
+    wanted = {**current, **(_load_spec(spec_file) if spec_file else {})}
+    if size is not None:
+        wanted["size"] = size
+    if migration is not None:
+        wanted["message_migration"] = migration
+    desired = DesiredSpec(**wanted)
+    click.echo(f"scaling cluster {state.name} to {_count(desired.size, 'node')} (persistence "
+               f"{'on' if desired.persistence_enabled else 'off'}, message migration "
+               f"{'on' if desired.message_migration else 'off'})", err=True)
+    policy = Policy(max_attempts=max_attempts, max_parallel_drains=parallel)
+    try:
+        outcome = scale(local, desired, policy=policy, timeout=timeout, progress=_progress)
+    except ConvergeTimeout as exc:
+        raise PetrelError(f"{exc}; drains and brokers keep running: watch `petrel cluster status "
+                          f"--data-root {local.data_root}` and run this again to carry on") from None
+    if outcome.plan.stuck:
+        raise PetrelError("; ".join(outcome.plan.stuck))
+    state = local.load()
+    kept = [n.name for n in state.nodes if n.retired]
+    click.echo(f"cluster {state.name}: {_count(len(state.members), 'node')} running"
+               + (f"; kept retired data of {', '.join(kept)} (message migration off)" if kept else ""))
+
+
+def _scale_options(fn):
+    fn = click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True, metavar="SECONDS",
+                      help="How long to wait for the cluster to match (brokers, drains) before exit 1; what runs "
+                           "goes on, and a rerun carries on.")(fn)
+    fn = click.option("--max-attempts", type=click.IntRange(1), default=None,
+                      help="Give up on a drain after this many failures (keeping its directory) "
+                           "[default: retry with capped backoff until the timeout].")(fn)
+    fn = click.option("--parallel-drains", type=click.IntRange(1, 16), default=1, show_default=True,
+                      help="Drains running at once.")(fn)
+    return data_root_option(fn)
+
+
+@cluster.command("scale", help="Resize the cluster to --size nodes. Scaling down stops the highest nodes, drains "
+                                "each one's data directory onto a running node (`petrel drain`), deletes a "
+                                "directory only after its drain exited 0, and retries failed drains with backoff; "
+                                "scaling up starts new nodes on empty directories (never on drained data). Exit 0 "
+                                "when the cluster matches, 1 otherwise (with what it waits for).")
+@click.option("--size", type=click.IntRange(1, 100), default=None, help="Number of nodes wanted.")
+@click.option("--spec", "spec_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A TOML spec (size, persistence_enabled, message_migration); --size overrides its size.")
+@click.option("--message-migration/--no-message-migration", default=None,
+              help="Drain the data of leaving nodes (default: on, or the spec's).")
+@_scale_options
+def scale_cmd(size: int | None, spec_file: Path | None, message_migration: bool | None, data_root: Path,
+              timeout: float, max_attempts: int | None, parallel_drains: int) -> None:
+    if size is None and spec_file is None:
+        raise click.UsageError("give --size N or --spec FILE")
+    _converge(data_root, size, spec_file, message_migration, timeout, max_attempts, parallel_drains)
+
+
+@cluster.command("apply", help="Make the cluster match a TOML spec (size, persistence_enabled, "
+                                "message_migration), as the operator's PetrelBroker deploymentPlan: the "
+                                "declarative form of `cluster scale`.")
+@click.argument("spec_file", metavar="SPEC", type=click.Path(dir_okay=False, path_type=Path))
+@_scale_options
+def apply_cmd(spec_file: Path, data_root: Path, timeout: float, max_attempts: int | None,
+              parallel_drains: int) -> None:
+    _converge(data_root, None, spec_file, None, timeout, max_attempts, parallel_drains)
+
+
+@cluster.command("down", help="Stop every node (SIGTERM, then SIGKILL after the timeout), the running drains "
+                               "(their data directories are kept), and the ZooKeeper if `up` started one, and forget "
+                               "the cluster.")
 @data_root_option
 @click.option("--purge", is_flag=True, help="Also delete the node directories (configs, logs, data).")
 @click.option("--timeout", type=click.FloatRange(0), default=30, show_default=True, metavar="SECONDS",

@@ -52,6 +52,7 @@ def broker_toml(spec: ClusterSpec, node: Node, nodes: Sequence[Node], password: 
         f"# written by `petrel cluster up`; {what} of cluster {spec.name!r}",
         f"name = {toml_string(node.name)}",
         f"data_dir = {toml_string(node.data_dir)}",
+        *([] if spec.persistence_enabled else ["persistence_enabled = false"]),
         f"host = {toml_string(HOST)}",
         f"port = {node.port}",
         f"stomp_port = {node.stomp_port}",

@@ -37,12 +37,14 @@ from pathlib import Path
 
 from petrel.errors import PetrelError, UsageError
 from petrel.orchestrator.broker_toml import CLUSTER_USER, broker_toml
+from petrel.orchestrator.drains import DRAINS_DIR, stop_drain
 from petrel.orchestrator.probes import cluster_figures, cluster_view, ha_view, health, not_ready_reason
-from petrel.orchestrator.processes import (Process, Progress, log_tail, port_free, process_alive, quiet,
+from petrel.orchestrator.processes import (Progress, log_tail, port_free, process_alive, quiet,
                                            spawn_broker, stop_processes)
 from petrel.orchestrator.state import (DEFAULT_CLUSTER_NAME, DEFAULT_DATA_ROOT, HA_KINDS, HOST, NODE_PORT_STEP,
                                        STATE_FILE, ClusterSpec, ClusterState, Node, NodeStatus, ZooKeeperRecord,
                                        node_ports)
+from petrel.orchestrator.tracking import node_alive, node_process, track_nodes
 from petrel.orchestrator.zookeeper import ZOOKEEPER_DIR, missing, start_zookeeper, zookeeper_process
 
 __all__ = [
@@ -148,7 +150,9 @@ class LocalCluster:
         self.data_root.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
         layout = self._layout(spec)
-        state = ClusterState(spec.name, str(self.data_root), (), time.strftime("%Y-%m-%dT%H:%M:%S%z"), ha=spec.ha)
+        state = ClusterState(spec.name, str(self.data_root), (), time.strftime("%Y-%m-%dT%H:%M:%S%z"), ha=spec.ha,
+                             base_port=spec.base_port, load_balancing=spec.load_balancing,
+                             redistribution_delay=spec.redistribution_delay)
         procs: list[subprocess.Popen] = []  # detached, but reaped here if the start fails
         try:
             if spec.lock_manager == "zookeeper":
@@ -302,11 +306,16 @@ class LocalCluster:
 
     # -- status -----------------------------------------------------------------------------
 
-    def status(self) -> tuple[ClusterState, list[NodeStatus]]:
+    def status(self, progress: Progress = quiet) -> tuple[ClusterState, list[NodeStatus]]:
+        """Each node as it runs now (nodes restarted by hand are found again and recorded)."""
         state = self._require()
+        tracked = track_nodes(state, progress)
+        if tracked != state:
+            self._save(tracked)
+            state = tracked
         statuses = []
         for node in state.nodes:
-            alive = process_alive(node.pid, node.config)
+            alive = node_alive(node)
             healthy = alive and health(node, timeout=3.0)
             figures = cluster_figures(cluster_view(node)) if healthy else {}
             ha = ha_view(node) if alive and state.ha else {}
@@ -327,10 +336,13 @@ class LocalCluster:
         state = self.load()
         if state is None:
             return None
+        state = track_nodes(state, progress)
+        self._save(state)
         self._stop(state, timeout=timeout, progress=progress)
         self.state_path.unlink(missing_ok=True)
         if purge:
             dirs = [n.node_dir for n in state.nodes] + ([state.zookeeper.workdir] if state.zookeeper else [])
+            dirs += [str(self.data_root / DRAINS_DIR)] if state.drains else []
             for path in dirs:
                 shutil.rmtree(path, ignore_errors=True)
                 progress(f"deleted {path}")
@@ -339,8 +351,13 @@ class LocalCluster:
 
     @staticmethod
     def _stop(state: ClusterState, *, timeout: float, progress: Progress) -> None:
-        """The brokers first (a broker stopping keeps its lock manager session to the end), then ZooKeeper."""
-        stop_processes([Process(n.name, n.pid, n.config) for n in state.nodes], timeout=timeout, progress=progress)
+        """The drainers, the brokers (a broker stopping keeps its lock manager session to the end), then
+        ZooKeeper."""
+        for record in state.drains:
+            if record.phase == "running" and process_alive(record.pid, record.rc_file):
+                progress(f"stopping the drain of {record.node} (pid {record.pid}); its data directory is kept")
+                stop_drain(record, timeout=min(timeout, 10.0))
+        stop_processes([node_process(n) for n in state.nodes], timeout=timeout, progress=progress)
         if state.zookeeper is not None:
             stop_processes([zookeeper_process(state.zookeeper)], timeout=timeout, progress=progress)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from petrel.errors import PetrelError
 from petrel.orchestrator.state import HOST, Node
 
-__all__ = ["Process", "Progress", "child_environment", "log_tail", "port_free", "process_alive", "quiet",
-           "signal_process", "spawn_broker", "stop_processes"]
+__all__ = ["Process", "Progress", "child_environment", "find_broker_process", "log_tail", "pid_listening_on",
+           "port_free", "process_alive", "quiet", "signal_process", "spawn_broker", "stop_processes"]
 
 Progress = Callable[[str], None]
 
@@ -33,7 +33,7 @@ class Process:
 
     name: str
     pid: int
-    config: str  #: a file named on its command line
+    config: str | None  #: a file named on its command line (None: the pid alone identifies it)
 
 
 def process_alive(pid: int, config: str | None = None) -> bool:
@@ -59,6 +59,47 @@ def process_alive(pid: int, config: str | None = None) -> bool:
     except OSError:
         pass  # no /proc (not Linux): os.kill said it exists
     return True
+
+
+def find_broker_process(config: str) -> int | None:
+    """The lowest pid of a broker run with ``--config <config>`` (``petrel run``, as a node
+    restarted by hand), or None. Other commands naming the file (a drainer reads the cluster
+    credentials from it) are not brokers."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "run" in args and (f"--config={config}" in args or any(
+                a == "--config" and b == config for a, b in zip(args, args[1:]))):
+            found.append(int(entry.name))
+    alive = [pid for pid in sorted(found) if process_alive(pid)]
+    return alive[0] if alive else None
+
+
+def pid_listening_on(port: int) -> int | None:
+    """The pid of the process listening on TCP ``port`` on this host, when it is ours to see."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            for fd in (entry / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    return int(entry.name)
+        except OSError:
+            continue
+    return None
 
 
 def signal_process(pid: int, signum: int) -> None:

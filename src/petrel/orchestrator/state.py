@@ -1,5 +1,6 @@
 """What the local orchestrator is asked for (`ClusterSpec`), what it records in ``cluster.json``
-(`ClusterState`: the nodes and, with ``--lock-manager zookeeper``, the ZooKeeper), and what
+(`ClusterState`: the nodes, with ``--lock-manager zookeeper`` the ZooKeeper, and since a
+``cluster scale`` the desired spec and the drains of retired nodes: `DrainRecord`), and what
 ``status`` finds (`NodeStatus`)."""
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ __all__ = [
     "STATE_FILE",
     "ClusterSpec",
     "ClusterState",
+    "DesiredSpec",
+    "DrainRecord",
     "Node",
     "NodeStatus",
     "ZooKeeperRecord",
@@ -64,6 +67,7 @@ class ClusterSpec:
     ha: str | None = None  #: "shared-store" or "replication" (HA_KINDS), or None: no backups
     lock_manager: str | None = None  #: "zookeeper" (replication only)
     lock_session_ms: int = 18000  #: the lock manager's session: a dead live's lock expires after it
+    persistence_enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,16 @@ class Node:
     log: str
     role: str = "live"  #: live (no HA), primary or backup
     pair: str | None = None  #: the pair's group name (pair-i), with HA
+    stopped: bool = False  #: stopped on purpose by `cluster scale` (a dead broker not stopped crashed)
+    retired: bool = False  #: its data directory was retired by a scale-down (drain, then delete)
+    crashes: int = 0  #: consecutive crashes seen by `cluster scale|status`
+    last_exit: float | None = None  #: when its crash was first seen (wall clock)
+    found_by: str = "start"  #: how its pid was found: start, config (restarted by hand), port
+
+    @property
+    def ordinal(self) -> int:
+        """0-based, as the decision core and Kubernetes count (node-1 is ordinal 0)."""
+        return self.index - 1
 
     @property
     def url(self) -> str:
@@ -116,6 +130,35 @@ class ZooKeeperRecord:
 
 
 @dataclass(frozen=True)
+class DesiredSpec:
+    """What ``cluster scale|apply`` was last asked for (the operator's ``deploymentPlan``)."""
+
+    size: int
+    persistence_enabled: bool = True
+    message_migration: bool = True
+
+
+@dataclass(frozen=True)
+class DrainRecord:
+    """One drain of a retired node's data directory: its latest attempt, and how the earlier ended."""
+
+    index: int  #: the node's (1-based)
+    node: str
+    data_dir: str
+    target: str  #: the URL it drains onto
+    attempts: int
+    pid: int  #: the latest attempt's wrapper shell (its process group holds the drainer)
+    started: float  #: wall clock
+    progress: str  #: the latest attempt's --progress json lines
+    stderr: str  #: ... its stderr
+    rc_file: str  #: ... its exit code, written when it exits (absent: still running, or killed)
+    phase: str = "running"  #: running, succeeded, failed, deleted (succeeded, directory deleted)
+    last_failure: float | None = None
+    reason: str | None = None
+    finished: float | None = None
+
+
+@dataclass(frozen=True)
 class ClusterState:
     """The content of ``cluster.json``."""
 
@@ -125,6 +168,16 @@ class ClusterState:
     created: str = ""
     ha: str | None = None
     zookeeper: ZooKeeperRecord | None = None
+    spec: DesiredSpec | None = None  #: set by `cluster scale|apply`; None: the `up` size, as started
+    drains: tuple[DrainRecord, ...] = ()
+    base_port: int | None = None  #: `up`'s, for the nodes a scale-up adds
+    load_balancing: str = "ON_DEMAND"
+    redistribution_delay: int = 0
+
+    @property
+    def members(self) -> tuple[Node, ...]:
+        """The nodes that are not retired."""
+        return tuple(n for n in self.nodes if not n.retired)
 
     @property
     def pairs(self) -> int:
@@ -133,7 +186,10 @@ class ClusterState:
     def to_json(self) -> str:
         body = {"name": self.name, "data_root": self.data_root, "created": self.created, "ha": self.ha,
                 "zookeeper": asdict(self.zookeeper) if self.zookeeper else None,
-                "nodes": [asdict(n) for n in self.nodes]}
+                "nodes": [asdict(n) for n in self.nodes],
+                "spec": asdict(self.spec) if self.spec else None, "drains": [asdict(d) for d in self.drains],
+                "base_port": self.base_port, "load_balancing": self.load_balancing,
+                "redistribution_delay": self.redistribution_delay}
         return json.dumps(body, indent=2) + "\n"
 
     @classmethod
@@ -141,9 +197,13 @@ class ClusterState:
         try:
             body = json.loads(text)
             nodes = tuple(Node(**n) for n in body["nodes"])
-            zk = body.get("zookeeper")
+            zk, spec = body.get("zookeeper"), body.get("spec")
             return cls(name=body["name"], data_root=body["data_root"], nodes=nodes, created=body.get("created", ""),
-                       ha=body.get("ha"), zookeeper=ZooKeeperRecord(**zk) if zk else None)
+                       ha=body.get("ha"), zookeeper=ZooKeeperRecord(**zk) if zk else None,
+                       spec=DesiredSpec(**spec) if spec else None,
+                       drains=tuple(DrainRecord(**d) for d in body.get("drains") or ()),
+                       base_port=body.get("base_port"), load_balancing=body.get("load_balancing", "ON_DEMAND"),
+                       redistribution_delay=body.get("redistribution_delay", 0))
         except (ValueError, KeyError, TypeError) as exc:
             raise PetrelError(f"{source} is not a cluster state file ({type(exc).__name__}: {exc}); "
                               f"remove it if no cluster runs from {source.parent}") from None
