@@ -209,12 +209,13 @@ def _converge(data_root: Path, size: int | None, spec_file: Path | None, migrati
     from petrel.orchestrator.scaling import scale
     from petrel.orchestrator.state import DesiredSpec
 
+    asked = _load_spec(spec_file) if spec_file else {}
     local = LocalCluster(data_root)
     state = local.load()
     if state is None:
         raise click.UsageError(f"no cluster in {local.data_root}; start one with `petrel cluster up`")
     current = asdict(state.spec) if state.spec else {"size": len(state.members)}
-    wanted = {**current, **(_load_spec(spec_file) if spec_file else {})}
+    wanted = {**current, **asked}
     if size is not None:
         wanted["size"] = size
     if migration is not None:

@@ -180,9 +180,9 @@ def drain_job(cr: BrokerResource, ordinal: int, target: int, attempt: int) -> di
     target_url = f"tcp://{pod_host(cr, target)}:{CORE_PORT}"
     container = {
         "name": "drainer", "image": cr.image,
-        "command": ["petrel", "drain", "--data-dir", "/data", "--target", target_url,
-                    "--user", CLUSTER_USER, "--password", "$(PETREL_CLUSTER_PASSWORD)", "--progress", "json"],
-        "env": [_password_env(cr)],
+        "command": ["petrel", "drain", "--data-dir", "/data", "--target", target_url, "--user", CLUSTER_USER,
+                    "--progress", "json"],
+        "env": [_password_env(cr)],  # the drainer reads PETREL_CLUSTER_PASSWORD: never on a command line
         "volumeMounts": [{"name": DATA_VOLUME, "mountPath": "/data"}],
     }
     if cr.resources:

@@ -1,0 +1,225 @@
+"""`petrel cluster scale|apply` as real commands on a cluster of real brokers, draining with the
+real `petrel drain`: persistent messages on every node, scale 3 -> 1, every message consumed
+exactly once from the node that stays, the leaving nodes' directories deleted only after their
+drains exited 0; a crash beyond the size drained too; scale back up on empty directories; a
+failing drain retried while `cluster status` shows it; nodes restarted by hand tracked by
+`status` and stopped by `down`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_process import environment, petrel
+from petrel.client import Connection
+from petrel.testing.process import wait_for
+from test_cli_cluster import Cluster, explain, free_base_port, running, table
+
+pytestmark = pytest.mark.system
+
+QUEUE = "orders"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path / "cluster")
+    try:
+        yield c
+    finally:
+        c.cleanup()
+
+
+def send(url: str, tag: str, count: int) -> list[str]:
+    """``count`` persistent messages to QUEUE on one node, each confirmed."""
+    bodies = [f"{tag}-{i}" for i in range(count)]
+    with Connection(url) as conn:
+        producer = conn.session().producer(f"queue://{QUEUE}")
+        for body in bodies:
+            producer.send(body.encode(), wait=True)
+    return bodies
+
+
+def consume_all(url: str, expected: int) -> list[str]:
+    """Everything QUEUE holds on one node: ``expected`` messages, then nothing more for 2 s."""
+    got = []
+    with Connection(url) as conn:
+        consumer = conn.session().consumer(f"queue://{QUEUE}")
+        while len(got) < expected:
+            message = consumer.receive(15)
+            assert message is not None, f"only {len(got)} of {expected} messages came"
+            got.append(message.body.decode())
+        extra = consumer.receive(2)
+        assert extra is None, f"one more than the {expected} sent: {extra.body!r}"
+    return got
+
+
+def drain_events(root: Path, node: str) -> list[dict]:
+    lines = []
+    for path in sorted((root / "drains").glob(f"{node}.attempt-*.jsonl")):
+        lines += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines
+
+
+def test_scale_3_to_1_moves_every_message_exactly_once_then_deletes(cluster):
+    base = free_base_port(3)
+    out = cluster.run("up", "--size", "3", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    nodes = cluster.state()["nodes"]
+    sent = []
+    for node in nodes:
+        sent += send(f"tcp://127.0.0.1:{node['port']}", node["name"], 40)
+
+    out = cluster.run("scale", "--size", "1", "--timeout", "100")
+    assert out.returncode == 0, explain(out)
+    lines = out.stderr.splitlines()
+
+    # nodes 3 then 2 stopped, drained onto node-1, and deleted only after their drain succeeded
+    for name in ("node-3", "node-2"):
+        succeeded = next(i for i, line in enumerate(lines) if line.startswith(f"drain of {name} succeeded"))
+        deleted = next(i for i, line in enumerate(lines) if line.startswith(f"deleted {cluster.root.absolute() / name}"))
+        assert succeeded < deleted, out.stderr
+        assert not (cluster.root / name).exists()
+        events = drain_events(cluster.root, name)
+        assert events[-1]["event"] == "done" and events[-1]["messages_moved"] == 40, events
+        assert any(e["event"] == "progress" for e in events) or events[-1]["messages_moved"] == 40
+    stops = [line for line in lines if line.startswith("stopping node-")]
+    assert stops[:2] == [line for line in stops if "node-3" in line][:1] + [line for line in stops if "node-2" in line][:1]
+    assert (cluster.root / "node-1" / "data").exists()
+
+    state = cluster.state()
+    assert [n["name"] for n in state["nodes"]] == ["node-1"] and state["spec"]["size"] == 1
+    assert {d["node"]: d["phase"] for d in state["drains"]} == {"node-2": "deleted", "node-3": "deleted"}
+
+    status = petrel("cluster", "status", "--data-root", str(cluster.root))
+    assert status.returncode == 0, explain(status)
+    drains = [r for r in table(status.stdout.split("cluster petrel-cluster: 1 of 1 nodes running")[1]) if "DRAIN" in r]
+    assert {r["DRAIN"]: (r["STATE"], r["MOVED"]) for r in drains} == {
+        "node-2": ("succeeded, directory deleted", "40"), "node-3": ("succeeded, directory deleted", "40")}
+
+    got = consume_all(f"tcp://127.0.0.1:{nodes[0]['port']}", len(sent))
+    assert sorted(got) == sorted(sent), "every message exactly once"
+    for node in nodes:  # order kept per origin
+        mine = [b for b in got if b.startswith(node["name"] + "-")]
+        assert mine == [f"{node['name']}-{i}" for i in range(40)]
+
+
+def test_a_crash_beyond_the_size_is_drained_and_scale_up_starts_empty(cluster):
+    base = free_base_port(3)
+    out = cluster.run("up", "--size", "3", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    nodes = cluster.state()["nodes"]
+    sent = send(f"tcp://127.0.0.1:{nodes[2]['port']}", "n3", 25) + send(f"tcp://127.0.0.1:{nodes[1]['port']}", "n2", 5)
+    os.kill(nodes[2]["pid"], signal.SIGKILL)
+    wait_for(lambda: not running(nodes[2]["pid"]), 10, message="node-3 still running after kill -9")
+
+    spec = cluster.root.parent / "spec.toml"
+    spec.write_text("size = 2\npersistence_enabled = true\nmessage_migration = true\n")
+    out = cluster.run("apply", str(spec), "--timeout", "100")
+    assert out.returncode == 0, explain(out)
+    assert "drain of node-3 succeeded" in out.stderr and not (cluster.root / "node-3").exists()
+    assert "stopping node-2" not in out.stderr
+
+    out = cluster.run("scale", "--size", "3", "--timeout", "120")
+    assert out.returncode == 0, explain(out)
+    assert "started node-3" in out.stderr and "on an empty data directory" in out.stderr
+    state = cluster.state()
+    assert [n["name"] for n in state["nodes"]] == ["node-1", "node-2", "node-3"]
+    assert all(running(n["pid"]) for n in state["nodes"])
+    # one consumer on node-1 draws the whole cluster's (redistribution): each message once, and
+    # nothing stale from the new node-3
+    got = consume_all(f"tcp://127.0.0.1:{nodes[0]['port']}", len(sent))
+    assert sorted(got) == sorted(sent)
+
+
+def test_a_failing_drain_is_retried_and_shown_then_succeeds(cluster):
+    """The target refuses node-2's drainer (a wrong cluster password): each attempt fails with the
+    reason, the directory is kept, `scale` times out saying why, `status` shows the drain failed;
+    once the cause is fixed, a rerun drains and deletes."""
+    base = free_base_port(2)
+    out = cluster.run("up", "--size", "2", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    nodes = cluster.state()["nodes"]
+    sent = send(f"tcp://127.0.0.1:{nodes[1]['port']}", "n2", 10)
+    # the drainer's target refuses it: a wrong cluster password in node-2's config
+    config = Path(nodes[1]["config"])
+    good = config.read_text()
+    config.write_text("\n".join("cluster_password = \"wrong\"" if line.startswith("cluster_password") else line
+                                for line in good.splitlines()) + "\n")
+    out = cluster.run("scale", "--size", "1", "--timeout", "8")
+    assert out.returncode == 1, explain(out)
+    assert "drain of node-2 failed (attempt 1)" in out.stderr and "its data directory is kept" in out.stderr
+    assert "not converged within 8 s" in out.stderr and "run this again to carry on" in out.stderr
+    assert (cluster.root / "node-2" / "data").exists()
+
+    status = petrel("cluster", "status", "--data-root", str(cluster.root))
+    assert status.returncode == 1, explain(status)
+    (row,) = [r for r in table(status.stdout.split("nodes running")[1]) if "DRAIN" in r]
+    assert row["DRAIN"] == "node-2" and row["STATE"] == "failed" and row["LAST_ERROR"] != "-"
+
+    config.write_text(good)
+    out = cluster.run("scale", "--size", "1", "--timeout", "120")
+    assert out.returncode == 0, explain(out)
+    assert "drain of node-2 succeeded" in out.stderr and not (cluster.root / "node-2").exists()
+    assert sorted(consume_all(f"tcp://127.0.0.1:{nodes[0]['port']}", 10)) == sorted(sent)
+
+
+def test_a_node_restarted_by_hand_is_tracked_and_stopped_by_down(cluster):
+    base = free_base_port(2)
+    out = cluster.run("up", "--size", "2", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    node = cluster.state()["nodes"][1]
+    os.kill(node["pid"], signal.SIGKILL)
+    wait_for(lambda: not running(node["pid"]), 10, message="node-2 still running after kill -9")
+    with open(node["log"], "ab") as log:  # the operator starts it again, by hand
+        proc = subprocess.Popen([sys.executable, "-m", "petrel", "run", "--config", node["config"]], stdout=log,
+                                stderr=subprocess.STDOUT, env=environment(), start_new_session=True)
+    cluster.pids.add(proc.pid)
+    try:
+        said = []
+
+        def serving():
+            out = petrel("cluster", "status", "--data-root", str(cluster.root))
+            said.append(out.stderr)
+            return out if out.returncode == 0 else None
+        status = wait_for(serving, 60, interval=0.5, message="node-2 not seen running again")
+        rows = {r["NODE"]: r for r in table(status.stdout)}
+        assert rows["node-2"]["PID"] == str(proc.pid) and rows["node-2"]["STATE"] == "running"
+        assert f"node-2 runs again (pid {proc.pid}, found by its --config); tracking it" in "".join(said)
+        assert cluster.state()["nodes"][1]["pid"] == proc.pid
+
+        out = petrel("cluster", "down", "--data-root", str(cluster.root), "--timeout", "20")
+        assert out.returncode == 0, explain(out)
+        assert f"stopping node-2 (pid {proc.pid})" in out.stderr
+        assert proc.wait(timeout=30) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["scale"], "give --size N or --spec FILE"),
+    (["scale", "--size", "0"], "0 is not in the range"),
+])
+def test_scale_usage_errors(cluster, args, words):
+    out = petrel("cluster", *args, "--data-root", str(cluster.root))
+    assert out.returncode == 2 and words in out.stderr, explain(out)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("size = 2\nreplicas = 3\n", "unknown key 'replicas'"),
+    ("size = \"two\"\n", "size must be an integer"),
+    ("persistence_enabled = true\n", "size (at least 1) is required"),
+    ("size = [", "is not TOML"),
+])
+def test_apply_refuses_a_bad_spec(tmp_path, text, words):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text)
+    out = petrel("cluster", "apply", str(spec), "--data-root", str(tmp_path / "none"))
+    assert out.returncode == 2 and words in out.stderr, explain(out)
