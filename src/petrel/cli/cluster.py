@@ -226,7 +226,8 @@ def _converge(data_root: Path, size: int | None, spec_file: Path | None, migrati
                f"{'on' if desired.message_migration else 'off'})", err=True)
     policy = Policy(max_attempts=max_attempts, max_parallel_drains=parallel)
     try:
-        outcome = scale(local, desired, policy=policy, timeout=timeout, progress=_progress)
+        outcome = scale(local, desired, policy=policy, timeout=timeout, progress=_progress,
+                        on_round=_drain_reporter(local))
     except ConvergeTimeout as exc:
         raise PetrelError(f"{exc}; drains and brokers keep running: watch `petrel cluster status "
                           f"--data-root {local.data_root}` and run this again to carry on") from None
@@ -236,6 +237,33 @@ def _converge(data_root: Path, size: int | None, spec_file: Path | None, migrati
     kept = [n.name for n in state.nodes if n.retired]
     click.echo(f"cluster {state.name}: {_count(len(state.members), 'node')} running"
                + (f"; kept retired data of {', '.join(kept)} (message migration off)" if kept else ""))
+
+
+def _drain_reporter(local: LocalCluster, every: float = 5.0):
+    """A converge callback: every few seconds, one line per running drain from its JSON progress."""
+    import time
+
+    from petrel.orchestrator.drains import last_progress
+
+    next_at = [time.monotonic() + every]
+
+    def report(_seen, _plan) -> None:
+        if time.monotonic() < next_at[0]:
+            return
+        next_at[0] = time.monotonic() + every
+        state = local.load()
+        for d in state.drains if state else ():
+            if d.phase != "running":
+                continue
+            e = last_progress(d)
+            if e.get("event") == "progress":
+                eta = e.get("eta_s")
+                _progress(f"draining {d.node} (attempt {d.attempts}): {e.get('messages_moved', 0)} of "
+                          f"{e.get('messages_total', '?')} messages, {float(e.get('rate') or 0):.0f}/s"
+                          + ("" if eta is None else f", about {float(eta):.0f} s left"))
+            else:
+                _progress(f"draining {d.node} (attempt {d.attempts}): starting")
+    return report
 
 
 def _scale_options(fn):

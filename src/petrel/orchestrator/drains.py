@@ -65,18 +65,24 @@ def _reason(record: DrainRecord, code: int | None) -> str:
     return "the drainer was killed (no exit code)" if code is None else f"the drainer exited {code}"
 
 
+def _exit_code(record: DrainRecord) -> int | None:
+    try:
+        return int(Path(record.rc_file).read_text().strip())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return -1
+
+
 def poll_drain(record: DrainRecord, now: float) -> DrainRecord:
     """The record, moved on to succeeded or failed if its attempt has ended."""
     if record.phase != "running":
         return record
-    try:
-        code: int | None = int(Path(record.rc_file).read_text().strip())
-    except FileNotFoundError:
-        code = None
-    except (OSError, ValueError):
-        code = -1
+    code = _exit_code(record)
     if code is None and process_alive(record.pid, record.rc_file):
         return record
+    if code is None:
+        code = _exit_code(record)  # it may have written the file and exited between the two looks
     if code == 0:
         return replace(record, phase="succeeded", finished=now, reason=None)
     return replace(record, phase="failed", finished=now, last_failure=now, reason=_reason(record, code))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 from petrel.orchestrator.processes import (Process, Progress, find_broker_process, pid_listening_on, process_alive,
                                            quiet)
@@ -24,6 +25,15 @@ def node_alive(node: Node) -> bool:
     return process_alive(node.pid, node.config)
 
 
+def _a_broker(pid: int) -> bool:
+    """A ``petrel run`` (however started), not some other program that took the port."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return "run" in args and any("petrel" in a for a in args)
+
+
 def node_process(node: Node) -> Process:
     """What `stop_processes` needs: the config on the command line identifies it, unless it was
     found by its port."""
@@ -40,6 +50,8 @@ def track_nodes(state: ClusterState, progress: Progress = quiet) -> ClusterState
         pid, how = find_broker_process(node.config), "config"
         if pid is None and not node.retired:
             pid, how = pid_listening_on(node.port), "port"
+            if pid is not None and not _a_broker(pid):
+                pid = None  # something else took the port: never ours to stop
         if pid is not None and pid != node.pid:
             progress(f"{node.name} runs again (pid {pid}, found by its {'port' if how == 'port' else '--config'}); "
                      f"tracking it")

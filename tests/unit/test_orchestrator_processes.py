@@ -1,0 +1,100 @@
+"""The local backend's process seams: finding a broker restarted by hand (by its --config, by its
+port, never a drainer that names the same file), and a drain attempt's outcome read back from
+its files by whoever looks later (exit code, "failed" event, killed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from petrel.orchestrator import drains
+from petrel.orchestrator.processes import find_broker_process, pid_listening_on
+from petrel.orchestrator.state import Node
+from petrel.orchestrator.tracking import track_nodes
+from petrel.orchestrator.state import ClusterState
+from petrel.testing.process import wait_for
+
+LISTEN = ("import socket, sys, time\n"
+          "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+          "print(s.getsockname()[1], flush=True)\n"
+          "time.sleep(120)\n")
+
+
+@pytest.fixture
+def processes():
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str) -> tuple[subprocess.Popen, int]:
+        proc = subprocess.Popen([sys.executable, "-c", LISTEN, *args], stdout=subprocess.PIPE, text=True)
+        started.append(proc)
+        return proc, int(proc.stdout.readline())
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def node(tmp_path: Path, port: int, pid: int = 0) -> Node:
+    d = tmp_path / "node-2"
+    return Node(2, "node-2", pid, port, port + 1, port + 2, str(d), str(d / "data"), str(d / "broker.toml"),
+                str(d / "broker.log"))
+
+
+def test_a_broker_is_found_by_its_config_but_a_drainer_naming_it_is_not(tmp_path, processes):
+    config = str(tmp_path / "node-2" / "broker.toml")
+    processes("drain", "--data-dir", "x", "--config", config)
+    assert find_broker_process(config) is None
+    broker, port = processes("run", "--config", config)
+    assert find_broker_process(config) == broker.pid
+    assert pid_listening_on(port) == broker.pid
+
+
+def test_track_nodes_adopts_a_restarted_broker_and_only_a_broker_on_its_port(tmp_path, processes):
+    other, port = processes("serve-something-else")
+    state = ClusterState("c", str(tmp_path), (node(tmp_path, port, pid=999_999_999),))
+    assert track_nodes(state).nodes[0].pid == 999_999_999, "a program that took the port is not adopted"
+    said = []
+    broker, _ = processes("petrel", "run", "--config", state.nodes[0].config)
+    tracked = track_nodes(state, said.append).nodes[0]
+    assert (tracked.pid, tracked.found_by) == (broker.pid, "config")
+    assert said == [f"node-2 runs again (pid {broker.pid}, found by its --config); tracking it"]
+
+
+def _attempt(tmp_path, monkeypatch, script: str):
+    monkeypatch.setattr(drains, "drain_command", lambda n, t: ["sh", "-c", script])
+    target = node(tmp_path, 1)
+    record = drains.spawn_drain(tmp_path, node(tmp_path, 2), target, attempt=1, now=time.time())
+    return wait_for(lambda: (r := drains.poll_drain(record, time.time())).phase != "running" and r, 30,
+                    message="the drain attempt did not end")
+
+
+def test_a_drain_that_exits_0_succeeded(tmp_path, monkeypatch):
+    done = json.dumps({"event": "done", "messages_moved": 7})
+    record = _attempt(tmp_path, monkeypatch, f"echo '{done}'")
+    assert record.phase == "succeeded" and record.reason is None
+    assert drains.last_progress(record) == {"event": "done", "messages_moved": 7}
+    assert Path(record.rc_file).read_text().strip() == "0"
+
+
+def test_a_drain_that_fails_gives_its_reason(tmp_path, monkeypatch):
+    failed = json.dumps({"event": "failed", "reason": "target refuses: address full"})
+    record = _attempt(tmp_path, monkeypatch, f"echo '{failed}'; exit 1")
+    assert (record.phase, record.reason) == ("failed", "target refuses: address full")
+    record = _attempt(tmp_path, monkeypatch, "echo 'petrel: error: disk error' >&2; exit 1")
+    assert record.reason == "petrel: error: disk error"
+
+
+def test_a_killed_drain_is_failed_even_for_a_later_observer(tmp_path, monkeypatch):
+    monkeypatch.setattr(drains, "drain_command", lambda n, t: ["sleep", "60"])
+    record = drains.spawn_drain(tmp_path, node(tmp_path, 2), node(tmp_path, 1), attempt=2, now=time.time())
+    assert drains.poll_drain(record, time.time()).phase == "running"
+    drains.stop_drain(record, timeout=5)
+    ended = drains.poll_drain(record, time.time())
+    assert (ended.phase, ended.reason) == ("failed", "the drainer was killed (no exit code)")
+    assert ended.attempts == 2 and Path(record.progress).name == "node-2.attempt-2.jsonl"
