@@ -223,3 +223,89 @@ def test_apply_refuses_a_bad_spec(tmp_path, text, words):
     spec.write_text(text)
     out = petrel("cluster", "apply", str(spec), "--data-root", str(tmp_path / "none"))
     assert out.returncode == 2 and words in out.stderr, explain(out)
+
+
+def test_scale_3_to_1_under_load_over_stomp_and_core(cluster):
+    """Messages left on nodes 2 (CORE) and 3 (STOMP), and producers on node-1 over both protocols
+    while the scale runs: every confirmed message consumed exactly once from node-1, none of the
+    unconfirmed twice, each producer's messages in order."""
+    import threading
+    from collections import Counter
+
+    import stomp
+
+    from conftest import Listener
+
+    base = free_base_port(3)
+    out = cluster.run("up", "--size", "3", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    nodes = cluster.state()["nodes"]
+    confirmed: dict[str, list[str]] = {"core-n2": [], "stomp-n3": [], "core-n1": [], "stomp-n1": []}
+    attempted: dict[str, list[str]] = {k: [] for k in confirmed}
+    confirmed["core-n2"] = send(f"tcp://127.0.0.1:{nodes[1]['port']}", "core-n2", 150)
+    attempted["core-n2"] = list(confirmed["core-n2"])
+
+    def stomp_producer(port: int, name: str, stop: threading.Event | None, count: int | None) -> None:
+        conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
+        listener = Listener()
+        conn.set_listener("l", listener)
+        conn.connect("guest", "guest", wait=True)
+        try:
+            i = 0
+            while (stop is None or not stop.is_set()) and (count is None or i < count):
+                body = f"{name}-{i}"
+                attempted[name].append(body)
+                conn.send(f"/queue/{QUEUE}", body, headers={"receipt": body, "persistent": "true"})
+                assert listener.receipts.get(timeout=20) == body
+                confirmed[name].append(body)
+                i += 1
+        finally:
+            conn.disconnect()
+
+    def core_producer(url: str, name: str, stop: threading.Event) -> None:
+        with Connection(url) as conn:
+            producer = conn.session().producer(f"queue://{QUEUE}")
+            i = 0
+            while not stop.is_set():
+                body = f"{name}-{i}"
+                attempted[name].append(body)
+                producer.send(body.encode(), wait=True)
+                confirmed[name].append(body)
+                i += 1
+
+    stomp_producer(nodes[2]["stomp_port"], "stomp-n3", None, 150)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(fn, *args):
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(stomp_producer, nodes[0]["stomp_port"], "stomp-n1", stop, None)),
+               threading.Thread(target=guarded, args=(core_producer, f"tcp://127.0.0.1:{nodes[0]['port']}", "core-n1",
+                                                      stop))]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: len(confirmed["stomp-n1"]) > 5 and len(confirmed["core-n1"]) > 5, 30,
+                 message="the producers on node-1 did not start")
+        out = cluster.run("scale", "--size", "1", "--timeout", "100")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert out.returncode == 0, explain(out)
+    assert not errors, errors
+    assert not (cluster.root / "node-2").exists() and not (cluster.root / "node-3").exists()
+
+    total_confirmed = sum(len(v) for v in confirmed.values())
+    got = consume_all(f"tcp://127.0.0.1:{nodes[0]['port']}", total_confirmed)
+    counts = Counter(got)
+    assert [b for b, n in counts.items() if n > 1] == [], "nothing twice"
+    for name, bodies in confirmed.items():
+        assert set(bodies) <= counts.keys(), f"{name}: lost {sorted(set(bodies) - counts.keys())[:5]}"
+        mine = [b for b in got if b.rsplit("-", 1)[0] == name]
+        assert mine == sorted(mine, key=lambda b: int(b.rsplit("-", 1)[1])), f"{name}: out of order"
+    assert len(confirmed["core-n1"]) > 5 and len(confirmed["stomp-n1"]) > 5
