@@ -18,6 +18,7 @@ import pytest
 
 from cli_process import environment, petrel
 from petrel.client import Connection
+from petrel.config import load_config
 from petrel.testing.process import wait_for
 from test_cli_cluster import Cluster, explain, free_base_port, running, table
 
@@ -94,6 +95,8 @@ def test_scale_3_to_1_moves_every_message_exactly_once_then_deletes(cluster):
 
     state = cluster.state()
     assert [n["name"] for n in state["nodes"]] == ["node-1"] and state["spec"]["size"] == 1
+    (cc,) = load_config(state["nodes"][0]["config"], env={}).cluster_connections
+    assert cc.static_connectors == [], "node-1's next start forgets the nodes that left"
     assert {d["node"]: d["phase"] for d in state["drains"]} == {"node-2": "deleted", "node-3": "deleted"}
 
     status = petrel("cluster", "status", "--data-root", str(cluster.root))

@@ -153,14 +153,20 @@ class LocalBackend:
         next start, so that the cluster connection knows it both ways)."""
         spec = self._cluster_spec(state, max(index, max((n.index for n in state.nodes), default=0)))
         node = self.local._node(spec, index, f"node-{index}", "live", None)
-        members = sorted([n for n in state.members if n.index != index] + [node], key=lambda n: n.index)
+        self._write_configs(state, [n for n in state.members if n.index != index] + [node])
+        self.local._validate(Path(node.config))
+        return node
+
+    def _write_configs(self, state: ClusterState, members: list[Node]) -> None:
+        """Each member's broker.toml naming exactly ``members`` (a running broker reads it at its
+        next start: until then its cluster connection still tries the nodes that left)."""
+        members = sorted(members, key=lambda n: n.index)
+        spec = self._cluster_spec(state, len(members))
         password = self._password(state)
         for member in members:
             Path(member.config).parent.mkdir(parents=True, exist_ok=True)
             Path(member.config).write_text(broker_toml(spec, member, members, password))
             os.chmod(member.config, 0o600)
-        self.local._validate(Path(node.config))
-        return node
 
     def _cluster_spec(self, state: ClusterState, size: int) -> ClusterSpec:
         persistent = state.spec.persistence_enabled if state.spec else True
@@ -190,6 +196,7 @@ class LocalBackend:
         drains = tuple(replace(d, phase="deleted") if d.index == node.index and d.phase == "succeeded" else d
                        for d in state.drains)
         if node.ordinal >= (state.spec.size if state.spec else len(state.nodes)):
+            self._write_configs(state, [n for n in state.members if n.index != node.index])
             shutil.rmtree(node.node_dir, ignore_errors=True)  # its config and logs: it is gone
             return replace(state, nodes=tuple(n for n in state.nodes if n.index != node.index), drains=drains)
         return replace(self._replace(state, replace(node, retired=False)), drains=drains)
