@@ -112,7 +112,12 @@ def _spec_schema() -> dict[str, Any]:
                     "size": {"type": "integer", "minimum": 0, "maximum": 100,
                              "description": "Brokers (StatefulSet replicas). 0 stops them all and drains nothing."},
                     "persistenceEnabled": {"type": "boolean", "default": True,
-                                           "description": "A PersistentVolumeClaim per broker for its journal."},
+                                           "description": "A PersistentVolumeClaim per broker for its journal. "
+                                                          "Fixed at creation (a StatefulSet's volume claims are).",
+                                           "x-kubernetes-validations": [{
+                                               "rule": "self == oldSelf",
+                                               "message": "persistenceEnabled cannot change after creation: "
+                                                          "create another PetrelBroker and move the messages"}]},
                     "messageMigration": {"type": "boolean", "default": True,
                                          "description": "On a scale-down, drain each leaving broker's volume onto a "
                                                         "live broker, and delete the volume only after the drain "
