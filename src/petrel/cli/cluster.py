@@ -232,7 +232,8 @@ def _converge(data_root: Path, size: int | None, spec_file: Path | None, migrati
         raise PetrelError(f"{exc}; drains and brokers keep running: watch `petrel cluster status "
                           f"--data-root {local.data_root}` and run this again to carry on") from None
     if outcome.plan.stuck:
-        raise PetrelError("; ".join(outcome.plan.stuck))
+        raise PetrelError("; ".join(outcome.plan.stuck) + "; run this again with a higher --max-attempts (or "
+                          "without it)")
     state = local.load()
     kept = [n.name for n in state.nodes if n.retired]
     click.echo(f"cluster {state.name}: {_count(len(state.members), 'node')} running"

@@ -284,7 +284,7 @@ def decide(spec: Spec, seen: Observed, policy: Policy = Policy()) -> Plan:
             if policy.max_attempts is not None and drain.attempts >= policy.max_attempts:
                 stuck.append(f"drain of data directory {o} failed {drain.attempts} times, the limit "
                              f"(last: {drain.reason or 'no reason given'}); the directory is kept; fix the "
-                             f"cause and apply again to retry")
+                             f"cause, then allow more attempts to retry")
                 continue
             ready_at = (drain.last_failure or seen.now) + policy.backoff(drain.attempts)
             if seen.now < ready_at:
