@@ -312,3 +312,23 @@ def test_scale_3_to_1_under_load_over_stomp_and_core(cluster):
         mine = [b for b in got if b.rsplit("-", 1)[0] == name]
         assert mine == sorted(mine, key=lambda b: int(b.rsplit("-", 1)[1])), f"{name}: out of order"
     assert len(confirmed["core-n1"]) > 5 and len(confirmed["stomp-n1"]) > 5
+
+
+def test_down_stops_a_running_drain_and_keeps_its_directory(cluster):
+    base = free_base_port(2)
+    out = cluster.run("up", "--size", "2", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    nodes = cluster.state()["nodes"]
+    out = petrel("producer", "--url", f"tcp://127.0.0.1:{nodes[1]['port']}", "--destination", f"queue://{QUEUE}",
+                 "--message-count", "100000", "--message-size", "1024", timeout=120)
+    assert out.returncode == 0, explain(out)
+    out = cluster.run("scale", "--size", "1", "--timeout", "1")
+    assert out.returncode == 1 and "not converged within 1 s" in out.stderr, explain(out)
+    (record,) = cluster.state()["drains"]
+    assert record["phase"] == "running" and running(record["pid"]), "the drain goes on after `scale` gave up waiting"
+
+    out = petrel("cluster", "down", "--data-root", str(cluster.root), "--timeout", "20")
+    assert out.returncode == 0, explain(out)
+    assert f"stopping the drain of node-2 (pid {record['pid']}); its data directory is kept" in out.stderr
+    assert not running(record["pid"])
+    assert (cluster.root / "node-2" / "data").exists()

@@ -153,6 +153,8 @@ def _print_drains(state: ClusterState) -> None:
         event = last_progress(d)
         phase = "succeeded, directory deleted" if d.phase == "deleted" else d.phase
         moved, total = event.get("messages_moved"), event.get("messages_total")
+        if event.get("event") == "done":
+            total = moved
         rate, eta = event.get("rate"), event.get("eta_s")
         rows.append([d.node, phase, str(d.attempts), _figure(moved), _figure(total),
                      "-" if rate is None else f"{float(rate):.0f}/s",
