@@ -27,6 +27,9 @@ __all__ = ["Api", "KubernetesApi", "reconcile", "register"]
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 10.0
+#: Operations patch with JSON merge patches (RFC 7386: a None removes a key, as an annotation);
+#: the client would otherwise send a dict as a JSON patch, which the API server refuses.
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class Api(Protocol):
@@ -68,18 +71,22 @@ def reconcile(body: dict[str, Any], api: Api, now: float | None = None) -> dict[
 class KubernetesApi:
     """`Api` on the kubernetes client (in-cluster config, or the kubeconfig outside)."""
 
-    def __init__(self) -> None:
+    def __init__(self, api_client: Any = None) -> None:
+        """``api_client``: a configured ``kubernetes.client.ApiClient``; None: the in-cluster config,
+        or else the kubeconfig."""
         import kubernetes
 
-        try:
-            kubernetes.config.load_incluster_config()
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
+        if api_client is None:
+            try:
+                kubernetes.config.load_incluster_config()
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config()
+            api_client = kubernetes.client.ApiClient()
         self.k8s = kubernetes
-        self.core = kubernetes.client.CoreV1Api()
-        self.apps = kubernetes.client.AppsV1Api()
-        self.batch = kubernetes.client.BatchV1Api()
-        self.api_client = kubernetes.client.ApiClient()
+        self.api_client = api_client
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.apps = kubernetes.client.AppsV1Api(api_client)
+        self.batch = kubernetes.client.BatchV1Api(api_client)
 
     def _dict(self, obj: Any) -> dict[str, Any]:
         return self.api_client.sanitize_for_serialization(obj)
@@ -137,7 +144,7 @@ class KubernetesApi:
             body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
             if obj["kind"] == "StatefulSet":  # replicas are the operations' business; the template ours
                 body = {"spec": {"template": obj["spec"]["template"]}}
-            patch(name, cr.namespace, body)
+            patch(name, cr.namespace, body, _content_type=MERGE_PATCH)
 
     def send(self, cr: BrokerResource, op: Operation) -> None:
         _, create, patch, delete = self._calls(op.kind)
@@ -145,7 +152,7 @@ class KubernetesApi:
             if op.verb == "create":
                 create(cr.namespace, op.body)
             elif op.verb == "patch":
-                patch(op.name, cr.namespace, op.body)
+                patch(op.name, cr.namespace, op.body, _content_type=MERGE_PATCH)
             elif op.verb == "delete":
                 delete(op.name, cr.namespace, propagation_policy=op.body.get("propagationPolicy", "Background"))
         except self.k8s.client.ApiException as exc:
