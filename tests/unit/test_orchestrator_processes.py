@@ -5,6 +5,7 @@ its files by whoever looks later (exit code, "failed" event, killed)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -98,3 +99,16 @@ def test_a_killed_drain_is_failed_even_for_a_later_observer(tmp_path, monkeypatc
     ended = drains.poll_drain(record, time.time())
     assert (ended.phase, ended.reason) == ("failed", "the drainer was killed (no exit code)")
     assert ended.attempts == 2 and Path(record.progress).name == "node-2.attempt-2.jsonl"
+
+
+def test_one_scale_at_a_time_per_data_root(tmp_path):
+    from petrel.errors import UsageError
+    from petrel.orchestrator.local import LocalCluster
+    from petrel.orchestrator.scaling import _exclusive, scale
+    from petrel.orchestrator.state import DesiredSpec
+
+    local = LocalCluster(tmp_path)
+    local._save(ClusterState("c", str(tmp_path), ()))
+    with _exclusive(local):
+        with pytest.raises(UsageError, match=re.escape("another `petrel cluster scale|apply` is running")):
+            scale(local, DesiredSpec(1), timeout=1)

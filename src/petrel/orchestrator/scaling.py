@@ -12,6 +12,8 @@ Nodes restarted by hand are tracked (:mod:`petrel.orchestrator.tracking`) at eve
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -36,6 +38,8 @@ from petrel.orchestrator.tracking import node_alive, node_process, track_nodes
 __all__ = ["LocalBackend", "scale"]
 
 log = logging.getLogger(__name__)
+
+SCALE_LOCK = ".scale.lock"
 
 
 class LocalBackend:
@@ -228,6 +232,25 @@ def scale(local: LocalCluster, desired: DesiredSpec, *, policy: Policy = Policy(
                          f"{state.ha} pairs: stop it with `petrel cluster down` and start the size you want")
     if desired.size < 1:
         raise UsageError("size must be at least 1 locally (size 0 would leave no broker to drain onto)")
-    local._save(replace(state, spec=desired))
-    spec = Spec(desired.size, desired.persistence_enabled, desired.message_migration)
-    return converge(spec, LocalBackend(local, progress=progress), policy, timeout=timeout, on_round=on_round)
+    with _exclusive(local):
+        local._save(replace(local._require(), spec=desired))
+        spec = Spec(desired.size, desired.persistence_enabled, desired.message_migration)
+        return converge(spec, LocalBackend(local, progress=progress), policy, timeout=timeout, on_round=on_round)
+
+
+@contextlib.contextmanager
+def _exclusive(local: LocalCluster):
+    """One ``cluster scale|apply`` at a time per data root (two would start two drains of one
+    directory and overwrite each other's cluster.json)."""
+    path = local.data_root / SCALE_LOCK
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"another `petrel cluster scale|apply` is running on {local.data_root} ({path} is "
+                             "locked); wait for it, or stop it (its drains go on and the next run carries on)") \
+                from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
