@@ -332,3 +332,25 @@ def test_down_stops_a_running_drain_and_keeps_its_directory(cluster):
     assert f"stopping the drain of node-2 (pid {record['pid']}); its data directory is kept" in out.stderr
     assert not running(record["pid"])
     assert (cluster.root / "node-2" / "data").exists()
+
+
+def test_without_message_migration_a_leaving_node_keeps_its_data_for_its_return(cluster):
+    base = free_base_port(2)
+    out = cluster.run("up", "--size", "2", "--base-port", str(base))
+    assert out.returncode == 0, explain(out)
+    nodes = cluster.state()["nodes"]
+    sent = send(f"tcp://127.0.0.1:{nodes[1]['port']}", "n2", 10)
+    out = cluster.run("scale", "--size", "1", "--no-message-migration", "--timeout", "60")
+    assert out.returncode == 0, explain(out)
+    assert "kept retired data of node-2 (message migration off)" in out.stdout
+    assert "draining" not in out.stderr and (cluster.root / "node-2" / "data").exists()
+    status = petrel("cluster", "status", "--data-root", str(cluster.root))
+    assert status.returncode == 0, explain(status)
+    assert {r["NODE"]: r["STATE"] for r in table(status.stdout)} == {"node-1": "running", "node-2": "retired"}
+
+    out = cluster.run("scale", "--size", "2", "--timeout", "60")
+    assert out.returncode == 0, explain(out)
+    assert "node-2 comes back before any drain touched its data directory: it keeps it" in out.stderr
+    state = cluster.state()
+    assert state["spec"] == {"size": 2, "persistence_enabled": True, "message_migration": False}
+    assert sorted(consume_all(f"tcp://127.0.0.1:{state['nodes'][1]['port']}", 10)) == sorted(sent)
