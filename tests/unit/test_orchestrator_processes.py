@@ -112,3 +112,41 @@ def test_one_scale_at_a_time_per_data_root(tmp_path):
     with _exclusive(local):
         with pytest.raises(UsageError, match=re.escape("another `petrel cluster scale|apply` is running")):
             scale(local, DesiredSpec(1), timeout=1)
+
+
+def test_messages_left_for_a_node_that_left_are_reported(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from petrel.orchestrator.scaling import stranded
+
+    view = {"members": [], "bridges": [
+        {"node_id": "aaaa", "connector": "tcp://127.0.0.1:100", "backlog": 12, "connected": False},
+        {"node_id": "bbbb", "connector": "tcp://127.0.0.1:200", "backlog": 0, "connected": False},
+        {"node_id": "cccc", "connector": "tcp://127.0.0.1:300", "backlog": 5, "connected": True}]}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            data = json.dumps(view).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        http = server.server_address[1]
+        member = Node(1, "node-1", 1, 300, 301, http, "/n", "/n/data", "/n/broker.toml", "/n/log")
+        state = ClusterState("pc", str(tmp_path), (member,))
+        known = {"tcp://127.0.0.1:100": "node-2", "tcp://127.0.0.1:200": "node-3", "tcp://127.0.0.1:300": "node-1"}
+        (line,) = stranded(state, known)
+        assert line.startswith("node-1 holds 12 message(s) in $.petrel.sf.pc.aaaa, its store-and-forward queue "
+                               "for node-2 which left the cluster")
+        assert f"petrel queue stat --url http://127.0.0.1:{http}" in line
+        assert stranded(state, {"tcp://127.0.0.1:300": "node-1"}) == []  # nobody left: nothing asked
+    finally:
+        server.shutdown()

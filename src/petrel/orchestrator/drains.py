@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from petrel.orchestrator.processes import child_environment, process_alive
+from petrel.orchestrator.processes import child_environment, process_alive, wait_exec
 from petrel.orchestrator.state import DrainRecord, Node
 
 __all__ = ["DRAINS_DIR", "drain_command", "last_progress", "poll_drain", "spawn_drain", "stop_drain"]
@@ -46,6 +46,7 @@ def spawn_drain(data_root: Path, node: Node, target: Node, attempt: int, now: fl
     proc = subprocess.Popen(["sh", "-c", _WRAPPER, "sh", *files, *drain_command(node, target)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             cwd=data_root, env=child_environment(), start_new_session=True)
+    wait_exec(proc, files[2])  # until then it is not recognisable as this attempt's (poll_drain)
     return DrainRecord(index=node.index, node=node.name, data_dir=node.data_dir, target=target.url,
                        attempts=attempt, pid=proc.pid, started=now, progress=files[0], stderr=files[1],
                        rc_file=files[2])

@@ -18,7 +18,7 @@ from petrel.errors import PetrelError
 from petrel.orchestrator.state import HOST, Node
 
 __all__ = ["Process", "Progress", "child_environment", "find_broker_process", "log_tail", "pid_listening_on",
-           "port_free", "process_alive", "quiet", "signal_process", "spawn_broker", "stop_processes"]
+           "port_free", "process_alive", "quiet", "signal_process", "spawn_broker", "stop_processes", "wait_exec"]
 
 Progress = Callable[[str], None]
 
@@ -134,14 +134,31 @@ def child_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_") or k.startswith(keep)}
 
 
+def wait_exec(proc: subprocess.Popen, arg: str, timeout: float = 5.0) -> None:
+    """Until ``proc`` runs its own program (its command line has ``arg``) or has exited: between
+    fork and exec it still looks like its parent, and `process_alive` with ``arg`` would take it
+    for gone."""
+    deadline = time.monotonic() + timeout
+    cmdline = Path("/proc") / str(proc.pid) / "cmdline"
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if arg in cmdline.read_bytes().decode(errors="replace").split("\0"):
+                return
+        except OSError:
+            return  # no /proc: nothing to wait for
+        time.sleep(0.005)
+
+
 def spawn_broker(node: Node) -> subprocess.Popen:
     """``petrel run --config <node's broker.toml>``, detached, its output appended to its log."""
     with open(node.log, "ab") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "petrel", "run", "--config", node.config],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             cwd=node.node_dir, env=child_environment(), start_new_session=True,
         )
+    wait_exec(proc, node.config)
+    return proc
 
 
 def stop_processes(processes: Sequence[Process], *, timeout: float, progress: Progress = quiet) -> None:

@@ -27,7 +27,7 @@ from petrel.orchestrator import drains as drain_files
 from petrel.orchestrator.broker_toml import broker_toml
 from petrel.orchestrator.converge import Outcome, converge
 from petrel.orchestrator.local import LocalCluster
-from petrel.orchestrator.probes import health
+from petrel.orchestrator.probes import cluster_view, health
 from petrel.orchestrator.processes import Progress, quiet, spawn_broker, stop_processes
 from petrel.orchestrator.reconcile import (Action, BrokerObservation, BrokerPhase, DeleteData, DrainObservation,
                                            DrainPhase, Observed, Plan, Policy, Reclaim, Retire, Spec, StartBroker,
@@ -233,9 +233,29 @@ def scale(local: LocalCluster, desired: DesiredSpec, *, policy: Policy = Policy(
     if desired.size < 1:
         raise UsageError("size must be at least 1 locally (size 0 would leave no broker to drain onto)")
     with _exclusive(local):
-        local._save(replace(local._require(), spec=desired))
+        before = local._require()
+        local._save(replace(before, spec=desired))
         spec = Spec(desired.size, desired.persistence_enabled, desired.message_migration)
-        return converge(spec, LocalBackend(local, progress=progress), policy, timeout=timeout, on_round=on_round)
+        outcome = converge(spec, LocalBackend(local, progress=progress), policy, timeout=timeout, on_round=on_round)
+        for line in stranded(local._require(), {n.url: n.name for n in before.nodes}):
+            progress(f"warning: {line}")
+        return outcome
+
+
+def stranded(state: ClusterState, known: dict[str, str]) -> list[str]:
+    """Messages the members still hold for nodes that left: a store-and-forward queue with a
+    backlog whose bridge goes to a node no longer in ``state`` (``known``: URL -> name, before)."""
+    gone = {url: name for url, name in known.items() if url not in {n.url for n in state.nodes}}
+    lines = []
+    for member in state.members if gone else ():
+        for bridge in (cluster_view(member) or {}).get("bridges") or ():
+            if not isinstance(bridge, dict) or bridge.get("connector") not in gone or not bridge.get("backlog"):
+                continue
+            sf = f"$.petrel.sf.{state.name}.{bridge.get('node_id') or '?'}"
+            lines.append(f"{member.name} holds {bridge['backlog']} message(s) in {sf}, its store-and-forward queue "
+                         f"for {gone[bridge['connector']]} which left the cluster; they are kept there but reach no "
+                         f"consumer: see `petrel queue stat --url {member.http_url}`")
+    return lines
 
 
 @contextlib.contextmanager
