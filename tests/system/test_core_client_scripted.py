@@ -1,11 +1,13 @@
 """Client behaviour a real broker does not show on demand, driven by a scripted CORE server
 (built on the codec, in the test's event loop): redirects, topology-driven failover, a
-silent broker, a full confirmation window, requests and commits cut by a failure. Plus the
+silent broker, a full confirmation window, requests and commits cut by a failure, settlements
+of a lost connection's deliveries (never sent on the next one). Plus the
 broker adapter's own DISCONNECT, from an in-process broker."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import tempfile
 import time
 
@@ -13,6 +15,7 @@ import pytest
 
 from petrel.client import (
     ClientError,
+    Connection,
     ConnectionFailed,
     FailoverInterrupted,
     TransactionRolledBack,
@@ -20,6 +23,8 @@ from petrel.client import (
 )
 from petrel.codec.core import (
     NEED_DATA,
+    Ack,
+    CloseConsumer,
     CloseSession,
     Commit,
     Connect,
@@ -27,14 +32,18 @@ from petrel.codec.core import (
     CoreConnection,
     CreateConsumer,
     CreateSession,
+    Credit,
+    Deliver,
     Disconnect,
     Error,
     ErrorCode,
     Member,
+    Nack,
     Ping,
     Pong,
     Result,
     Role,
+    Rollback,
     Send,
     SendConfirm,
     Topology,
@@ -72,8 +81,8 @@ class Scripted:
         self.server: asyncio.AbstractServer | None = None
         self.port = 0
 
-    async def start(self) -> Scripted:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> Scripted:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
@@ -107,6 +116,15 @@ class Scripted:
                 writer.write(codec.send(Topology(1, self.members)))
         elif isinstance(event, (CreateSession, CreateConsumer, CloseSession)):
             writer.write(codec.send(Result(event.corr, 0, "", {"queue": "q"})))
+        elif isinstance(event, CloseConsumer):
+            self.events.append(event)
+            writer.write(codec.send(Result(event.corr, 0, "", None)))
+        elif isinstance(event, Rollback):
+            self.events.append(event)
+            writer.write(codec.send(Result(event.corr, 0, "", None)))
+        elif isinstance(event, Ack) and event.corr:
+            self.events.append(event)
+            writer.write(codec.send(Result(event.corr, 0, "", len(event.seqs))))
         elif isinstance(event, Ping):
             self.events.append(event)
             if self.answer_pings:
@@ -337,5 +355,183 @@ def test_a_call_during_the_loss_waits_for_it_to_be_handled():
         finally:
             await conn.close()
             await fake.stop()
+
+    run(go())
+
+
+# -- settlements across a failover ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deliver(consumer, seq: int) -> Deliver:
+    body = b"m%d" % seq
+    return Deliver(consumer.session.id, consumer.id, seq, 0, seq, "q", True, 4, 0, 0, {}, body, len(body))
+
+
+def settlements(fake: Scripted) -> list[tuple]:
+    """What ``fake`` was told about deliveries: (frame name, delivery numbers or credit)."""
+    out = []
+    for e in fake.events:
+        if isinstance(e, (Ack, Nack)):
+            out.append((type(e).__name__, e.seqs))
+        elif isinstance(e, CloseConsumer):
+            out.append(("CloseConsumer", e.returned))
+        elif isinstance(e, Credit):
+            out.append(("Credit", e.credit))
+    return out
+
+
+async def fail_over(a: Scripted, conn, port: int, during) -> Scripted:
+    """Stop ``a``, run ``during()`` while the client has no connection, then start the broker
+    it reconnects to, on ``port``."""
+    await a.stop()
+    await wait_until(lambda: not conn.connected)
+    await during()
+    b = await Scripted(node_id="b").start(port)
+    await wait_until(lambda: conn.failovers == 1 and conn.connected)
+    return b
+
+
+def failover_to(a: Scripted, port: int) -> str:
+    return f"failover:({a.url},tcp://127.0.0.1:{port})?randomize=false&initialReconnectDelay=10&maxReconnectDelay=50"
+
+
+def test_settlements_of_a_lost_connection_never_reach_the_next_one():
+    """Delivery numbers are per connection: the next broker numbers its own deliveries 1, 2,
+    3 again. An ack (waited for or batched), a nack, a message given back, made while the
+    client reconnects or after, names a delivery of the lost connection: none is sent (the
+    broker redelivers those messages), and the new deliveries are settled as usual."""
+
+    async def go():
+        a = await Scripted(node_id="a").start()
+        port = free_port()
+        conn = await connect(failover_to(a, port))
+        session = await conn.session()
+        consumer = await session.consumer("queue://q", ack="client", window=100_000)
+        for seq in (1, 2, 3, 4):
+            a.send_all(deliver(consumer, seq))
+        old = [await consumer.receive(5) for _ in range(3)]
+        waited: list[asyncio.Future] = []
+
+        async def during() -> None:
+            waited.append(asyncio.ensure_future(consumer.ack(old[0], cumulative=True)))
+            old[1].ack()
+            old[2].nack()
+
+        b = await fail_over(a, conn, port, during)
+        assert await asyncio.wait_for(waited[0], 5) == 0
+        assert await consumer.ack(old[1]) == 0  # after the failover too
+        old[1].ack(cumulative=True)
+        old[2].nack()
+        b.send_all(deliver(consumer, 1))
+        fresh = await consumer.receive(5)
+        assert fresh.body == b"m1"
+        assert await consumer.ack(fresh) == 1
+        await consumer.close()
+        assert settlements(b) == [("Ack", [1]), ("CloseConsumer", [])]
+        conn._closing = True
+        await conn.close()
+        await b.stop()
+
+    run(go())
+
+
+def test_a_transacted_rollback_gives_back_only_the_live_connections_messages():
+    async def go():
+        a = await Scripted(node_id="a").start()
+        port = free_port()
+        conn = await connect(failover_to(a, port))
+        session = await conn.session(transacted=True)
+        consumer = await session.consumer("queue://q", window=100_000)
+
+        async def during() -> None:
+            pass
+
+        a.send_all(deliver(consumer, 1))
+        old = await consumer.receive(5)
+        b = await fail_over(a, conn, port, during)
+        for seq in (1, 2):
+            b.send_all(deliver(consumer, seq))
+        await wait_until(lambda: consumer.buffered == 2)
+        with pytest.raises(TransactionRolledBack):
+            await session.commit()  # it consumed `old` before the failover
+        assert len([e for e in b.events if isinstance(e, Rollback)]) == 1
+        # the two new deliveries went back, numbered on b; `old` was never named there
+        assert settlements(b) == [("Nack", [2, 1])]
+        assert old.seq == 1
+        conn._closing = True
+        await conn.close()
+        await b.stop()
+
+    run(go())
+
+
+def test_a_window_0_receive_waiting_through_a_failover_asks_the_next_broker():
+    """Credit asked for while there is no connection is not counted as given: the receive
+    waiting through the failover asks the next broker for its one message."""
+
+    async def go():
+        a = await Scripted(node_id="a").start()
+        port = free_port()
+        conn = await connect(failover_to(a, port))
+        session = await conn.session()
+        consumer = await session.consumer("queue://q", window=0)
+        waiting: list[asyncio.Future] = []
+
+        async def during() -> None:
+            waiting.append(asyncio.ensure_future(consumer.receive(10)))
+            await asyncio.sleep(0.05)
+
+        b = await fail_over(a, conn, port, during)
+        await wait_until(lambda: ("Credit", 1) in settlements(b), 5)
+        b.send_all(deliver(consumer, 1))
+        assert (await asyncio.wait_for(waiting[0], 5)).body == b"m1"
+        conn._closing = True
+        await conn.close()
+        await b.stop()
+
+    run(go())
+
+
+def test_the_sync_client_settles_nothing_of_a_lost_connection():
+    """The sync consumer's thread-side queue outlives the connection: its messages are not
+    handed out once their connection is lost, and acks and nacks of taken ones are dropped."""
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        a = await Scripted(node_id="a").start()
+        port = free_port()
+        sync = await loop.run_in_executor(None, lambda: Connection(failover_to(a, port)))
+        conn = sync.async_connection
+        session = await loop.run_in_executor(None, sync.session)
+        consumer = await loop.run_in_executor(None, lambda: session.consumer("queue://q", ack="client"))
+        for seq in (1, 2, 3, 4):
+            a.send_all(deliver(consumer._async, seq))
+        taken = [await loop.run_in_executor(None, consumer.receive, 5) for _ in range(2)]
+        await wait_until(lambda: len(consumer._items) == 2)
+
+        async def during() -> None:
+            assert await loop.run_in_executor(None, consumer.receive, 0.1) is None  # 3 and 4: lost
+            taken[0].ack()
+            taken[1].nack()
+            await asyncio.sleep(0.05)
+
+        b = await fail_over(a, conn, port, during)
+        taken[0].ack(cumulative=True)
+        b.send_all(deliver(consumer._async, 1))
+        fresh = await loop.run_in_executor(None, consumer.receive, 5)
+        assert fresh.body == b"m1"
+        fresh.ack()
+        await wait_until(lambda: settlements(b))
+        await asyncio.sleep(0.1)
+        assert settlements(b) == [("Ack", [1])]
+        conn._closing = True
+        await loop.run_in_executor(None, sync.close)
+        await b.stop()
 
     run(go())

@@ -246,9 +246,6 @@ def test_without_restart_backup_the_backup_stays_stopped_after_failback(pairs):
     verdict(load.ledger)
 
 
-@pytest.mark.xfail(strict=True, reason="petrel.client: AsyncConsumer.ack() checks the message's epoch before "
-                   "waiting for the connection, so an ack called during a failover goes to the new broker with "
-                   "its old delivery number and settles the new connection's deliveries")
 def test_an_ack_called_during_a_failover_does_not_settle_the_new_deliveries(pairs):
     """Found by the failback tests (20 messages consumed twice after their acknowledgement was
     confirmed). With only the primary running, kill it: the client keeps trying; acknowledge a

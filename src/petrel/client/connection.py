@@ -332,12 +332,27 @@ class AsyncConnection(Reconnecting, AdminRequests):
 
     # -- requests -------------------------------------------------------------------------------
 
+    def _live(self, epoch: int) -> Transport | None:
+        """The live transport if it is the connection of generation ``epoch``, else None.
+
+        Settlements (acks, nacks, credit, messages given back) name deliveries by their
+        number on one connection, so they may go on that connection only: once it is lost,
+        the same numbers name other deliveries on the next one."""
+        t = self._transport
+        return t if t is not None and not t.closed and t.epoch == epoch else None
+
     async def _request(
         self, make: Callable[[int], Event], *, retry: bool = False, kind: str = "",
-        then: Callable[[], None] | None = None,
+        then: Callable[[], None] | None = None, epoch: int | None = None,
     ) -> Any:
-        """Send a request and wait for its RESULT; ``then`` runs right after it is queued."""
+        """Send a request and wait for its RESULT; ``then`` runs right after it is queued.
+
+        With ``epoch`` (it settles deliveries of that connection generation) the request is
+        sent only on that connection: if another one is live once there is one, nothing is
+        sent and the result is None."""
         t = await self._wait_ready()
+        if epoch is not None and t.epoch != epoch:
+            return None
         corr = next(self._corrs)
         event = make(corr)
         future = self._loop.create_future()

@@ -5,6 +5,13 @@ application takes (`receive` returns it, or a listener is called with it) gives 
 credit back, in batches of half a window, written at once so the broker never waits on a
 busy application loop. Acknowledgements are batched too: ``auto`` sends one cumulative
 ack per batch, ``client`` sends the acks the application made, ``pre`` sends none.
+
+A delivery is named by its number on the connection it came on, so everything that settles
+deliveries (acks, nacks, messages given back, their credit) goes on that connection only
+(`AsyncConnection._live`), checked when it is sent, after any wait. A settlement of a message
+delivered on a connection since lost is dropped: the broker redelivers that message (at least
+once); sent on the next connection, the same number would settle a delivery the application
+never saw.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class AsyncConsumer:
         self._large: tuple[Deliver, list[bytes]] | None = None
         self._cumulative: Message | None = None  # auto: last taken message, to ack
         self._acks: list[int] = []  # client: individual acks to send
+        self._acks_epoch = 0  # the connection generation of those acks
         self._ack_count = 0
         self._ack_scheduled = False
 
@@ -100,6 +108,8 @@ class AsyncConsumer:
         if error is not None:
             log.warning("consumer of %s could not be re-created after failover: %s", self.destination, error)
             self._terminate(error)
+        elif self._waiter is not None:
+            self._want_one()  # window 0: a receive waiting through the failover asks the new broker
 
     def _interrupted(self) -> None:
         """Deliveries of the lost connection will be redelivered: forget them."""
@@ -156,7 +166,8 @@ class AsyncConsumer:
 
     def _taken(self, message: Message) -> None:
         """The application has the message: give its credit back, auto-acknowledge it."""
-        if message._epoch != self._conn._epoch:
+        if self._conn._live(message._epoch) is None:
+            self._taken_lost()
             return
         if self.session.transacted:
             self.session._tx_work = True
@@ -174,11 +185,21 @@ class AsyncConsumer:
                 self._ack_scheduled = True
                 self._conn._loop.call_soon(self._flush_acks)
 
+    def _taken_lost(self) -> None:
+        """The application took a message of a lost connection (a listener or a thread had it
+        while the connection went): nothing is settled, the broker redelivers it; the
+        transaction that took it cannot commit."""
+        if self.session.transacted:
+            self.session._rollback_only = "it consumed a message delivered before a failover"
+
     def _give_credit(self, amount: int) -> None:
-        self._credit += amount
+        """Credit for the live connection (its consumer starts with a full window after a
+        failover: credit meant for a lost one is not given, nor counted)."""
         t = self._conn._transport
-        if t is not None:
-            t.send_now(Credit(self.session.id, self.id, amount))
+        if t is None or t.closed:
+            return
+        self._credit += amount
+        t.send_now(Credit(self.session.id, self.id, amount))
 
     def _want_one(self) -> None:
         """Window 0: ask for exactly one more message when the broker owes us none."""
@@ -186,8 +207,10 @@ class AsyncConsumer:
             self._give_credit(1 - self._credit)
 
     def _taken_many(self, count: int, size_credit: int, last: Message | None) -> None:
-        """The sync API reports what its thread took (credit bytes, last message)."""
-        if last is not None and last._epoch != self._conn._epoch:
+        """The sync API reports what its thread took (credit bytes, last message), one
+        connection generation at a time."""
+        if last is not None and self._conn._live(last._epoch) is None:
+            self._taken_lost()
             return
         if self.session.transacted and count:
             self.session._tx_work = True
@@ -204,31 +227,38 @@ class AsyncConsumer:
     # -- acknowledgements ---------------------------------------------------------------------------
 
     def _flush_acks(self) -> None:
+        """Send the batched acks, each on the connection its deliveries came on (or drop it)."""
         self._ack_scheduled = False
-        t = self._conn._transport
+        conn = self._conn
         sid, cid = self.session.id, self.id
         if self._cumulative is not None:
-            seq = self._cumulative.seq
+            message = self._cumulative
             self._cumulative = None
             self._ack_count = 0
+            t = conn._live(message._epoch)
             if t is not None:
-                t.send(Ack(sid, cid, [seq], True, 0))
+                t.send(Ack(sid, cid, [message.seq], True, 0))
         if self._acks:
             acks, self._acks = self._acks, []
+            t = conn._live(self._acks_epoch)
             if t is not None:
                 t.send(Ack(sid, cid, acks, False, 0))
+
+    def _of_live(self, messages) -> list[Message]:
+        """Those of ``messages`` delivered on the live connection."""
+        t = self._conn._transport
+        if t is None or t.closed:
+            return []
+        return [m for m in messages if m._epoch == t.epoch]
 
     def _return_buffered(self, taken_back: list[Message] | tuple = ()) -> None:
         """Give prefetched messages back (rollback, close) so the broker redelivers them first,
         in order, without counting a delivery; their credit comes back to us."""
-        epoch = self._conn._epoch
-        messages = [m for m in (*taken_back, *self._buffer) if m._epoch == epoch]
+        messages = self._of_live((*taken_back, *self._buffer))
         self._buffer.clear()
         if not messages:
             return
-        t = self._conn._transport
-        if t is not None:
-            t.send(Nack(self.session.id, self.id, [m.seq for m in reversed(messages)], 0, True))
+        self._conn._transport.send(Nack(self.session.id, self.id, [m.seq for m in reversed(messages)], 0, True))
         if self.window > 0:
             self._to_return += sum(credit_of(m._size) for m in messages)
             if self._to_return >= self._return_at and not self._closed:
@@ -241,14 +271,17 @@ class AsyncConsumer:
         self._ack_count = 0
 
     def _ack(self, message: Message, cumulative: bool) -> None:
-        if message._epoch != self._conn._epoch or self._closed:
-            return  # delivered before a failover: the broker redelivers it
-        if self.ack_mode == "pre":
+        if self._closed or self.ack_mode == "pre":
             return
+        if self._conn._live(message._epoch) is None:
+            return  # its connection is lost (a failover is done or under way): the broker redelivers it
         if cumulative:
             self._cumulative = message
             self._flush_acks()
             return
+        if self._acks_epoch != message._epoch:
+            self._acks.clear()  # of a lost connection
+            self._acks_epoch = message._epoch
         self._acks.append(message.seq)
         if len(self._acks) >= ACK_BATCH:
             self._flush_acks()
@@ -257,20 +290,28 @@ class AsyncConsumer:
             self._conn._loop.call_soon(self._flush_acks)
 
     def _nack(self, message: Message) -> None:
-        if message._epoch != self._conn._epoch or self._closed or self.ack_mode == "pre":
+        if self._closed or self.ack_mode == "pre":
             return
+        t = self._conn._live(message._epoch)
+        if t is None:
+            return  # its connection is lost: the broker redelivers it anyway
         self._flush_acks()
-        t = self._conn._transport
-        if t is not None:
-            t.send(Nack(self.session.id, self.id, [message.seq], 0))
+        t.send(Nack(self.session.id, self.id, [message.seq], 0))
 
     async def ack(self, message: Message, *, cumulative: bool = False) -> int:
-        """Acknowledge and wait until the broker has it on disk; returns how many it settled."""
-        if message._epoch != self._conn._epoch:
+        """Acknowledge and wait until the broker has it on disk; returns how many it settled.
+
+        A message delivered on a connection that is lost (a failover is done or under way)
+        is not acknowledged: nothing is sent and 0 is returned, and the broker redelivers
+        it (the at-least-once contract; with a failover URL, to this consumer). The check
+        is made on the connection the ack would go on, once there is one.
+        """
+        if self._conn._live(message._epoch) is None:
             return 0
         self._flush_acks()
-        return await self._conn._request(
-            lambda corr: Ack(self.session.id, self.id, [message.seq], cumulative, corr))
+        settled = await self._conn._request(
+            lambda corr: Ack(self.session.id, self.id, [message.seq], cumulative, corr), epoch=message._epoch)
+        return 0 if settled is None else settled
 
     # -- the application side ---------------------------------------------------------------------------
 
@@ -372,15 +413,16 @@ class AsyncConsumer:
     async def _close(self, taken_back: list[Message] | tuple) -> None:
         self._flush_acks()
         self._closed = True
-        epoch = self._conn._epoch
-        returned = [m.seq for m in (*taken_back, *self._buffer) if m._epoch == epoch]
+        unseen = (*taken_back, *self._buffer)
         self._buffer.clear()
         self._wake_waiter(None)
         if self._listener_task is not None:
             self._listener_task.cancel()
         try:
             if self._failure is None and not self.session._closed:
-                await self._conn._request(lambda corr: CloseConsumer(corr, self.session.id, self.id, returned))
+                # the messages given back are numbered on the connection the CLOSE goes on
+                await self._conn._request(lambda corr: CloseConsumer(
+                    corr, self.session.id, self.id, [m.seq for m in self._of_live(unseen)]))
         except ClientError:
             pass
         finally:

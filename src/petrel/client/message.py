@@ -167,15 +167,16 @@ class Message:
         """Acknowledge this message (with ``cumulative``, also every earlier one of its consumer).
 
         Acks are batched and sent without waiting; in a transacted session they settle at
-        commit. Acking a message delivered before a failover does nothing: the broker
-        redelivers it.
+        commit. Acking a message whose connection is lost (a failover is done or under way)
+        does nothing: the broker redelivers it (at least once).
         """
         if self._owner is None:
             raise ValueError("only a received message can be acknowledged")
         self._owner._ack(self, cumulative)
 
     def nack(self) -> None:
-        """Give the message back: the broker redelivers it (or dead-letters it)."""
+        """Give the message back: the broker redelivers it (or dead-letters it). Like `ack`,
+        nothing is sent once the message's connection is lost."""
         if self._owner is None:
             raise ValueError("only a received message can be given back")
         self._owner._nack(self)

@@ -139,6 +139,7 @@ class Reconnecting:
         self._server_ttl = connected.ttl
         self.large_message_size = connected.large_message_size or DEFAULT_LARGE_MESSAGE_SIZE
         self._epoch += 1
+        proto.epoch = self._epoch
         self.plan.redirect = None
         if not startup:
             self.failovers += 1

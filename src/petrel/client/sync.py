@@ -325,16 +325,18 @@ class Consumer:
 
     def _take(self, timeout: float | None, *, report: bool = True) -> Message | None:
         consumer = self._async
-        epoch_of = consumer._conn
+        conn = consumer._conn
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 items = self._items
                 while items:
                     message = items.popleft()
-                    if message._epoch != epoch_of._epoch:
-                        continue  # delivered before a failover: it comes again
+                    if conn._live(message._epoch) is None:
+                        continue  # its connection is lost: it comes again
                     if report:
+                        if self._last is not None and self._last._epoch != message._epoch:
+                            self._report()  # a report settles one connection's deliveries
                         self._taken_count += 1
                         self._taken_credit += credit_of(message._size)
                         self._last = message
@@ -370,6 +372,7 @@ class Consumer:
             yield message
 
     def _ack(self, message: Message, cumulative: bool) -> None:
+        # the loop checks the message's connection is the live one when it gets there
         self._loop.call_soon_threadsafe(self._async._ack, message, cumulative)
 
     def _nack(self, message: Message) -> None:

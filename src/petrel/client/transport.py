@@ -40,6 +40,9 @@ class Transport(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
         self.closed = False
+        #: The connection generation this socket serves (`AsyncConnection._epoch`, set when it
+        #: becomes the live one): delivery numbers mean something only on their own socket.
+        self.epoch = 0
         self.last_read = time.monotonic()
         self._out: list[bytes] = []
         self._out_bytes = 0
