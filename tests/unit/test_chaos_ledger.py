@@ -25,6 +25,31 @@ def test_plans_draw_every_fault_kind_and_only_those_their_topology_allows():
     assert kinds == set(FAULT_KINDS)
 
 
+def test_replication_plans_cut_links_only_with_a_lock_manager_and_draw_both_restart_paths():
+    kinds, variants = set(), set()
+    for seed in range(300):
+        plan = make_plan(seed, topology="replication")
+        kinds |= plan.fault_kinds
+        variants.add((plan.failback, plan.lock))
+        assert plan.nodes == 1 and all(f.node == 0 for f in plan.faults if f.kind != "consumer_drop")
+        if plan.lock == "none":  # lone_pair_failover: a cut link could make two lives
+            assert not plan.fault_kinds & {"link_cut", "link_freeze"}
+        assert "drain" not in plan.fault_kinds
+    assert kinds == set(FAULT_KINDS) | {"backup_kill9"}
+    assert variants == {(False, "none"), (True, "none"), (False, "zookeeper"), (True, "zookeeper")}
+
+
+def test_drain_plans_drain_the_first_broker_once_and_hit_only_the_target_otherwise():
+    for seed in range(300):
+        plan = make_plan(seed, topology="drain")
+        drains = [f for f in plan.faults if f.kind == "drain"]
+        assert len(drains) == 1 and drains[0].node == 0 and 0 < drains[0].at < plan.duration
+        assert plan.fault_kinds <= {"drain", "kill9", "sigterm", "consumer_drop"}
+        assert all(f.node == 1 for f in plan.faults if f.kind in ("kill9", "sigterm"))
+        assert 1 <= len(plan.drain_kills) <= 4 and not plan.ordered
+        assert make_plan(seed, topology="drain") == plan
+
+
 def history(ledger: Ledger, n: int = 5, *, stream: str = "q") -> list[str]:
     mids = [f"p0-{i}" for i in range(n)]
     for mid in mids:

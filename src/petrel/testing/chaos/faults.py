@@ -9,6 +9,11 @@
 - ``consumer_drop``: a consumer disconnects abruptly between a batch and its acknowledgement.
 - ``disk_full``: the node's data directory (a pair's shared one) is a small tmpfs (only as root, where mount works);
   the fault fills it with a file, then deletes the file. Elsewhere it is skipped, with a message.
+  In a replication pair both directories are mounts, and the live's is filled.
+- ``backup_kill9``: a replication pair's backup killed, started again after the hold.
+- In a replication pair ``link_cut`` / ``link_freeze`` hit the proxies between live and backup,
+  and a live is killed only while its backup is in sync (else the fault is skipped: a double fault).
+- ``drain``: the drain topology's source killed and emptied by ``petrel drain`` (`drain.DrainPair`).
 """
 
 from __future__ import annotations
@@ -89,8 +94,9 @@ class Injector:
     """Applies and heals the plan's faults on `nodes` (proxies[(i, j)]: node i's link to j)."""
 
     def __init__(self, nodes: list[BrokerProcess], proxies: dict[tuple[int, int], TcpProxy],
-                 disks: dict[int, DiskMount], workload, timeline: Timeline) -> None:
+                 disks: dict[int, DiskMount], workload, timeline: Timeline, drain=None) -> None:
         self.nodes = nodes
+        self.drain = drain  # the drain topology's DrainPair
         self.proxies = proxies
         self.disks = disks
         self.workload = workload
@@ -98,21 +104,39 @@ class Injector:
         self.injected: dict[str, int] = {}
         self.skipped: dict[str, str] = {}
         self.restarted = False
+        self.drain_kills: tuple[float, ...] = ()
 
     def apply(self, fault: Fault) -> None:
         kind = fault.kind
         node = self.nodes[fault.node] if kind != "consumer_drop" else None
         failovers = len(node.failovers) if hasattr(node, "failovers") else None
+        if kind in ("kill9", "sigterm") and hasattr(node, "cannot_fail"):
+            why = node.cannot_fail()
+            if why is not None:
+                self.skipped.setdefault(kind, why)
+                self.timeline.note(f"{kind} of node {fault.node}'s live skipped: {why}")
+                return
         if kind == "kill9":
             node.kill9()
         elif kind == "sigterm":
             code = node.stop()
             if code not in (0, -15):
                 self.timeline.note(f"node {fault.node} exited with {code} on SIGTERM")
+        elif kind in ("link_cut", "link_freeze") and hasattr(node, "cut"):  # a replication pair's own link
+            node.cut() if kind == "link_cut" else node.freeze()
         elif kind in ("link_cut", "link_freeze"):
             for (i, j), proxy in self.proxies.items():
                 if fault.node in (i, j):
                     proxy.cut() if kind == "link_cut" else proxy.freeze()
+        elif kind == "backup_kill9":
+            killed = node.kill_backup()
+            if killed is None:
+                self.timeline.note(f"backup_kill9 of node {fault.node}: no backup runs")
+            else:
+                self.timeline.note(f"node {fault.node}: backup {killed.workdir.name} killed, the live goes on alone")
+        elif kind == "drain":
+            self.drain.begin(self.drain_kills, self.timeline)
+            self.restarted = True  # the source's non-durable messages die with it
         elif kind == "consumer_drop":
             consumers = self.workload.consumers
             consumers[fault.node % len(consumers)].drop(fault.hold)
@@ -135,12 +159,15 @@ class Injector:
 
     def heal(self, fault: Fault) -> None:
         kind = fault.kind
-        if kind in ("kill9", "sigterm"):
+        if kind in ("kill9", "sigterm", "backup_kill9"):
             self.restarted = True
             node = self.nodes[fault.node]
             if node.proc is None or node.proc.poll() is not None:
-                node.start()
+                # a replication pair settles (the restarted one syncs) while the run goes on
+                node.start(wait=False) if hasattr(node, "cannot_fail") else node.start()
         elif kind in ("link_cut", "link_freeze"):
+            if hasattr(self.nodes[fault.node], "cut"):
+                self.nodes[fault.node].heal()
             for (i, j), proxy in self.proxies.items():
                 if fault.node in (i, j):
                     proxy.heal()
@@ -159,6 +186,9 @@ class Injector:
         self.timeline.note(f"HEAL {kind} node {fault.node}")
 
     def heal_all(self) -> None:
+        for node in self.nodes:
+            if hasattr(node, "cut"):
+                node.heal()
         for proxy in self.proxies.values():
             proxy.heal()
         for disk in self.disks.values():

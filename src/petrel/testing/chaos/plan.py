@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "Fault", "Plan", "make_plan"]
+__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "HA_FAULT_KINDS", "Fault", "Plan", "make_plan"]
 
 PROTOCOLS = ("STOMP", "CORE")
 ACK_MODES = ("auto", "client", "client-individual", "transacted")
@@ -22,12 +22,19 @@ TOPOLOGIES = ("single", "cluster")
 #: A topology a run gets only when asked for (``make_plan(seed, topology="pair")``), so that the
 #: seeds drawn before it keep their plans: a shared-store primary and backup serving as one node,
 #: every fault that hits "the node" hitting whichever of the two is live.
-EXTRA_TOPOLOGIES = ("pair",)
+EXTRA_TOPOLOGIES = ("pair", "replication", "drain")
+#: replication: a primary and a backup with a data directory each (`replication.ReplicationPair`),
+#: serving as one node; drain: a broker killed mid-run and emptied by ``petrel drain`` into
+#: another broker, the clients moving over to that one (`drain.DrainPair`).
 #: kill9/sigterm: a broker killed (or stopped) and started again; link_cut/link_freeze: one
 #: node's cluster links reset or silent for a while; consumer_drop: a consumer's connection
 #: dropped between receiving a batch and acknowledging it; disk_full: the data directory's
 #: file system filled up, then freed.
 FAULT_KINDS = ("kill9", "sigterm", "link_cut", "link_freeze", "consumer_drop", "disk_full")
+#: backup_kill9: a replication pair's backup killed (the live goes on alone), started again after
+#: the hold; drain: the drain topology's first broker killed and drained into the other by
+#: ``petrel drain``, the drainer itself killed at the plan's `drain_kills` and run again.
+HA_FAULT_KINDS = ("backup_kill9", "drain")
 
 #: The values each dimension takes (the coverage of a set of seeds is checked against these).
 DIMENSIONS: dict[str, tuple] = {
@@ -77,6 +84,12 @@ class Plan:
     messages: int  # per producer
     duration: float  # seconds over which the producers pace their sends
     faults: tuple[Fault, ...] = field(default=())
+    # replication only: a restarted primary takes over again (check_for_live_server), and the lock
+    # manager ("none": lone_pair_failover alone, no link faults; "zookeeper": link faults too)
+    failback: bool = False
+    lock: str = "none"
+    # drain only: seconds after each start at which the drainer is killed (then run again)
+    drain_kills: tuple[float, ...] = ()
 
     @property
     def nodes(self) -> int:
@@ -96,7 +109,7 @@ class Plan:
         """Does the contract promise per-producer order on each queue of this run? One consumer
         at a time on one node, no priorities, no scheduled delivery (redeliveries void it from
         the first one on; the ledger stops checking there)."""
-        return (self.consumers == 1 and self.topology in ("single", "pair")
+        return (self.consumers == 1 and self.topology in ("single", "pair", "replication")
                 and self.feature in ("plain", "groups") and self.ack != "transacted")
 
     def dimensions(self) -> dict[str, object]:
@@ -108,6 +121,10 @@ class Plan:
         work = (f"producers={self.producers} consumers={self.consumers} subscriptions={self.subscriptions} "
                 f"messages={self.messages}/producer over {self.duration:.0f}s")
         faults = "; ".join(f.describe() for f in self.faults) or "none"
+        if self.topology == "replication":
+            work += f" failback={self.failback} lock={self.lock}"
+        if self.topology == "drain":
+            work += f" drainer killed after {', '.join(f'{k:.2f}s' for k in self.drain_kills)}"
         return f"seed {self.seed}: {head}\n  {work}\n  faults: {faults}"
 
     def as_dict(self) -> dict:
@@ -141,14 +158,29 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
     kinds = ["kill9", "sigterm", "consumer_drop", "disk_full"]
     if nodes > 1:
         kinds += ["link_cut", "link_freeze"]
+    failback, lock, drain_kills = False, "none", ()
     faults = []
-    for _ in range(rng.choice((1, 1, 2, 3))):
+    if topology == "replication":
+        failback = rng.random() < 0.5
+        lock = "zookeeper" if rng.random() < 0.35 else "none"
+        kinds += ["backup_kill9"] + (["link_cut", "link_freeze"] if lock == "zookeeper" else [])
+    elif topology == "drain":
+        # the first broker (node 0) is killed and drained; the other faults hit the target (node 1)
+        kinds = ["kill9", "sigterm", "consumer_drop"]
+        drain_kills = tuple(round(rng.uniform(0.15, 0.8), 2) for _ in range(rng.randint(1, 4)))
+        faults.append(Fault("drain", round(rng.uniform(0.2, 0.6) * duration, 2), 0, 0.0))
+    for _ in range(rng.choice((1, 1, 2, 3)) - (topology == "drain")):
         kind = rng.choice(kinds)
         if kind == "disk_full" and any(f.kind == "disk_full" for f in faults):
             kind = "kill9"
         node = rng.randrange(consumers * max(subscriptions, 1)) if kind == "consumer_drop" else rng.randrange(nodes)
-        faults.append(Fault(kind, round(rng.uniform(0.1, 0.85) * duration, 2), node,
-                            round(rng.uniform(0.3, 2.0), 2)))
+        if topology == "drain" and kind != "consumer_drop":
+            node = 1
+        hold = rng.uniform(0.3, 2.0)
+        if topology == "replication" and kind.startswith("link"):
+            hold *= 3  # past the ZooKeeper session (2 s): the backup tries the lock while the live holds it
+        faults.append(Fault(kind, round(rng.uniform(0.1, 0.85) * duration, 2), node, round(hold, 2)))
     faults.sort(key=lambda f: f.at)
     return Plan(seed, protocol, ack, persistent, size, limit, feature, destination, topology, churn,
-                duplicate_ids, producers, consumers, subscriptions, messages, duration, tuple(faults))
+                duplicate_ids, producers, consumers, subscriptions, messages, duration, tuple(faults),
+                failback, lock, drain_kills)

@@ -9,6 +9,7 @@ it shows whether anything acknowledged comes back (a DUPLICATE) and the second d
 from __future__ import annotations
 
 import shutil
+import traceback
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +18,12 @@ from petrel.client import Connection
 from petrel.testing.chaos.channels import body_mid
 from petrel.testing.chaos.faults import DiskMount, Injector
 from petrel.testing.chaos.ledger import Ledger, Verdict
+from petrel.testing.chaos.drain import DrainPair
 from petrel.testing.chaos.pair import SharedStorePair
+from petrel.testing.chaos.replication import LiveDisk, ReplicationPair
 from petrel.testing.chaos.plan import EXTRA_TOPOLOGIES, LARGE_THRESHOLD, Plan, make_plan
 from petrel.testing.chaos.timeline import Timeline
-from petrel.testing.chaos.workload import QUEUE, Ports, Workload, streams_of
+from petrel.testing.chaos.workload import QUEUE, TOPIC, Ports, Workload, streams_of
 from petrel.testing.cluster import backlog, make_cluster, start_all, stop_all, wait_bindings, wait_connected
 from petrel.testing.process import BrokerProcess, free_port, wait_for
 from petrel.testing.proxy import TcpProxy
@@ -99,10 +102,34 @@ class _Brokers:
         self.timeline = timeline
         self.proxies: dict[tuple[int, int], TcpProxy] = {}
         self.disks: dict[int, DiskMount] = {}
-        self.pair: SharedStorePair | None = None
+        self.pair: SharedStorePair | ReplicationPair | None = None
+        self.drain: DrainPair | None = None
+        self.zookeeper = None
         if plan.topology == "pair":
             self.pair = SharedStorePair(workdir, _settings_top(plan))
             self.nodes = [self.pair]
+        elif plan.topology == "replication":
+            connect = None
+            if plan.lock == "zookeeper":
+                from petrel.testing.zookeeper import ZooKeeperServer, zookeeper_available
+
+                missing = zookeeper_available()
+                if missing:
+                    raise RuntimeError(f"this seed's pair needs ZooKeeper: {missing}")
+                self.zookeeper = ZooKeeperServer(workdir / "zookeeper").start()
+                connect = self.zookeeper.connect_string
+            self.pair = ReplicationPair(workdir, _settings_top(plan), failback=plan.failback, zookeeper=connect)
+            self.nodes = [self.pair]
+            if "disk_full" in plan.fault_kinds:
+                disk = LiveDisk(self.pair)
+                why = disk.mount()
+                if why is None:
+                    self.disks[0] = disk
+                else:
+                    timeline.note(f"disk_full will be skipped: {why}")
+        elif plan.topology == "drain":
+            self.drain = DrainPair(workdir, _settings(plan))
+            self.nodes = self.drain.nodes
         elif plan.nodes == 1:
             self.nodes = [BrokerProcess(workdir / "node0", settings=_settings(plan), name="node0", http=True)]
         else:
@@ -118,6 +145,8 @@ class _Brokers:
                 proxy.target_port = self.nodes[j].port
                 proxy.start()
         for fault in plan.faults:
+            if plan.topology == "replication":
+                break
             if fault.kind == "disk_full" and fault.node not in self.disks:
                 disk = DiskMount(self.nodes[fault.node].data_dir)
                 why = disk.mount()
@@ -126,7 +155,26 @@ class _Brokers:
                 else:
                     timeline.note(f"disk_full will be skipped: {why}")
 
+    @property
+    def retired(self) -> set[int]:
+        """Nodes gone for good (the drain topology's drained source)."""
+        return self.drain.retired if self.drain is not None else set()
+
+    def serving(self) -> list[tuple[int, BrokerProcess]]:
+        return [(i, n) for i, n in enumerate(self.nodes) if i not in self.retired]
+
+    def consumer_ports(self) -> list[Ports] | None:
+        """The drain topology's consumers read from the target from the start, so that what the
+        source holds when it dies reaches them only through the drainer."""
+        if self.drain is None:
+            return None
+        t = self.drain.target
+        return [Ports(1, t.stomp_port, t.port)]
+
     def ports(self) -> list[Ports]:
+        if self.drain is not None:
+            s, t = self.drain.nodes
+            return [Ports(0, s.stomp_port, s.port, ((t.stomp_port, t.port),))]
         if self.pair is not None:
             p, b = self.pair.nodes
             return [Ports(0, p.stomp_port, p.port, ((b.stomp_port, b.port),))]
@@ -136,6 +184,11 @@ class _Brokers:
         if self.pair is not None:
             self.pair.start()
             return
+        if self.drain is not None:
+            start_all([n for _, n in self.serving()])
+            if self.plan.destination == "durable-topic":
+                self.drain.create_subscriptions(TOPIC, streams_of(self.plan))  # on both brokers
+            return
         start_all(self.nodes)
         if len(self.nodes) > 1:
             wait_connected(self.nodes, timeout=60)
@@ -144,18 +197,26 @@ class _Brokers:
         if self.pair is not None:
             self.pair.stop_all()
         else:
-            stop_all(self.nodes)
+            stop_all([n for _, n in self.serving()])
 
     def restart(self) -> None:
+        if isinstance(self.pair, ReplicationPair):
+            self.pair.restart_all()
+            return
         self.stop()
         self.start()
 
     def close(self) -> None:
-        self.stop()
+        if isinstance(self.pair, ReplicationPair):
+            self.pair.close()
+        else:
+            self.stop()
         for proxy in self.proxies.values():
             proxy.stop()
         for disk in self.disks.values():
             disk.unmount()
+        if self.zookeeper is not None:
+            self.zookeeper.close()
 
 
 def _queues(node: BrokerProcess) -> list[dict]:
@@ -202,7 +263,7 @@ def drain(brokers: _Brokers, ledger: Ledger, timeline: Timeline, timeout: float 
     total = 0
     while True:
         left: dict[str, int] = {}
-        for i, node in enumerate(brokers.nodes):
+        for i, node in brokers.serving():
             queues = [q for q in _queues(node) if not q["name"].startswith("$")]
             with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
                 for q in queues:
@@ -215,7 +276,7 @@ def drain(brokers: _Brokers, ledger: Ledger, timeline: Timeline, timeout: float 
                 waiting = q["message_count"] + q.get("scheduled_count", 0)
                 if waiting and not q["name"].startswith("$"):
                     left[f"node{i}:{q['name']}"] = waiting
-            if len(brokers.nodes) > 1:
+            if brokers.plan.nodes > 1:
                 sf = backlog(node)
                 if sf:
                     left[f"node{i}:store-and-forward"] = sf
@@ -251,8 +312,9 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
     injector = None
     try:
         brokers.start()
-        workload = Workload(plan, ledger, timeline, brokers.ports())
-        injector = Injector(brokers.nodes, brokers.proxies, brokers.disks, workload, timeline)
+        workload = Workload(plan, ledger, timeline, brokers.ports(), brokers.consumer_ports())
+        injector = Injector(brokers.nodes, brokers.proxies, brokers.disks, workload, timeline, brokers.drain)
+        injector.drain_kills = plan.drain_kills
         workload.start_consumers()
         if plan.nodes > 1 and plan.destination == "queue":
             for c in workload.consumers:
@@ -274,11 +336,13 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
             unconfirmed = len(ledger.unconfirmed())
             problems.append(f"producers not done {limit:.0f}s after the start ({unconfirmed} sends unconfirmed): "
                             "a hang?")
+        if brokers.drain is not None:
+            problems += brokers.drain.wait()  # the consumers read what the drainer brings to the target
         _settle(workload)
         workload.stop()
         problems += workload.errors()
         injector.heal_all()
-        for i, node in enumerate(brokers.nodes):
+        for i, node in brokers.serving():
             if node.proc is not None and node.proc.poll() is not None:
                 full = any(f.kind == "disk_full" and f.node == i for f in plan.faults)
                 note = f"node {i} exited by itself with code {node.proc.returncode}"
@@ -288,14 +352,20 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
                 node.start()
         if plan.nodes > 1:
             wait_connected(brokers.nodes, timeout=60)
+        if isinstance(brokers.pair, ReplicationPair):
+            brokers.pair.wait_ready()  # every restarted process is back as the backup, in sync
+            timeline.note(f"the pair settled: {brokers.pair.states()}")
         problems += drain(brokers, ledger, timeline)
         timeline.note("restart every broker")
         brokers.restart()
         problems += drain(brokers, ledger, timeline, timeout=60)
     except Exception as exc:  # noqa: BLE001 - reported with the seed
-        problems.append(f"run aborted: {exc!r}")
+        where = [f for f in traceback.extract_tb(exc.__traceback__) if "/petrel/" in f.filename][-1]
+        problems.append(f"run aborted: {exc!r} ({Path(where.filename).name}:{where.lineno} in {where.name})")
         timeline.note(f"run aborted: {exc!r}")
     finally:
+        if isinstance(brokers.pair, ReplicationPair):
+            problems += brokers.pair.two_lives
         try:
             brokers.close()
         except Exception as exc:  # noqa: BLE001

@@ -131,7 +131,8 @@ class Producer(_Worker):
         streams = streams_of(plan)
         try:
             while not self.stopping.is_set():
-                if self.resend:
+                resending = bool(self.resend)
+                if resending:
                     batch, self.resend = self.resend, []
                     self.timeline.note(f"{self.name} resends {len(batch)} in doubt")
                 elif self.next < plan.messages:
@@ -146,7 +147,14 @@ class Producer(_Worker):
                     self.ledger.sent(spec.mid, streams, durable=spec.durable)
                 try:
                     channel.send(batch)
-                except ChannelError:
+                except ChannelError as exc:
+                    if resending and plan.ack == "transacted" and "duplicate message" in str(exc):
+                        # the resent transaction is refused for a duplicate: the broker holds the
+                        # earlier, in-doubt commit of this very batch (one transaction, all of it)
+                        self.ledger.confirmed([s.mid for s in batch])
+                        self.timeline.note(f"{self.name}: the {len(batch)} resent are duplicates: "
+                                           "their in-doubt commit went through")
+                        raise
                     if plan.duplicate_ids:
                         unconfirmed = set(self.ledger.unconfirmed())
                         self.resend = [s for s in batch if s.mid in unconfirmed]
@@ -237,10 +245,14 @@ class Workload:
     cut off still gets every message: the producers' nodes keep its binding while their bridge
     to that node reconnects, and its copies wait in their store-and-forward queue."""
 
-    def __init__(self, plan: Plan, ledger: Ledger, timeline: Timeline, ports: list[Ports]) -> None:
+    def __init__(self, plan: Plan, ledger: Ledger, timeline: Timeline, ports: list[Ports],
+                 consumer_ports: list[Ports] | None = None) -> None:
+        """`consumer_ports`: where the consumers go instead (the drain topology: the target)."""
         self.plan = plan
         rng = random.Random(plan.seed * 7919 + 1)
         n = len(ports)
+        cports = consumer_ports or ports
+        m = len(cports)
         topic = plan.destination == "durable-topic"
         dest = f"/queue/{QUEUE}" if plan.protocol == "STOMP" else f"queue://{QUEUE}"
         if topic:
@@ -255,11 +267,11 @@ class Workload:
             for k in range(plan.subscriptions):
                 client_id, sub = subscriber(k)
                 self.consumers.append(Consumer(k, dest, f"{client_id}.{sub}", client_id, sub, plan, ledger, timeline,
-                                               ports[(n - 1 - k) % n], random.Random(rng.random())))
+                                               cports[(m - 1 - k) % m], random.Random(rng.random())))
         else:
             for k in range(plan.consumers):
                 self.consumers.append(Consumer(k, dest, QUEUE, None, None, plan, ledger, timeline,
-                                               ports[(n - 1 - k) % n], random.Random(rng.random())))
+                                               cports[(m - 1 - k) % m], random.Random(rng.random())))
 
     def start_consumers(self, timeout: float = 60) -> None:
         for c in self.consumers:
