@@ -195,14 +195,16 @@ def test_a_live_only_broker_scales_down_on_stop_and_its_clients_follow(brokers):
         loop = asyncio.get_running_loop()
         conn = await connect(f"failover:(tcp://127.0.0.1:{src.port})?initialReconnectDelay=10&maxReconnectDelay=100")
         session = await conn.session()
-        consumer = await session.consumer("queue://orders")
+        consumer = await session.consumer("queue://orders", ack="client")
         got = []
-        for _ in range(500):
+        for _ in range(500):  # each acknowledged (on the source's disk) before the scale-down
             m = await consumer.receive(5.0)
+            assert await consumer.ack(m) == 1
             got.append(int(m.body.split(b":")[0]))
         code = await loop.run_in_executor(None, src.stop)
         assert code == 0, src.log()
         while (m := await consumer.receive(3.0)) is not None:
+            await consumer.ack(m)
             got.append(int(m.body.split(b":")[0]))
         assert conn.endpoint.port == dst.port  # the scale-down sent the client to the target
         await conn.close()
@@ -271,9 +273,9 @@ def test_duplicate_ids_and_delivery_counts_move_with_the_messages(brokers):
             for i in range(50):
                 await done.send(Message(b"%d:" % i, duplicate_id=f"done-{i}"))
             await session.flush()
-            consumer = await session.consumer("queue://done")
-            for _ in range(50):
-                assert await consumer.receive(5.0) is not None
+            consumer = await session.consumer("queue://done", ack="client")
+            for _ in range(50):  # acknowledged on the source's disk before it goes
+                assert await consumer.ack(await consumer.receive(5.0)) == 1
             await consumer.close()
 
     run(fill())
@@ -303,3 +305,36 @@ def test_duplicate_ids_and_delivery_counts_move_with_the_messages(brokers):
     counts = dict(got)
     assert all(counts[n] >= 1 for n in range(10)), counts
     assert all(counts[n] == 0 for n in range(10, 100))
+
+
+@pytest.mark.parametrize("policy", ["FAIL", "BLOCK"])
+def test_a_full_target_address_makes_the_drain_wait_and_retry_then_finish(brokers, policy):
+    """The target's address fills (FAIL or BLOCK): the refused messages stay at the origin and are
+    sent again while a consumer on the target makes room; the drain then finishes, none lost."""
+    src = brokers("src")
+    dst = brokers("dst", f'[address_settings."orders"]\nmax_size_bytes = 60000\naddress_full_policy = "{policy}"\n')
+    src.start()
+    dst.start()
+    run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://orders", range(2000), body=b"p" * 500))
+    src.kill9()
+    proc = subprocess.Popen([sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir),
+                             "--target", f"tcp://127.0.0.1:{dst.port}", "--progress", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    async def consume_slowly() -> list[int]:
+        async with await connect(f"tcp://127.0.0.1:{dst.port}") as conn:
+            session = await conn.session()
+            consumer = await session.consumer("queue://orders")
+            got = []
+            while len(got) < 2000 and (m := await consumer.receive(30.0)) is not None:
+                got.append(int(m.body.split(b":")[0]))
+                if len(got) % 100 == 0:
+                    await asyncio.sleep(0.05)  # slower than the drain could go
+            return got
+
+    got = run(consume_slowly(), timeout=300)
+    print("DBG got", len(got), sorted(set(range(2000)) - set(got))[:5])
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    exactly(got, range(2000))
+    assert "refused" in err or "full" in err  # it had to wait for room

@@ -233,9 +233,10 @@ class Clustering:
         return self._dup_cache(name, self.settings_for(name)).size
 
     def receive_forwarded(self: PostOffice, message: Message, keys: list[str], dup_id: str | None,
-                          tx_id: int = 0, delivery_count: int = 0) -> SendResult:
+                          tx_id: int = 0, delivery_count: int = 0, *, strict: bool = False) -> SendResult:
         """Route a bridged message to the bindings its sender named, at most once per `dup_id`
-        (an anycast one, `message.routing_type`, whose queues are all gone: to the address's queue).
+        (an anycast one, `message.routing_type`, whose queues are all gone: to the address's queue;
+        `strict`, a migrated one: refused, so that its origin keeps it).
 
         A producer's duplicate ID it carries counts here as for a send: a second send of that ID
         arriving through another node (a client's resend after failover) is dropped, as is one
@@ -286,6 +287,8 @@ class Clustering:
                 continue
             log.warning("bridged message for %s names binding %r, which is gone: not routed there",
                         message.address, key)
+        if strict and not local and not far:  # a migrated message is never dropped: refused, it is kept
+            raise RoutingError(f"queue {', '.join(keys)} is gone here: create it again")
         if not local and not far and message.routing_type == RoutingType.ANYCAST:
             # its queue went away while it travelled (auto-deleted with its last consumer): an
             # anycast message is kept in the address's queue rather than lost

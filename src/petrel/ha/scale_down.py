@@ -20,6 +20,7 @@ that arrive after them, as Artemis does.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -94,6 +95,11 @@ class Migration:
         self._queue: Queue | None = None
         self._started = 0.0
         self._last_progress = 0.0
+        self._corr = itertools.count(QUEUE)
+        self._refused: list[MessageReference] = []  # refused by the target, in order, held until a retry
+        self._refused_at = 0.0
+        self.refusals = 0
+        self._refusal_told = False
 
     # -- the run ---------------------------------------------------------------------------------------
 
@@ -148,21 +154,24 @@ class Migration:
             raise MigrationFailed(self._lost.result())
         raise MigrationFailed(f"the target {self.target} did not answer within {self.timeout:.0f}s")
 
+    async def _create(self, queue: Queue) -> None:
+        corr = next(self._corr)
+        await self._ask(corr, MigrateQueue(
+            corr, queue.name, queue.address, int(queue.routing_type), queue.durable,
+            queue.selector.text if queue.selector else None, queue.client_id, queue.subscription,
+            _attributes(queue)))
+
     async def _move_duplicate_ids(self) -> None:
         """The duplicate IDs this node remembers, cache by cache, oldest first (a rerun adds only
         what the target lacks)."""
-        corr = QUEUE + 1
         for name, cache in sorted(self.office.dup_caches.items()):
             ids = [dup_id for dup_id, _ in cache.entries()]
             for start in range(0, len(ids), 5000):
-                corr += 1
+                corr = next(self._corr)
                 await self._ask(corr, MigrateDuplicateIds(corr, name, ids[start:start + 5000]))
 
     async def _move_queue(self, queue: Queue) -> None:
-        await self._ask(QUEUE, MigrateQueue(
-            QUEUE, queue.name, queue.address, int(queue.routing_type), queue.durable,
-            queue.selector.text if queue.selector else None, queue.client_id, queue.subscription,
-            _attributes(queue)))
+        await self._create(queue)
         if queue.message_count == 0:
             return
         self._queue = queue
@@ -170,26 +179,37 @@ class Migration:
         queue.add_consumer(consumer)
         if queue.unschedule_all():
             queue.deliver()
-        last_change, last_count = time.monotonic(), -1
+        last_change, last_moved = time.monotonic(), self.moved
         try:
             while True:
                 count = queue.message_count
                 if count == 0:
                     break
                 if queue.non_destructive and not self.in_flight and not self._outbox and self._streaming is None \
-                        and not consumer.delivering:
+                        and not consumer.delivering and not self._refused:
                     queue.purge()  # everything was moved (a non-destructive queue keeps its messages)
                     break
-                if count != last_count:
-                    last_change, last_count = time.monotonic(), count
-                elif time.monotonic() - last_change > self.timeout * 3 and not self.in_flight:
-                    raise MigrationFailed(f"queue {queue.name!r}: {count} messages do not move")
+                if self.moved != last_moved:
+                    last_change, last_moved = time.monotonic(), self.moved
+                elif time.monotonic() - last_change > self.timeout * 3:
+                    why = "the target refuses them (its address is full)" if self._refused else "they do not move"
+                    raise MigrationFailed(f"queue {queue.name!r}: {count} messages left, none moved for "
+                                          f"{self.timeout * 3:.0f}s: {why}")
                 if self._lost.done():
                     raise MigrationFailed(self._lost.result())
+                if self._refused_at and not self.in_flight and time.monotonic() - self._refused_at >= RETRY_REFUSED:
+                    # every answer is in: give the refused ones back, tell the target we start again
+                    # from the oldest (MIGRATE_QUEUE, which also re-creates a queue it lost), go on
+                    self._give_back()
+                    self._refused_at = 0.0
+                    await self._create(queue)
+                    consumer.paused = False
+                    queue.deliver()
                 self._report()
                 await asyncio.sleep(0.01)
         finally:
             consumer.closed = True
+            self._refused, self._refused_at = [], 0.0
             for ref in reversed(list(consumer.delivering.values())):
                 queue.cancel(ref, redelivered=False)
             queue.remove_consumer(consumer)
@@ -208,7 +228,7 @@ class Migration:
         if link is None or link.closed:
             return
         message = ref.message
-        rt = int(message.routing_type) if message.routing_type is not None else -1
+        rt = int(ref.queue.routing_type)  # the queue it goes to, whatever the address has
         properties = dict(message.properties)
         if ref.delivery_count:
             properties[MIGRATED_DELIVERY_COUNT] = ref.delivery_count
@@ -242,8 +262,11 @@ class Migration:
             self._confirmed(event.count)
         elif kind is SendFailed:
             self.failed[event.number] = event.message
-            log.warning("the target refused a message: %s (it stays here and is sent again)", event.message,
-                        extra={"event": "scale_down.refused"})
+            self.refusals += 1
+            if not self._refusal_told:  # once per episode, not per message
+                self._refusal_told = True
+                log.warning("the target refuses messages: %s (they stay here and are sent again in %.1fs)",
+                            event.message, RETRY_REFUSED, extra={"event": "scale_down.refused"})
         elif kind is Connected:
             link.send(MigrationBegin(BEGIN, self.broker.node_id, self.user, self.password))
         elif kind is Result:
@@ -278,17 +301,21 @@ class Migration:
         for ref, consumer in reversed(self.in_flight):
             ref.queue.cancel(ref, redelivered=False)
         self.in_flight.clear()
+        self._give_back()
         self._outbox.clear()
 
     def _confirmed(self, count: int) -> None:
         removed = 0
-        refused = False
         while self.confirmed < count and self.in_flight:
             self.confirmed += 1
             ref, consumer = self.in_flight.popleft()
             if self.failed.pop(self.confirmed, None) is not None:
-                refused = True
-                ref.queue.cancel(ref, redelivered=False)
+                # refused (the target's address is full): it, and everything sent after it, which
+                # the target refuses too, go back in order once the target has room
+                self._refused.append(ref)
+                if self._consumer is not None:
+                    self._consumer.paused = True
+                self._refused_at = self._refused_at or time.monotonic()
                 continue
             self.moved += 1
             self.bytes += ref.message.body_size
@@ -297,16 +324,13 @@ class Migration:
         if removed:
             self._hold(removed)
             self.office.store.sync(lambda: self._hold(-removed))
-        if refused and self._consumer is not None:
-            consumer = self._consumer
-            consumer.paused = True
 
-            def resume() -> None:
-                consumer.paused = False
-                if self._queue is not None:
-                    self._queue.deliver()
-
-            asyncio.get_running_loop().call_later(RETRY_REFUSED, resume)
+    def _give_back(self) -> None:
+        """What the target refused goes back to the head of its queue, in order."""
+        refused, self._refused = self._refused, []
+        self._refusal_told = False
+        for ref in reversed(refused):
+            ref.queue.cancel(ref, redelivered=False)
 
     def _hold(self, n: int) -> None:
         """Removals not yet on disk keep their credit: a killed migration resends at most a window."""

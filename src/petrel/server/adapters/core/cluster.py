@@ -95,6 +95,12 @@ class ClusterFrames:
         if self.migration_source is not None and MIGRATED_DELIVERY_COUNT in properties:
             properties = dict(properties)
             delivery_count = int(properties.pop(MIGRATED_DELIVERY_COUNT) or 0)
+        if self.migration_source is not None and self.migration_refusing:
+            # a migration keeps its order: after one refusal, every later message of it is refused
+            # too, until the origin starts again (MIGRATE_QUEUE)
+            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL,
+                                                        "refused after an earlier refusal: send again in order")))
+            return
         message = Message(large_body[0] if large_body else self._next_id(), e.address, body, properties,
                           e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
         if large_body is not None:
@@ -104,11 +110,14 @@ class ClusterFrames:
         try:
             if not self.forward_tx:  # one store transaction for the read's forwarded messages
                 self.forward_tx = self.office.store.begin()
-            self.office.receive_forwarded(message, e.keys, e.dup, self.forward_tx, delivery_count)
+            self.office.receive_forwarded(message, e.keys, e.dup, self.forward_tx, delivery_count,
+                                          strict=self.migration_source is not None)
         except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
             self.office.discard(message)
             code = ErrorCode.ADDRESS_FULL if isinstance(exc, AddressFull) else ErrorCode.ROUTING
             self._out.append(self.codec.send(SendFailed(session.id, session.sent, code, str(exc))))
+            if self.migration_source is not None:
+                self.migration_refusing = True
             return
         if e.durable:
             self._sync = True

@@ -30,6 +30,7 @@ log = logging.getLogger("petrel.ha.scale_down")
 
 class MigrationFrames:
     migration_source: str | None = None  # node ID of the origin moving its messages here
+    migration_refusing = False  # a migrated message was refused: the later ones are too, until MIGRATE_QUEUE
 
     def on_migration_begin(self: CoreAdapter, e: MigrationBegin) -> None:
         self._check_cluster_credentials(e.user, e.password)
@@ -44,6 +45,7 @@ class MigrationFrames:
     def on_migrate_queue(self: CoreAdapter, e: MigrateQueue) -> None:
         if self.migration_source is None:
             raise Fatal(ErrorCode.UNAUTHORIZED, "MIGRATE_QUEUE before MIGRATION_BEGIN")
+        self.migration_refusing = False  # the origin starts again from its oldest unconfirmed message
         office = self.office
         queue = office.queues.get(e.name)
         if queue is None:
