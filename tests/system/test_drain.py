@@ -341,3 +341,28 @@ def test_a_full_target_address_makes_the_drain_wait_and_retry_then_finish(broker
     exactly(got, range(2000))
     assert got == sorted(got), "the refusals changed the order"
     assert "refuses" in err and err.count("refuses") < 100  # it had to wait for room, and said so, briefly
+
+
+def test_a_message_in_two_durable_subscriptions_reaches_both_after_a_drain(brokers):
+    """One send with a duplicate ID, held by two subscriptions: each moves (found by chaos seed 3001:
+    the second copy was dropped as a duplicate of the first)."""
+    src, dst = brokers("src"), brokers("dst")
+    src.start()
+    dst.start()
+    url = f"tcp://127.0.0.1:{src.port}"
+
+    async def fill() -> None:
+        async with await connect(url) as conn:
+            for sub in ("sub.a", "sub.b"):
+                await conn.create_queue(sub, "news", "MULTICAST", exists_ok=True)
+            session = await conn.session()
+            producer = session.producer("topic://news")
+            for i in range(300):
+                await producer.send(Message(b"%d:" % i, duplicate_id=f"news-{i}"))
+            await session.flush()
+
+    run(fill())
+    src.kill9()
+    assert drainer(src, dst).returncode == 0
+    for sub in ("sub.a", "sub.b"):
+        exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", f"news::{sub}")), range(300))

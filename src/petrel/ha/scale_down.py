@@ -6,7 +6,7 @@ data directory without listeners). Queue by queue it creates the queue on the ta
 here (MIGRATE_QUEUE), then consumes it like a bridge consumes its store-and-forward queue:
 every message, paged and large ones included, in the order this broker would deliver it,
 scheduled ones with their times, goes to the target as a FORWARD naming that one queue and
-carrying the origin's duplicate ID (this node's ID + the message ID). A message is removed
+carrying the origin's duplicate ID (this node's ID + the message ID + the queue's). A message is removed
 here only once the target has confirmed it from its disk. The target keeps the IDs, and at
 most half its duplicate-ID cache is ever in flight or not yet removed here, so a migration
 killed at any point and run again delivers nothing twice; nothing is removed here that the
@@ -32,7 +32,8 @@ from petrel.client.link import PeerLink, open_link, stream_body
 from petrel.codec.core import Connected, CreateSession, Error, Result, SendConfirm, SendFailed
 from petrel.codec.core.cluster import Forward, MigrateDuplicateIds, MigrateQueue, MigrationBegin
 from petrel.core.queue import Consumer
-from petrel.core.remote import MIGRATED_DELIVERY_COUNT, bridge_dup_id
+from petrel.core.message import DUPLICATE_ID
+from petrel.core.remote import INSTANCE, MIGRATED_DELIVERY_COUNT, bridge_dup_id
 
 if TYPE_CHECKING:
     from petrel.core.queue import MessageReference, Queue
@@ -230,11 +231,14 @@ class Migration:
         message = ref.message
         rt = int(ref.queue.routing_type)  # the queue it goes to, whatever the address has
         properties = dict(message.properties)
+        if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
+            properties.setdefault(INSTANCE, bridge_dup_id(self.broker.node_id, message.id))
         if ref.delivery_count:
             properties[MIGRATED_DELIVERY_COUNT] = ref.delivery_count
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
                 message.timestamp, message.scheduled, properties)
-        dup = bridge_dup_id(self.broker.node_id, message.id)
+        # one ID per copy: a message in two queues (two subscriptions) moves twice, once for each
+        dup = f"{bridge_dup_id(self.broker.node_id, message.id)}@{ref.queue.id}"
         self.sent += 1
         self.in_flight.append((ref, self._consumer))
         if message.large is None:
