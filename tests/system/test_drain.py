@@ -366,3 +366,37 @@ def test_a_message_in_two_durable_subscriptions_reaches_both_after_a_drain(broke
     assert drainer(src, dst).returncode == 0
     for sub in ("sub.a", "sub.b"):
         exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", f"news::{sub}")), range(300))
+
+
+def test_a_drained_cluster_node_strands_nothing_in_store_and_forward_queues(tmp_path):
+    """Two clustered nodes. Copies on their way between them when node 1 dies: node 0's
+    store-and-forward queue toward node 1 (for node 1's queue) and node 1's toward node 0. After
+    node 1 is drained into node 0, every message is in a queue of node 0 a consumer reads."""
+    from petrel.testing.cluster import make_cluster, start_all, wait_bindings
+
+    nodes = make_cluster(tmp_path, 2, balancing="STRICT")
+    n0, n1 = nodes
+    try:
+        start_all(nodes)
+
+        async def prepare() -> None:
+            # a queue on each node, each advertised to the other
+            for node, name in ((n0, "zero"), (n1, "one")):
+                async with await connect(f"tcp://127.0.0.1:{node.port}") as conn:
+                    await conn.create_queue(name, "shared", "ANYCAST", exists_ok=True)
+
+        run(prepare())
+        wait_bindings(n0, "one")
+        wait_bindings(n1, "zero")
+        run(send_range(f"tcp://127.0.0.1:{n0.port}", "queue://shared", range(0, 1000)))  # STRICT: half forwarded
+        n1.kill9()
+        run(send_range(f"tcp://127.0.0.1:{n0.port}", "queue://shared", range(1000, 2000)))  # half stuck for node 1
+        done = drainer(n1, n0, "--config", str(n1.config_path))
+        assert done.returncode == 0, done.stderr
+        got = run(drain(f"tcp://127.0.0.1:{n0.port}", "shared::zero")) + \
+            run(drain(f"tcp://127.0.0.1:{n0.port}", "shared::one"))
+        exactly(got, range(2000))
+    finally:
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.kill9()

@@ -67,7 +67,7 @@ from petrel.codec.core import (
     encode_frame,
     register,
 )
-from petrel.codec.core.cluster import MigrateDuplicateIds, MigrateQueue, MigrationBegin
+from petrel.codec.core.cluster import MigrateDuplicateIds, MigrateQueue, MigrationBegin, MigrationDone
 from petrel.codec.core.replication import (
     ReplicaAck,
     ReplicaFailback,
@@ -116,6 +116,7 @@ CLIENT_SAMPLES: list[Event] = [
     MigrationBegin(17, "node-a", "cluster", "secret"),
     MigrateQueue(18, "sub-1", "prices", 1, True, "region = 'eu'", "client-1", "sub", {"exclusive": False}),
     MigrateDuplicateIds(19, "orders", ["a-1", "a-2"]),
+    MigrationDone(20),
 ]
 SERVER_SAMPLES: list[Event] = [
     ClusterMembers([ClusterMember("n1", "127.0.0.1:1", "http://127.0.0.1:2"), ClusterMember("n2", "h:1")]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from petrel.core.message import ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message, RoutingType
 from petrel.core.postoffice import PostOffice, RoutingError
 from petrel.core.queue import MessageReference, Queue
+from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, SYNC_FIRST
 from petrel.core.selector import compile_selector
 
 
@@ -72,11 +73,32 @@ def retry(office: PostOffice, queue: Queue, filter: str | None = None) -> int:
     return moved
 
 
+def absorb(office: PostOffice, queue: Queue, arrived=lambda message: False) -> int:
+    """Empty a store-and-forward queue toward a node whose queues are here now (it scaled down
+    into this one): each waiting copy goes to the queues it was on its way to (those gone stay);
+    a copy that had ``arrived`` there already (and moved here with that node's messages) is done."""
+    moved = 0
+    for ref in list(queue.iter_refs()):
+        if arrived(ref.message):
+            queue.take(ref)
+            queue.messages_acked += 1
+            office.reference_done(ref, 0)
+            continue
+        keys = str(ref.message.properties.get(ROUTE_TO, "")).split(KEY_SEPARATOR)
+        targets = [office.queues[k] for k in keys if k in office.queues and office.queues[k] is not queue]
+        if targets:
+            _transfer(office, queue, ref, targets[0].address, targets, {})
+            moved += 1
+    return moved
+
+
 def _transfer(
-    office: PostOffice, source: Queue, ref: MessageReference, address: str, only: Queue | None, extra: dict
+    office: PostOffice, source: Queue, ref: MessageReference, address: str, only: Queue | list[Queue] | None,
+    extra: dict
 ) -> None:
     old = ref.message
-    props = {k: v for k, v in old.properties.items() if k not in (ORIGINAL_ADDRESS, ORIGINAL_QUEUE)}
+    drop = (ORIGINAL_ADDRESS, ORIGINAL_QUEUE, ROUTE_TO, SYNC_FIRST)
+    props = {k: v for k, v in old.properties.items() if k not in drop}
     props.pop("_AMQ_DUPL_ID", None)
     props.update(extra)
     copy = Message(
@@ -95,7 +117,7 @@ def _transfer(
     source.take(ref)
     source.messages_acked += 1
     if only is not None:
-        office.route_to(copy, [only], tx_id)
+        office.route_to(copy, only if isinstance(only, list) else [only], tx_id)
     else:
         existing = office.addresses.get(address)
         target, routing_type = office.ensure_address_for(

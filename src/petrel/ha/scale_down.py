@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING
 
 from petrel.client.link import PeerLink, open_link, stream_body
 from petrel.codec.core import Connected, CreateSession, Error, Result, SendConfirm, SendFailed
-from petrel.codec.core.cluster import Forward, MigrateDuplicateIds, MigrateQueue, MigrationBegin
+from petrel.codec.core.cluster import Forward, MigrateDuplicateIds, MigrateQueue, MigrationBegin, MigrationDone
 from petrel.core.queue import Consumer
 from petrel.core.message import DUPLICATE_ID
-from petrel.core.remote import INSTANCE, MIGRATED_DELIVERY_COUNT, bridge_dup_id
+from petrel.core.remote import INSTANCE, KEY_SEPARATOR, MIGRATED_DELIVERY_COUNT, ROUTE_TO, SYNC_FIRST, bridge_dup_id
 
 if TYPE_CHECKING:
     from petrel.core.queue import MessageReference, Queue
@@ -45,6 +45,7 @@ log = logging.getLogger("petrel.ha.scale_down")
 
 BEGIN, SESSION, QUEUE = 1, 2, 3
 WINDOW = 2000  # messages in flight or not yet removed here, at most (and half the target's cache)
+SF_PREFIX = "$.petrel.sf."  # store-and-forward queues (petrel.cluster.bridge.sf_queue_name)
 RETRY_REFUSED = 0.5  # s before sending again what the target refused (an address full: FAIL/BLOCK)
 
 
@@ -131,6 +132,11 @@ class Migration:
             for queue in sorted(queues, key=lambda q: q.name):
                 await self._move_queue(queue)
             await self._move_duplicate_ids()
+            corr = next(self._corr)
+            done = await self._ask(corr, MigrationDone(corr))
+            if done.get("rerouted"):
+                log.info("the target delivered %d messages it held for this node to their queues",
+                         done["rerouted"], extra={"event": "scale_down.absorbed"})
             left = sum(q.message_count for q in queues if q.name in self.office.queues)
             if left:
                 raise MigrationFailed(f"{left} messages are still here after the migration")
@@ -171,8 +177,15 @@ class Migration:
                 corr = next(self._corr)
                 await self._ask(corr, MigrateDuplicateIds(corr, name, ids[start:start + 5000]))
 
+    def _for_target(self, queue: Queue) -> bool:
+        """This node's store-and-forward queue toward the target: its copies go to the queues they
+        were for there, as the bridge would have sent them."""
+        return bool(self.target_node) and queue.name.startswith(SF_PREFIX) and \
+            queue.name.endswith("." + self.target_node)
+
     async def _move_queue(self, queue: Queue) -> None:
-        await self._create(queue)
+        if not self._for_target(queue):
+            await self._create(queue)
         if queue.message_count == 0:
             return
         self._queue = queue
@@ -237,15 +250,21 @@ class Migration:
             properties[MIGRATED_DELIVERY_COUNT] = ref.delivery_count
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
                 message.timestamp, message.scheduled, properties)
-        # one ID per copy: a message in two queues (two subscriptions) moves twice, once for each
-        dup = f"{bridge_dup_id(self.broker.node_id, message.id)}@{ref.queue.id}"
+        if self._for_target(ref.queue):  # the bridge's copy: its keys, its duplicate ID
+            keys = str(properties.pop(ROUTE_TO, "")).split(KEY_SEPARATOR)
+            properties.pop(SYNC_FIRST, None)
+            dup = bridge_dup_id(self.broker.node_id, message.id)
+        else:
+            # one ID per copy: a message in two queues (two subscriptions) moves twice, once for each
+            keys = [ref.queue.name]
+            dup = f"{bridge_dup_id(self.broker.node_id, message.id)}@{ref.queue.id}"
         self.sent += 1
         self.in_flight.append((ref, self._consumer))
         if message.large is None:
-            link.send(Forward(*head, message.body, False, [ref.queue.name], dup))
+            link.send(Forward(*head, message.body, False, keys, dup))
             return
         self._streaming = asyncio.get_running_loop().create_task(
-            self._stream(link, message, Forward(*head, b"", True, [ref.queue.name], dup)))
+            self._stream(link, message, Forward(*head, b"", True, keys, dup)))
 
     async def _stream(self, link: PeerLink, message, first: Forward) -> None:
         try:

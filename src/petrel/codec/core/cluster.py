@@ -28,6 +28,7 @@ __all__ = [
     "MigrationBegin",
     "MigrateQueue",
     "MigrateDuplicateIds",
+    "MigrationDone",
     "CLUSTER_CAPABILITY",
 ]
 
@@ -153,7 +154,16 @@ class MigrateDuplicateIds(Event, frozen=True, array_like=True):
     ids: list[str] = []
 
 
+class MigrationDone(Event, frozen=True, array_like=True):
+    """The origin moved everything: what the target holds for it in its store-and-forward queue
+    (copies on their way to the origin's queues, which are here now) goes to those queues."""
+
+    TYPE: ClassVar[int] = 0x49
+    corr: int
+
+
 register(ClusterJoin, client=True, server=False)
+register(MigrationDone, client=True, server=False)
 register(MigrateDuplicateIds, client=True, server=False)
 register(MigrationBegin, client=True, server=False)
 register(MigrateQueue, client=True, server=False)

@@ -68,6 +68,7 @@ from petrel.codec.core.cluster import (
     MigrateDuplicateIds,
     MigrateQueue,
     MigrationBegin,
+    MigrationDone,
 )
 from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.core.admin import AdminFrames
@@ -150,6 +151,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
             MigrationBegin: self.on_migration_begin,
             MigrateQueue: self.on_migrate_queue,
             MigrateDuplicateIds: self.on_migrate_duplicate_ids,
+            MigrationDone: self.on_migration_done,
         }
 
     # -- input ------------------------------------------------------------------------------

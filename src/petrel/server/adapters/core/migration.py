@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from petrel.codec.core import ErrorCode, Result
-from petrel.codec.core.cluster import MigrateDuplicateIds, MigrateQueue, MigrationBegin
+from petrel.codec.core.cluster import MigrateDuplicateIds, MigrateQueue, MigrationBegin, MigrationDone
 from petrel.core.message import RoutingType
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
@@ -75,3 +75,27 @@ class MigrationFrames:
                 added += 1
         office.commit_store(tx)
         self.reply(Result(e.corr, 0, "", {"added": added}), sync=True)
+
+    def on_migration_done(self: CoreAdapter, e: MigrationDone) -> None:
+        if self.migration_source is None:
+            raise Fatal(ErrorCode.UNAUTHORIZED, "MIGRATION_DONE before MIGRATION_BEGIN")
+        cluster = self.broker.cluster
+        rerouted = 0
+        if cluster is not None:
+            from petrel.cluster.bridge import sf_queue_name
+            from petrel.core.clustered import BRIDGE_CACHE_PREFIX
+            from petrel.core.operations import absorb
+            from petrel.core.remote import bridge_dup_id
+
+            office = self.office
+            queue = office.queues.get(sf_queue_name(cluster.name, self.migration_source))
+            # the IDs of this node's copies the origin had received came with its duplicate-ID caches
+            received = office.dup_caches.get(BRIDGE_CACHE_PREFIX + self.broker.node_id)
+            node = self.broker.node_id
+            if queue is not None:
+                rerouted = absorb(office, queue, lambda m: received is not None
+                                  and bridge_dup_id(node, m.id) in received)
+                if rerouted:
+                    log.info("%d messages on their way to node %s, which scaled down here, went to its queues "
+                             "here", rerouted, self.migration_source, extra={"event": "scale_down.absorbed"})
+        self.reply(Result(e.corr, 0, "", {"rerouted": rerouted}), sync=True)

@@ -27,7 +27,7 @@ class ReplicationFrames:
         config = self.broker.config
         if user != config.cluster_user or password != config.cluster_password:
             raise Fatal(ErrorCode.UNAUTHORIZED, "wrong cluster user or password (cluster_user/cluster_password "
-                                                "must be the same on both halves of a pair)")
+                                                "must be the same on every node, pair and drainer of the cluster; a drainer takes them from --config)")
 
     def on_replica_register(self: CoreAdapter, e: ReplicaRegister) -> None:
         self._check_cluster_credentials(e.user, e.password)
