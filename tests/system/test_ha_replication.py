@@ -507,3 +507,46 @@ def test_a_full_disk_on_the_live_refuses_sends_keeps_the_backup_in_sync_and_fail
     finally:
         stop_all(p, b)
         disk.unmount()
+
+
+def test_vote_on_replication_failure_an_isolated_live_stops_and_its_backup_takes_over(tmp_path):
+    """Three pairs; pair 0's live is cut off from everything (its peers and its backup reach it
+    through proxies that are cut): its backup takes over by quorum, and the live, voting when it
+    loses its backup, finds no quorum and stops serving — never two lives for long."""
+    from petrel.testing.ha import make_pairs
+    from petrel.testing.proxy import TcpProxy
+
+    votes = "vote_retries = 3\nvote_retry_wait = 300\nquorum_vote_wait = 2000\nvote_on_replication_failure = true\n"
+    pairs = make_pairs(tmp_path, 3, primary=votes, backup=votes)
+    (p0, b0), (p1, b1), (p2, b2) = pairs
+    nodes = [n for pair in pairs for n in pair]
+    proxy = TcpProxy("127.0.0.1", p0.port).start()
+    for node in (b0, p1, b1, p2, b2):  # everybody reaches p0 through the proxy
+        text = node.config_path.read_text()
+        node.config_path.write_text(text.replace(f'"tcp://127.0.0.1:{p0.port}"', f'"tcp://127.0.0.1:{proxy.port}"'))
+    # and p0 reaches nobody: its own connectors point at closed ports; nobody bridges to what a peer
+    # reports of itself (only to its configured connectors), so the proxy is p0's only way in or out
+    text = p0.config_path.read_text()
+    for other in (b0, p1, b1, p2, b2):
+        text = text.replace(f'"tcp://127.0.0.1:{other.port}"', '"tcp://127.0.0.1:1"')
+    p0.config_path.write_text(text)
+    for node in nodes:
+        with open(node.config_path, "a") as f:
+            f.write("allow_direct_connections_only = true\n")
+    try:
+        for p, _ in pairs:
+            p.start()
+        for _, b in pairs:
+            b.start(wait=False)
+        for _, b in pairs:
+            wait_in_sync(b)
+        wait_for(lambda: all(len(_members(p)) >= 3 for p in (p1, p2)), 30)
+        run(send_range(f"tcp://127.0.0.1:{p0.port}", "queue://q", range(300)))
+        proxy.cut()
+        b0.wait_state("ok", timeout=60)
+        wait_for(lambda: p0.health().get("status") != "ok", 30, message=p0.log())
+        assert "stops serving" in p0.log()
+        exactly(run(drain(f"tcp://127.0.0.1:{b0.port}", "queue://q")), range(300))
+    finally:
+        proxy.stop()
+        stop_all(*nodes)

@@ -125,9 +125,44 @@ class _Replicated(LockManagerSide, BackupSide, _Base):
             self.broker.cluster._members_changed()
         if (self.zk_activation is None or replicator.state != "lost" or replicator.synced_at is None
                 or replicator.handing_over):
+            if (self.policy.vote_on_replication_failure and self.zk_activation is None
+                    and replicator.state == "lost" and not replicator.handing_over):
+                self._spawn(self._vote_to_stay(replicator))
+                return
             replicator.release_waiters()
             return
         self._spawn(self._claim_then_release(replicator))
+
+    async def _vote_to_stay(self, replicator: Replicator) -> None:
+        """vote_on_replication_failure: a live that lost its backup asks the other lives whether
+        they still see it. If a quorum of them does not, this live is the one cut off (its backup
+        may be taking over): it stops serving, holding what it had not confirmed, and waits as a
+        backup. Otherwise it goes on alone."""
+        from petrel.ha import quorum
+
+        config = self.broker.config
+        cluster = self.broker.cluster
+        voters = [m.connector for m in cluster._members() if m.node_id != self.broker.node_id] if cluster else []
+        size = self.policy.quorum_size if self.policy.quorum_size > 0 else (cluster.largest_size if cluster else 1)
+        if not voters or size <= 1:
+            log.warning("vote_on_replication_failure: no other lives to ask; going on alone",
+                        extra={"event": "ha.vote"})
+            replicator.release_waiters()
+            return
+        ballots = await quorum.ask(voters, self.broker.node_id, config.cluster_user, config.cluster_password,
+                                   self.policy.quorum_vote_wait / 1000)
+        seen = sum(1 for b in ballots if b.gone is False)
+        if seen >= quorum.votes_needed(size):
+            log.warning("lost the backup; %d other lives still see this node: it goes on alone", seen,
+                        extra={"event": "ha.vote"})
+            replicator.release_waiters()
+            return
+        log.error("lost the backup and only %d other lives see this node (%d needed): this node may be the one "
+                  "cut off, so it stops serving and waits as a backup", seen, quorum.votes_needed(size),
+                  extra={"event": "ha.isolated"})
+        await self._leave_live(reason="this node lost its backup and the quorum")
+        replicator.release_waiters()  # their connections are closed: nothing is confirmed
+        self._spawn(self._run_backup_loop())
 
     async def _claim_then_release(self, replicator: Replicator) -> None:
         """Move the activation sequence on before confirming anything the lost backup lacks: it
