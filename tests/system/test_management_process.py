@@ -71,11 +71,11 @@ def test_health_and_status(broker):
     assert status["memory"]["rss_bytes"] > 0
 
 
-def test_openapi_is_served_and_scale_down_is_501(broker):
+def test_openapi_is_served_and_scale_down_needs_a_target(broker):
     served = ok(broker, "GET", "/api/v1/openapi.json")
     assert served == json.loads(json.dumps(document(served["info"]["version"])))
     status, body = http(broker, "POST", "/api/v1/broker/scale-down")
-    assert status == 501 and "scale-down issue" in body["error"]
+    assert status == 400 and "no target" in body["error"]
 
 
 def test_traffic_shows_in_queues_connections_consumers_and_metrics(broker):
