@@ -400,3 +400,29 @@ def test_a_drained_cluster_node_strands_nothing_in_store_and_forward_queues(tmp_
         for node in nodes:
             if node.proc is not None and node.proc.poll() is None:
                 node.kill9()
+
+
+def test_paged_copies_in_two_subscriptions_with_duplicate_ids_all_move(brokers):
+    """Found by chaos seed 8004 (scale 3): a paging topic, two subscriptions, producers' duplicate IDs:
+    the second subscription's paged copies were dropped as duplicates of the first's."""
+    src = brokers("src", '[address_settings."#"]\nmax_size_bytes = 100000\npage_size_bytes = 65536\n')
+    dst = brokers("dst")
+    src.start()
+    dst.start()
+    url = f"tcp://127.0.0.1:{src.port}"
+
+    async def fill() -> None:
+        async with await connect(url) as conn:
+            for sub in ("sub0", "sub1"):
+                await conn.create_queue(sub, "feed", "MULTICAST", exists_ok=True)
+            session = await conn.session()
+            producer = session.producer("topic://feed")
+            for i in range(2000):
+                await producer.send(Message(b"%d:" % i + b"f" * 200, duplicate_id=f"d-{i}"))
+            await session.flush()
+
+    run(fill())
+    src.kill9()
+    assert drainer(src, dst).returncode == 0
+    for sub in ("sub0", "sub1"):
+        exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", f"feed::{sub}")), range(2000))

@@ -550,3 +550,27 @@ def test_vote_on_replication_failure_an_isolated_live_stops_and_its_backup_takes
     finally:
         proxy.stop()
         stop_all(*nodes)
+
+
+def test_a_backup_whose_data_directory_is_a_mount_point_syncs_again_after_a_restart(tmp_path):
+    """Found by chaos seed 1001: a volume mounted at the data directory (a Kubernetes PVC) put the
+    old copy's move on another file system (EXDEV); the backup never synced again, silently."""
+    import subprocess
+
+    from petrel.testing.chaos.faults import can_mount_tmpfs
+
+    if not can_mount_tmpfs():
+        pytest.skip("needs root to mount a tmpfs at the backup's data directory")
+    p, b = make_pair(tmp_path)
+    b.data_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(b.data_dir)], check=True)
+    try:
+        start_pair(p, b)
+        run(send_range(f"tcp://127.0.0.1:{p.port}", "queue://q", range(100)))
+        b.kill9()
+        b.start(wait=False)
+        wait_in_sync(b, timeout=30)
+        assert len(list(b.workdir.glob("oldreplica.*"))) == 1
+    finally:
+        stop_all(p, b)
+        subprocess.run(["umount", "-l", str(b.data_dir)], capture_output=True)

@@ -259,7 +259,14 @@ class Clustering:
             remember.append((cache, dup_id))
         settings = self.settings_for(message.address)
         user_dup = message.duplicate_id
-        if user_dup is not None and self._dup_cache(message.address, settings).size > 0:
+        if user_dup is not None and strict and self._dup_cache(message.address, settings).size > 0:
+            # a migrated copy: its own ID (above) says whether it is here already; the producer's ID
+            # is only remembered, so that a client's resend after the move is dropped (each copy of a
+            # send in several subscriptions moves: they share the producer's ID)
+            cache = self._dup_cache(message.address, settings)
+            if user_dup not in cache:
+                remember.append((cache, user_dup))
+        elif user_dup is not None and self._dup_cache(message.address, settings).size > 0:
             if self._sent_elsewhere(message, user_dup, settings, remember):
                 self.forwarded_duplicates += 1
                 self.duplicates += 1

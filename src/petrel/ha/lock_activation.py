@@ -107,4 +107,10 @@ class LockManagerSide:
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("HA task failed: %s; this node neither serves nor follows a live now: restart it",
+                      task.exception(), exc_info=task.exception(), extra={"event": "ha.task_failed"})

@@ -130,6 +130,8 @@ class ReplicaClient:
                 try:
                     self.on_accepted()
                 except OSError as exc:
+                    log.error("cannot set the old copy aside before a new one: %s; check the data directory's "
+                              "parent (oldreplica.N goes there)", exc, extra={"event": "ha.set_aside_failed"})
                     self._end(Outcome("refused", f"cannot make room for the copy: {exc}"))
                     return
             self._start_worker()

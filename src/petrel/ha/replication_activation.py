@@ -297,10 +297,21 @@ class ReplicationPrimary(_Replicated):
             if await self._fail_back():  # never serve stale data while another node serves this ID
                 return
             if self.policy.lock_manager is not None:
-                if not await self._zk_activate(self.broker.node_id):
-                    raise PetrelError(f"node {self.broker.node_id} is served by another broker (its lock is held); "
-                                      "start this primary with check_for_live_server = true to sync from it and "
-                                      "take over")
+                from petrel.ha.activation_sequence import StaleActivationSequence
+
+                try:
+                    free = await self._zk_activate(self.broker.node_id)
+                except StaleActivationSequence as exc:
+                    free = False
+                    log.warning("%s", exc, extra={"event": "ha.stale"})
+                if not free:
+                    # another broker serves this node ID (this primary could not reach it just now):
+                    # wait as its backup, never serve this stale copy
+                    log.warning("node %s is served by another broker (its lock is held): this primary waits as "
+                                "its backup", self.broker.node_id, extra={"event": "ha.primary_as_backup"})
+                    self._set(BACKUP)
+                    self._spawn(self._run_backup_loop())
+                    return
             await self._serve()
         except BaseException:
             self._unlock_dir()
@@ -360,4 +371,4 @@ class ReplicationBackup(_Replicated):
         elif self.policy.lone_pair_failover and self.policy.lock_manager is None:
             log.warning("lone_pair_failover = true without a lock manager: if the live is only cut off from this "
                         "backup, both will serve (split brain)", extra={"event": "ha.split_brain_risk"})
-        self._task = asyncio.get_running_loop().create_task(self._run_backup_loop())
+        self._spawn(self._run_backup_loop())

@@ -234,7 +234,9 @@ class ReplicaDirectory:
                 saved = parent / f"oldreplica.{max(numbers, default=0) + 1}"
                 saved.mkdir()
                 for name in names:
-                    os.rename(self.directory / name, saved / name)
+                    # a data directory that is a mount point (a volume) has its parent on another file
+                    # system: a rename cannot cross it, a move (copy, then delete) can
+                    shutil.move(str(self.directory / name), str(saved / name))
                 if self.sync:
                     fsync_dir(saved)
                     fsync_dir(self.directory)
