@@ -15,7 +15,7 @@ from pathlib import Path
 
 from petrel.testing.process import BrokerProcess, wait_for
 
-__all__ = ["SharedStorePair", "POLICY"]
+__all__ = ["LivePair", "SharedStorePair", "POLICY"]
 
 #: A SIGTERM of the live hands over to the backup; the primary takes over again when it returns.
 POLICY = "[ha_policy]\nshared_store = \"{role}\"\nfailover_on_shutdown = true\n"
@@ -43,18 +43,15 @@ class _PairProc:
         return self.poll()
 
 
-class SharedStorePair:
-    def __init__(self, workdir: Path, settings: str, name: str = "node0") -> None:
-        self.data_dir = Path(workdir) / f"{name}-shared"
-        self.p = BrokerProcess(Path(workdir) / f"{name}p", name=f"{name}p", http=True, data_dir=self.data_dir,
-                               settings=settings + POLICY.format(role="primary"))
-        self.b = BrokerProcess(Path(workdir) / f"{name}b", name=f"{name}b", http=True, data_dir=self.data_dir,
-                               settings=settings + POLICY.format(role="backup"))
-        self.nodes = (self.p, self.b)
-        self.proc = _PairProc(self)
-        self.failovers: list[float] = []  # seconds from a kill/stop of the live to the other serving
+class LivePair:
+    """What both kinds of pair share: which process serves, where clients go, and failing the live
+    (the other takes over). A subclass sets ``p``, ``b`` and ``nodes`` and says how it starts."""
 
-    # -- where the clients go -------------------------------------------------------------------
+    p: BrokerProcess
+    b: BrokerProcess
+    nodes: tuple[BrokerProcess, BrokerProcess]
+    failovers: list[float]  # seconds from a kill/stop of the live to the other serving
+    last_live: BrokerProcess
 
     def live(self, timeout: float = 60.0) -> BrokerProcess:
         """The process that serves (waiting up to `timeout` for one to)."""
@@ -63,8 +60,12 @@ class SharedStorePair:
     def _serving(self) -> BrokerProcess | None:
         for node in self.nodes:
             if self._running(node) and node.health().get("status") in SERVING:
+                self.last_live = node
                 return node
         return None
+
+    def other(self, node: BrokerProcess) -> BrokerProcess:
+        return self.b if node is self.p else self.p
 
     def states(self) -> dict[str, str]:
         return {n.config_path.parent.name: (n.health().get("status", "down") if self._running(n) else "down")
@@ -102,12 +103,26 @@ class SharedStorePair:
         live = self._serving()
         if live is None:
             return
-        other = self.b if live is self.p else self.p
+        other = self.other(live)
         t0 = time.monotonic()
         how(live)
         if self._running(other):
-            other.wait_state(*SERVING)
+            other.wait_state(*SERVING, timeout=60)
+            self.last_live = other
             self.failovers.append(time.monotonic() - t0)
+
+
+class SharedStorePair(LivePair):
+    def __init__(self, workdir: Path, settings: str, name: str = "node0") -> None:
+        self.data_dir = Path(workdir) / f"{name}-shared"
+        self.p = BrokerProcess(Path(workdir) / f"{name}p", name=f"{name}p", http=True, data_dir=self.data_dir,
+                               settings=settings + POLICY.format(role="primary"))
+        self.b = BrokerProcess(Path(workdir) / f"{name}b", name=f"{name}b", http=True, data_dir=self.data_dir,
+                               settings=settings + POLICY.format(role="backup"))
+        self.nodes = (self.p, self.b)
+        self.proc = _PairProc(self)
+        self.failovers: list[float] = []
+        self.last_live = self.p
 
     def start(self, *extra_args: str, wait: bool = True) -> SharedStorePair:
         """Start whichever process is down; wait until one serves and the other waits."""

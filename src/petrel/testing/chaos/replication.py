@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 
 from petrel.testing.chaos.faults import DiskMount
-from petrel.testing.chaos.pair import SERVING, _PairProc
+from petrel.testing.chaos.pair import SERVING, LivePair, _PairProc
 from petrel.testing.ha import ha_view, make_pair, route_through
 from petrel.testing.process import BrokerProcess, free_port, wait_for
 from petrel.testing.proxy import TcpProxy
@@ -40,7 +40,7 @@ POLICY = "failover_on_shutdown = true\nlone_pair_failover = true\n"
 SESSION_MS = 2000  # the ZooKeeper variant: a dead live's lock expires after this
 
 
-class ReplicationPair:
+class ReplicationPair(LivePair):
     def __init__(self, workdir: Path, settings: str, *, failback: bool, zookeeper: str | None = None,
                  name: str = "node0") -> None:
         lock = ""
@@ -73,19 +73,6 @@ class ReplicationPair:
 
     # -- where the clients go -------------------------------------------------------------------
 
-    def _serving(self) -> BrokerProcess | None:
-        for node in self.nodes:
-            if self._running(node) and node.health().get("status") in SERVING:
-                self.last_live = node
-                return node
-        return None
-
-    def live(self, timeout: float = 60.0) -> BrokerProcess:
-        return wait_for(self._serving, timeout, 0.02, message=f"no live in the pair: {self.states()}")
-
-    def other(self, node: BrokerProcess) -> BrokerProcess:
-        return self.b if node is self.p else self.p
-
     def states(self) -> dict[str, str]:
         out = {}
         for n in self.nodes:
@@ -98,24 +85,8 @@ class ReplicationPair:
         return out
 
     @property
-    def port(self) -> int:
-        return self.live().port
-
-    @property
-    def stomp_port(self) -> int:
-        return self.live().stomp_port
-
-    @property
-    def http_port(self) -> int:
-        return self.live().http_port
-
-    @property
     def data_dir(self) -> Path:
         return self.live().data_dir
-
-    @staticmethod
-    def _running(node: BrokerProcess) -> bool:
-        return node.proc is not None and node.proc.poll() is None
 
     @staticmethod
     def in_sync(node: BrokerProcess) -> bool:
@@ -139,28 +110,6 @@ class ReplicationPair:
         except TimeoutError:
             return f"its backup is not in sync after {timeout:.0f}s: {self.states()}"
         return None
-
-    def kill9(self) -> None:
-        """Kill the live; return once the other serves."""
-        self._fail(lambda node: node.kill9())
-
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM the live (it hands over: failover_on_shutdown); its exit code."""
-        codes = []
-        self._fail(lambda node: codes.append(node.stop(timeout)))
-        return codes[0] if codes else 0
-
-    def _fail(self, how) -> None:
-        live = self._serving()
-        if live is None:
-            return
-        other = self.other(live)
-        t0 = time.monotonic()
-        how(live)
-        if self._running(other):
-            other.wait_state(*SERVING, timeout=60)
-            self.last_live = other
-            self.failovers.append(time.monotonic() - t0)
 
     def kill_backup(self) -> BrokerProcess | None:
         """Kill the process that waits as the backup (the live goes on alone); which one."""
