@@ -320,7 +320,7 @@ class StompLoad:
                         channel.ack(batch, lambda b: self.ledger.ack_sent(self.QUEUE, [x.mid for x in b]))
                         batch = []
             except ChannelError:
-                pass
+                pass  # the live went away: reconnect to whichever serves now (the loop goes on)
             finally:
                 channel.abort()
 
