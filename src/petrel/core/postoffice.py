@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.address import Address
 from petrel.core.clustered import Clustering
+from petrel.core.cursors import SeqCursors
 from petrel.core.redistribution import Redistributing
 from petrel.core.divert import Divert, Diverting
 from petrel.core.endings import Endings
@@ -71,7 +72,7 @@ def _records(stored: list[Queue], remote: list[RemoteBinding]) -> int:
 
 
 class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing, Endings, FlowControl,
-                 DuplicateDetection):
+                 DuplicateDetection, SeqCursors):
     def __init__(
         self,
         store: Store,

@@ -109,4 +109,5 @@ class Recovery:
             if queue.next_seq > queue.seq_reserved:
                 queue.seq_reserved = queue.next_seq + SEQ_RESERVATION
                 self.store.reserve_queue_seq(queue.id, queue.seq_reserved)
+        self.recover_seq_cursors(recovered.seq_cursors)  # core/cursors.py
 

@@ -16,6 +16,8 @@ message journal
   12 DELIVERY      update  (queue id, delivery count)
   13 DUPLICATE_ID  add     (address, duplicate id)
   14 PAGE_CURSOR   add     (queue id, page file, offset); updated (file, offset) as pages are read
+  15 SEQ_CURSOR    add     (format version, queue id, name, acked): a named cursor (core/cursors.py),
+                           written anew (and the old record deleted) each time it moves
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class RecordKind(IntEnum):
     DELIVERY = 12
     DUPLICATE_ID = 13
     PAGE_CURSOR = 14
+    SEQ_CURSOR = 15
+
+
+SEQ_CURSOR_VERSION = 1  # the first field of a SEQ_CURSOR record
 
 
 _enc = msgspec.msgpack.Encoder()
@@ -151,6 +157,12 @@ class FileStore:
                 known = rec.page_cursors.get(queue_id)
                 if known is None or known[1] <= position:
                     rec.page_cursors[queue_id] = (r.id, position)
+            elif r.user_type == RecordKind.SEQ_CURSOR:
+                version, queue_id, name, acked, *_ = unpack(r.body)
+                if version != SEQ_CURSOR_VERSION:
+                    raise ValueError(f"sequence cursor record {r.id} has format version {version}; this broker "
+                                     f"reads version {SEQ_CURSOR_VERSION}: start the version that wrote it")
+                rec.seq_cursors.append((r.id, queue_id, name, acked))
         self._next_id = top + 1
         self._reserved = 0
         self.rolled_back = rec.rolled_back
@@ -392,6 +404,27 @@ class FileStore:
         else:
             self.messages.delete(record_id)
 
+
+    # -- named sequence cursors ---------------------------------------------------------
+
+    def put_seq_cursor(self, tx_id: int, record_id: int, queue_id: int, name: str, acked: int) -> int:
+        """Write a cursor's position as a new record, deleting its old one (`record_id`, 0 for a
+        new cursor), so segments holding older positions are reclaimed; returns the new id."""
+        new_id = self.next_id()
+        body = pack((SEQ_CURSOR_VERSION, queue_id, name, acked))
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.add_tx(tx_id, new_id, RecordKind.SEQ_CURSOR, body)
+            if record_id:
+                self.messages.delete_tx(tx_id, record_id)
+        else:
+            self.messages.add(new_id, RecordKind.SEQ_CURSOR, body)
+            if record_id:
+                self.messages.delete(record_id)
+        return new_id
+
+    def delete_seq_cursor(self, tx_id: int, record_id: int) -> None:
+        self.delete_message(tx_id, record_id)
 
     # -- paging -------------------------------------------------------------------------
 

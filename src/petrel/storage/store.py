@@ -76,6 +76,8 @@ class Recovered:
     duplicate_ids: list[tuple[int, str, str]] = field(default_factory=list)
     # queue id -> (cursor record id, position of the next page record to read)
     page_cursors: dict = field(default_factory=dict)
+    # named sequence cursors (core/cursors.py): (record id, queue id, name, acked)
+    seq_cursors: list[tuple[int, int, str, int]] = field(default_factory=list)
     rolled_back: int = 0
 
 
@@ -107,6 +109,8 @@ class Store(Protocol):
     def add_duplicate_id(self, tx_id: int, record_id: int, address: str, dup_id: str) -> None: ...
     def add_duplicate_id_after_pages(self, record_id: int, address: str, dup_id: str) -> None: ...
     def delete_duplicate_id(self, tx_id: int, record_id: int) -> None: ...
+    def put_seq_cursor(self, tx_id: int, record_id: int, queue_id: int, name: str, acked: int) -> int: ...
+    def delete_seq_cursor(self, tx_id: int, record_id: int) -> None: ...
     def close(self) -> None: ...
 
     # durability
@@ -159,6 +163,9 @@ class NullStore:
     def close(self) -> None:
         pass
 
+    def put_seq_cursor(self, tx_id: int, record_id: int, queue_id: int, name: str, acked: int) -> int:
+        return self.next_id()
+
     def persist_error(self) -> BaseException | None:
         return None
 
@@ -194,4 +201,4 @@ class NullStore:
     add_queue = reserve_queue_seq = delete_queue = add_divert = delete_divert = _ignore
     add_message = ack = delete_message = update_delivery_count = _ignore
     add_duplicate_id = add_duplicate_id_after_pages = delete_duplicate_id = _ignore
-    release_pages = delete_pages = _ignore
+    release_pages = delete_pages = delete_seq_cursor = _ignore

@@ -1,0 +1,264 @@
+"""Sequence ranges and named cursors of a queue (core/cursors.py), without an event loop: on a
+NullStore, and on a real FileStore across restarts, paging and compaction."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from petrel.core.cursors import CursorInvalid, CursorNotFound
+from petrel.core.message import DUPLICATE_ID, Message, RoutingType
+from petrel.core.postoffice import PostOffice
+from petrel.core.settings import AddressSettingsRepository
+from petrel.storage.file_store import FileStore
+
+from office_harness import ManualClock, consume, make_office, msg
+
+ANY = RoutingType.ANYCAST
+
+
+def seqs(answer):
+    return [h.seq for h in answer.messages]
+
+
+def fill(office, queue, n, **kw):
+    for i in range(n):
+        office.send(msg(office, queue, b"m%d" % i, properties={DUPLICATE_ID: f"d{i}"}, **kw), ANY)
+
+
+def test_tail_and_earliest_of_an_empty_queue_are_the_same():
+    office, _ = make_office()
+    office.create_queue("q", "q", ANY)
+    assert office.tail_seq("q") == office.earliest_seq("q") == 1
+    fill(office, "q", 3)
+    assert (office.earliest_seq("q"), office.tail_seq("q")) == (1, 4)
+
+
+def test_a_range_reports_what_consumers_took_as_gaps_and_is_the_same_browsed_twice():
+    office, _ = make_office()
+    office.create_queue("q", "q", ANY)
+    fill(office, "q", 10)
+    consumer, sink = consume(office, "q", window=2)
+    q = office.queues["q"]
+    for ref in list(sink.got):
+        q.acknowledge(ref)  # seqs 1 and 2 gone; 3 and 4 now out with the consumer, not acked
+    q.remove_consumer(consumer)
+    answer = office.browse_range("q", 1, 11, 100)
+    assert seqs(answer) == list(range(3, 11))
+    assert answer.next_seq == 11 and answer.earliest_seq == 3 and answer.tail_seq == 11
+    again = office.browse_range("q", 1, 11, 100)
+    assert [(h.seq, h.message.id, h.message.body) for h in again.messages] == \
+        [(h.seq, h.message.id, h.message.body) for h in answer.messages]
+    first = answer.messages[0].message
+    assert first.duplicate_id == "d2" and first.body == b"m2"
+    assert q.message_count == 8  # nothing consumed by browsing
+
+
+def test_messages_out_with_a_consumer_are_still_in_the_range():
+    office, _ = make_office()
+    office.create_queue("q", "q", ANY)
+    fill(office, "q", 4)
+    _, sink = consume(office, "q", window=2)
+    assert len(sink.got) == 2
+    assert seqs(office.browse_range("q", 1, 5, 10)) == [1, 2, 3, 4]
+
+
+def test_max_cuts_the_range_and_next_seq_continues_it():
+    office, _ = make_office()
+    office.create_queue("q", "q", ANY)
+    fill(office, "q", 10)
+    q = office.queues["q"]
+    for ref in [r for r in q.iter_refs() if r.seq in (2, 5)]:
+        q.take(ref)
+        office.reference_done(ref, 0)
+    answer = office.browse_range("q", 1, 11, 3)
+    assert seqs(answer) == [1, 3, 4] and answer.next_seq == 6  # 5 is absent, 6 comes next
+    rest = office.browse_range("q", answer.next_seq, 11, 100)
+    assert seqs(rest) == [6, 7, 8, 9, 10] and rest.next_seq == 11
+    small = office.browse_range("q", 1, 11, 100, max_bytes=1)
+    assert seqs(small) == [1] and small.next_seq == 3  # at least one, whatever the budget
+
+
+def test_bad_input_is_a_clear_error():
+    office, _ = make_office()
+    office.create_queue("q", "q", ANY)
+    fill(office, "q", 2)
+    with pytest.raises(CursorNotFound):
+        office.browse_range("nope", 0, 1, 1)
+    with pytest.raises(CursorInvalid):
+        office.browse_range("q", 5, 2, 1)
+    with pytest.raises(CursorInvalid):
+        office.browse_range("q", -1, 2, 1)
+    with pytest.raises(CursorInvalid):
+        office.browse_range("q", 1, 2, 0)
+    with pytest.raises(CursorInvalid):
+        office.ack_upto("q", "c", -1)
+    with pytest.raises(CursorInvalid):
+        office.ack_upto("q", "c", 3)  # the tail is 3: nothing there yet
+    with pytest.raises(CursorNotFound):
+        office.ack_upto("q", "c", 1, create=False)
+    with pytest.raises(CursorNotFound):
+        office.seq_cursor("q", "c")
+    with pytest.raises(CursorNotFound):
+        office.delete_seq_cursor("q", "c")
+    with pytest.raises(CursorInvalid):
+        office.create_seq_cursor("q", "c", 99)
+
+
+def test_cursors_are_monotonic_idempotent_and_retention_follows_the_lowest():
+    office, _ = make_office()
+    office.create_queue("q", "q", ANY)
+    fill(office, "q", 10)
+    q = office.queues["q"]
+    slow = office.create_seq_cursor("q", "slow")
+    assert slow.acked == 1
+    fast = office.ack_upto("q", "fast", 6)
+    assert fast.acked == 7
+    assert q.message_count == 10  # "slow" still holds everything
+    assert office.ack_upto("q", "fast", 3).acked == 7  # lower: nothing moves
+    office.ack_upto("q", "slow", 4)
+    assert q.message_count == 6 and office.earliest_seq("q") == 5
+    assert seqs(office.browse_range("q", 1, 11, 100)) == [5, 6, 7, 8, 9, 10]
+    office.delete_seq_cursor("q", "slow")  # "fast" alone holds the queue now
+    assert office.earliest_seq("q") == 7 and q.messages_acked == 6
+    office.ack_upto("q", "fast", 7)
+    assert office.earliest_seq("q") == 8 and q.messages_acked == 7
+    assert [c.info() for c in office.seq_cursors("q")] == [{"name": "fast", "acked": 8}]
+
+
+def test_ordinary_consumers_keep_working_beside_a_cursor():
+    office, _ = make_office()
+    office.create_queue("q", "q", ANY)
+    office.create_seq_cursor("q", "spark")
+    fill(office, "q", 6)
+    consumer, sink = consume(office, "q", window=2)
+    q = office.queues["q"]
+    for ref in list(sink.got):
+        q.acknowledge(ref)
+    q.remove_consumer(consumer)
+    assert seqs(office.browse_range("q", 1, 7, 100)) == [3, 4, 5, 6]
+    office.ack_upto("q", "spark", 4)
+    assert seqs(office.browse_range("q", 1, 7, 100)) == [5, 6]
+
+
+def test_an_acked_message_out_with_a_consumer_is_settled_for_it():
+    office, _ = make_office()
+    office.create_queue("q", "q", ANY)
+    fill(office, "q", 3)
+    consumer, sink = consume(office, "q", window=1)
+    office.ack_upto("q", "c", 1)
+    q = office.queues["q"]
+    assert q.delivering_count <= 1 and 1 not in consumer.delivering
+    assert seqs(office.browse_range("q", 1, 4, 10)) == [2, 3]
+
+
+def test_expired_messages_are_gaps():
+    office, clock = make_office()
+    office.create_queue("q", "q", ANY)
+    office.send(msg(office, "q", b"a"), ANY)
+    office.send(msg(office, "q", b"b", expiration=clock.now + 10), ANY)
+    office.send(msg(office, "q", b"c"), ANY)
+    assert seqs(office.browse_range("q", 1, 4, 10)) == [1, 2, 3]
+    clock.advance(20)
+    assert seqs(office.browse_range("q", 1, 4, 10)) == [1, 3]
+
+
+def test_scheduled_messages_are_held():
+    office, clock = make_office()
+    office.create_queue("q", "q", ANY)
+    office.send(msg(office, "q", b"later", scheduled=clock.now + 60_000), ANY)
+    office.send(msg(office, "q", b"now"), ANY)
+    assert seqs(office.browse_range("q", 0, 10, 10)) == [1, 2] and office.earliest_seq("q") == 1
+
+
+# -- on a FileStore --------------------------------------------------------------------------
+
+
+def open_office(path, settings=None):
+    store = FileStore(path, file_size=256 * 1024, datasync=False)
+    clock = ManualClock()
+    office = PostOffice(store, AddressSettingsRepository(settings or {}), clock, clock=clock)
+    office.recover(store.recover())
+    office.ensure_defaults()
+    return office, store
+
+
+def flush(store):
+    done = threading.Event()
+    store.sync(done.set)
+    assert done.wait(10)
+
+
+def send_durable(office, store, queue, n, size=10):
+    for i in range(n):
+        office.send(Message(id=store.next_id(), address=queue, body=b"%06d" % i + b"x" * size, durable=True,
+                            properties={DUPLICATE_ID: f"d{i}"}, timestamp=office.now()), ANY)
+
+
+def test_cursors_and_what_they_hold_survive_a_restart(tmp_path):
+    office, store = open_office(tmp_path)
+    office.create_queue("q", "q", ANY)
+    send_durable(office, store, "q", 20)
+    office.create_seq_cursor("q", "a")
+    office.ack_upto("q", "b", 14)
+    office.ack_upto("q", "a", 4)
+    before = office.browse_range("q", 0, 21, 100)
+    assert seqs(before) == list(range(5, 21))
+    flush(store)
+    store.close()
+    office, store = open_office(tmp_path)
+    assert {c.name: c.acked for c in office.seq_cursors("q")} == {"a": 5, "b": 15}
+    after = office.browse_range("q", 0, 21, 100)
+    assert seqs(after) == seqs(before)
+    assert [h.message.body for h in after.messages] == [h.message.body for h in before.messages]
+    assert [h.message.duplicate_id for h in after.messages] == [f"d{i}" for i in range(4, 20)]
+    assert office.tail_seq("q") >= 21
+    office.delete_seq_cursor("q", "a")
+    flush(store)
+    store.close()
+    office, store = open_office(tmp_path)
+    assert [c.name for c in office.seq_cursors("q")] == ["b"]
+    assert seqs(office.browse_range("q", 0, 21, 100)) == list(range(15, 21))  # "a" no longer holds them
+    store.close()
+
+
+def test_a_range_covers_paged_messages_and_a_cursor_releases_them(tmp_path):
+    office, store = open_office(tmp_path, {"q": {"max_size_bytes": 16 * 1024}})
+    office.create_queue("q", "q", ANY)
+    office.create_seq_cursor("q", "c")
+    send_durable(office, store, "q", 400, size=200)
+    q = office.queues["q"]
+    assert q.paging and q.page_backlog > 0
+    flush(store)
+    answer = office.browse_range("q", 1, 401, 1000)
+    assert seqs(answer) == list(range(1, 401))
+    assert any(h.paged for h in answer.messages)
+    assert answer.messages[300].message.body.startswith(b"000300")
+    assert answer.messages[300].message.duplicate_id == "d300"
+    part = office.browse_range("q", 250, 260, 5)
+    assert seqs(part) == [250, 251, 252, 253, 254] and part.next_seq == 255
+    office.ack_upto("q", "c", 349)  # most of the paged backlog goes
+    flush(store)
+    assert seqs(office.browse_range("q", 1, 401, 1000)) == list(range(350, 401))
+    assert q.message_count == 51 and office.earliest_seq("q") == 350
+    store.close()
+    office, store = open_office(tmp_path, {"q": {"max_size_bytes": 16 * 1024}})
+    assert seqs(office.browse_range("q", 1, 401, 1000)) == list(range(350, 401))
+    store.close()
+
+
+def test_cursors_survive_compaction(tmp_path):
+    office, store = open_office(tmp_path)
+    office.create_queue("q", "q", ANY)
+    send_durable(office, store, "q", 300, size=2000)
+    for seq in range(0, 280, 7):
+        office.ack_upto("q", "c", seq)
+    flush(store)
+    store.messages.compact()
+    flush(store)
+    store.close()
+    office, store = open_office(tmp_path)
+    assert office.seq_cursor("q", "c").acked == 274
+    assert seqs(office.browse_range("q", 0, 301, 1000)) == list(range(274, 301))
+    store.close()
