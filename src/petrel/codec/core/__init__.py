@@ -6,7 +6,7 @@ preamble, frame size limits and the connection state table. Wire constants are
 in :mod:`.frames`.
 """
 
-from . import cluster, replication  # noqa: F401  (register the cluster and replication frame types)
+from . import cluster, cursors, replication  # noqa: F401  (register the cluster, cursor and replication frame types)
 from .connection import CoreConnection, decode_payload, encode_frame
 from .events import *  # noqa: F401,F403
 from .events import __all__ as _events_all
