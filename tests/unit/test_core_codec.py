@@ -68,6 +68,17 @@ from petrel.codec.core import (
     register,
 )
 from petrel.codec.core.cluster import MigrateDuplicateIds, MigrateQueue, MigrationBegin, MigrationDone
+from petrel.codec.core.cursors import (
+    BodyRead,
+    BrowseRange,
+    CursorAck,
+    CursorCreate,
+    CursorDelete,
+    CursorQuery,
+    QueueSeqs,
+    RangeMessage,
+    RangeResult,
+)
 from petrel.codec.core.replication import (
     ReplicaAck,
     ReplicaFailback,
@@ -117,6 +128,13 @@ CLIENT_SAMPLES: list[Event] = [
     MigrateQueue(18, "sub-1", "prices", 1, True, "region = 'eu'", "client-1", "sub", {"exclusive": False}),
     MigrateDuplicateIds(19, "orders", ["a-1", "a-2"]),
     MigrationDone(20),
+    QueueSeqs(21, "orders"),
+    BrowseRange(22, "orders", 5, 105, 50),
+    CursorAck(23, "orders", "spark", 104, True),
+    CursorCreate(24, "orders", "spark", -1, True),
+    CursorQuery(25, "orders", None),
+    CursorDelete(26, "orders", "spark"),
+    BodyRead(27, "orders", 7, 65536, 65536),
 ]
 SERVER_SAMPLES: list[Event] = [
     ClusterMembers([ClusterMember("n1", "127.0.0.1:1", "http://127.0.0.1:2"), ClusterMember("n2", "h:1")]),
@@ -137,6 +155,8 @@ SERVER_SAMPLES: list[Event] = [
                    ["rename", "a", "b", None], ["sync-done", None, 6, [3, 4096]]]),
     ReplicaStopping(4097, True),
     ReplicaVoteAnswer(16, True, 3),
+    RangeResult(22, "node-a", "orders", [RangeMessage(5, 1001, "d-1", "orders", True, 4, 0, 99, 0, 0, PROPS, b"b", 1)],
+                6, 5, 105),
 ]
 
 

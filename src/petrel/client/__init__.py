@@ -20,6 +20,7 @@ synchronous (the same API, driving an event loop in a background thread)::
 
 from petrel.client.connection import AsyncConnection, connect
 from petrel.client.consumer import AsyncBrowser, AsyncConsumer
+from petrel.client.cursors import Cursor, QueueSequence, RangeRecord, SeqRange
 from petrel.client.errors import (
     AlreadyExists,
     ClientError,
@@ -49,6 +50,10 @@ __all__ = [
     "Consumer",
     "Message",
     "DUPLICATE_ID",
+    "QueueSequence",
+    "SeqRange",
+    "RangeRecord",
+    "Cursor",
     "ClientURL",
     "Endpoint",
     "FailoverOptions",

@@ -26,6 +26,7 @@ from typing import Any
 
 from petrel.client.errors import ClientError, ConnectionClosed, ConnectionFailed, error_for
 from petrel.client.admin import AdminRequests
+from petrel.client.cursors import CursorRequests
 from petrel.client.failover import ReconnectPlan
 from petrel.client.reconnect import Reconnecting
 from petrel.client.session import AsyncSession
@@ -50,6 +51,7 @@ from petrel.codec.core import (
     SendFailed,
     Topology,
 )
+from petrel.codec.core.cursors import RangeResult
 
 __all__ = ["AsyncConnection", "connect"]
 
@@ -68,7 +70,7 @@ class _Pending:
 
 
 
-class AsyncConnection(Reconnecting, AdminRequests):
+class AsyncConnection(Reconnecting, AdminRequests, CursorRequests):
     """A CORE connection to a broker (or, with a failover URL, to whichever broker is up).
 
     Use :func:`connect` (or ``async with AsyncConnection(url) as conn``). Options given as
@@ -147,6 +149,7 @@ class AsyncConnection(Reconnecting, AdminRequests):
             SendConfirm: self._on_confirm,
             Result: self._on_result,
             BrowseResult: self._on_result,
+            RangeResult: self._on_result,
             SendFailed: self._on_send_failed,
             Ping: self._on_ping,
             Pong: _ignore,
@@ -289,7 +292,7 @@ class AsyncConnection(Reconnecting, AdminRequests):
         if s is not None:
             s._on_send_failed(e.number, e.code, e.message)
 
-    def _on_result(self, e: Result | BrowseResult) -> None:
+    def _on_result(self, e: Result | BrowseResult | RangeResult) -> None:
         p = self._pending.pop(e.corr, None)
         if p is None:
             return
@@ -302,7 +305,7 @@ class AsyncConnection(Reconnecting, AdminRequests):
         if code:
             p.future.set_exception(error_for(code, e.message))
         else:
-            p.future.set_result(e if isinstance(e, BrowseResult) else e.value)
+            p.future.set_result(e.value if isinstance(e, Result) else e)
 
     def _on_ping(self, e: Ping) -> None:
         self._transport.send(Pong(e.nonce))

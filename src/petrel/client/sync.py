@@ -22,6 +22,7 @@ from petrel.client.consumer import AsyncConsumer
 from petrel.client.errors import ClientError, ConnectionClosed
 from petrel.client.message import Message
 from petrel.client.session import AsyncSession
+from petrel.client.cursors import SyncCursorRequests
 from petrel.codec.core import credit_of
 
 __all__ = ["Connection", "Session", "Producer", "Consumer"]
@@ -69,7 +70,7 @@ class _LoopThread:
             self.loop.close()
 
 
-class Connection:
+class Connection(SyncCursorRequests):
     """A synchronous CORE connection; the arguments are those of `AsyncConnection`."""
 
     def __init__(self, url: str, **options: Any) -> None:

@@ -75,6 +75,7 @@ from petrel.server.adapters.core.admin import AdminFrames
 from petrel.server.adapters.core.cluster import ClusterFrames
 from petrel.server.adapters.core import large
 from petrel.server.adapters.core.consuming import ROUTING, ConsumerFrames
+from petrel.server.adapters.core.cursors import CursorFrames
 from petrel.server.adapters.core.migration import MigrationFrames
 from petrel.server.adapters.core.replication import ReplicationFrames
 from petrel.codec.core.replication import ReplicaAck, ReplicaFailback, ReplicaRegister, ReplicaVote
@@ -89,7 +90,7 @@ __all__ = ["CoreAdapter"]
 log = logging.getLogger("petrel.server.core")
 
 
-class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames, MigrationFrames):
+class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames, MigrationFrames, CursorFrames):
     protocol = "core"
 
     def __init__(self, broker: Broker, conn: Connection) -> None:
@@ -152,6 +153,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
             MigrateQueue: self.on_migrate_queue,
             MigrateDuplicateIds: self.on_migrate_duplicate_ids,
             MigrationDone: self.on_migration_done,
+            **self.cursor_handlers(),  # sequence ranges and named cursors (cursors.py)
         }
 
     # -- input ------------------------------------------------------------------------------
