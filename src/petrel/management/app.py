@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from petrel.core.selector import SelectorError
-from petrel.management import address_api, broker_api, cluster_api, ha_api, message_api, queue_api
+from petrel.management import address_api, broker_api, cluster_api, cursor_api, ha_api, message_api, queue_api
 from petrel.management.errors import ApiError
 from petrel.management.keys import BROKER, SERVER
 from petrel.management.metrics import CONTENT_TYPE
@@ -124,6 +124,6 @@ def create_app(server: ManagementServer) -> web.Application:
     app[BROKER] = server.broker
     app[SERVER] = server
     for table in (routes, broker_api.routes, address_api.routes, queue_api.routes, message_api.routes,
-                  cluster_api.routes, ha_api.routes):
+                  cluster_api.routes, ha_api.routes, cursor_api.routes):
         app.router.add_routes(table)
     return app

@@ -272,6 +272,17 @@ def _paths() -> dict[str, Any]:
                                                             "moved"),
             body=_ref("MoveBody"), tag="messages",
             errors={"400": "bad input or filter", "404": "no such queue (source or target)"})},
+        "/api/v1/queues/{name}/cursors": {"parameters": [_NAME], "get": _op(
+            "Named sequence cursors of the queue (replayable readers such as the Spark source) and the queue's "
+            "earliest and tail sequence numbers on this node",
+            _json(_obj({"node_id": _STR, "queue": _STR, "earliest_seq": _INT, "tail_seq": _INT,
+                        "cursors": {"type": "array", "items": _obj({"name": _STR, "acked": _INT})},
+                        "count": _INT}), "the cursors"), tag="queues", errors=_QUEUE_NOT_FOUND)},
+        "/api/v1/queues/{name}/cursors/{cursor}": {
+            "parameters": [_NAME, {"name": "cursor", "in": "path", "required": True, "schema": _STR}],
+            "delete": _op("Delete a cursor: what it alone held is released",
+                          _json(_obj({"queue": _STR, "deleted": _STR}), "deleted"), tag="queues",
+                          errors={"404": "no such queue or cursor"})},
         "/api/v1/queues/{name}/retry": {"parameters": [_NAME], "post": _op(
             "Send dead-lettered or expired messages back to their original address",
             _json(_obj({"queue": _STR, "retried": _INT}), "retried"), body=_ref("FilterBody"),
