@@ -29,12 +29,14 @@ A mixin of `PostOffice`; pure and synchronous.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from petrel.core.message import Message
-from petrel.core.queue import AVAILABLE, DELIVERING, SCHEDULED, MessageReference, Queue
+from petrel.core.queue import AVAILABLE, DELIVERING, DONE, SCHEDULED, MessageReference, Queue
 
 if TYPE_CHECKING:
     from petrel.core.postoffice import PostOffice
@@ -81,9 +83,13 @@ class RangeBrowse:
     tail_seq: int
 
 
+def _seq(held: HeldMessage) -> int:
+    return held.seq
+
+
 def held_in_memory(queue: Queue) -> dict[int, MessageReference]:
     """Every reference the queue holds in memory (waiting, scheduled or out with a consumer and
-    not yet acknowledged), by sequence number."""
+    not yet acknowledged), by sequence number: a scan of the whole queue."""
     held: dict[int, MessageReference] = {}
     for ref in queue.iter_refs():
         held[ref.seq] = ref
@@ -92,6 +98,77 @@ def held_in_memory(queue: Queue) -> dict[int, MessageReference]:
             if ref.state == DELIVERING and ref.queue is queue:
                 held[ref.seq] = ref
     return held
+
+
+class SeqIndex:
+    """A queue's references in memory by sequence number, made by one scan when ranges are first
+    read, then kept by the queue (`Queue._admit` adds each reference it takes in). A reference
+    that is done stays until trimmed: consumption goes mostly in sequence order, so the done
+    ones gather at the front, where they are dropped as the index is read and every 1024 adds."""
+
+    __slots__ = ("queue", "seqs", "refs", "start", "adds")
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.refs = held_in_memory(queue)
+        self.seqs = sorted(self.refs)
+        self.start = 0  # seqs[:start] are gone
+        self.adds = 0
+
+    @classmethod
+    def of(cls, queue: Queue) -> SeqIndex:
+        index = queue.seq_index
+        if index is None:
+            index = queue.seq_index = cls(queue)
+        return index
+
+    def add(self, ref: MessageReference) -> None:
+        seq = ref.seq
+        if self.refs.setdefault(seq, ref) is not ref:
+            self.refs[seq] = ref
+            return
+        seqs = self.seqs
+        if len(seqs) == self.start or seq > seqs[-1]:
+            seqs.append(seq)
+        else:
+            bisect.insort(seqs, seq, lo=self.start)
+        self.adds += 1
+        if self.adds >= 1024:
+            self.adds = 0
+            self.trim()
+
+    def trim(self) -> None:
+        seqs, refs, start = self.seqs, self.refs, self.start
+        while start < len(seqs) and refs[seqs[start]].state == DONE:
+            del refs[seqs[start]]
+            start += 1
+        self.start = start
+        queue = self.queue
+        if len(seqs) - start > 2 * max(queue.message_count - queue.page_backlog, 0) + 4096:
+            # done references in the middle (selectors, priorities, consumers acking out of order)
+            live = [s for s in seqs[start:] if refs[s].state != DONE]
+            self.refs = {s: refs[s] for s in live}
+            self.seqs, self.start = live, 0
+        elif start > 4096 and start * 2 > len(seqs):
+            self.seqs, self.start = seqs[start:], 0
+
+    def between(self, lo: int, hi: int) -> list[MessageReference]:
+        """The references held with lo <= seq < hi, in sequence order."""
+        self.trim()
+        seqs, refs = self.seqs, self.refs
+        i = bisect.bisect_left(seqs, lo, self.start)
+        j = bisect.bisect_left(seqs, hi, i)
+        return [r for r in (refs[s] for s in seqs[i:j]) if r.state != DONE]
+
+    def first(self, now: int) -> int | None:
+        """The lowest sequence number held (and not expired)."""
+        self.trim()
+        refs = self.refs
+        for s in itertools.islice(self.seqs, self.start, None):
+            ref = refs[s]
+            if ref.state != DONE and not ref.message.expired(now):
+                return s
+        return None
 
 
 class SeqCursors:
@@ -115,12 +192,12 @@ class SeqCursors:
         return self._range_queue(name).next_seq
 
     def earliest_seq(self: PostOffice, name: str) -> int:
-        queue = self._range_queue(name)
-        return self._earliest(queue, held_in_memory(queue))
+        return self._earliest(self._range_queue(name))
 
-    def _earliest(self: PostOffice, queue: Queue, held: dict[int, MessageReference]) -> int:
-        now = self.now()
-        earliest = min((s for s, r in held.items() if not r.message.expired(now)), default=queue.next_seq)
+    def _earliest(self: PostOffice, queue: Queue) -> int:
+        earliest = SeqIndex.of(queue).first(self.now())
+        if earliest is None:
+            earliest = queue.next_seq
         first = self._paged(queue, 0, earliest, 1)
         return first[0].seq if first else earliest
 
@@ -158,13 +235,12 @@ class SeqCursors:
             raise CursorInvalid(f"from {from_seq} is after to {to_seq}")
         if max_messages <= 0:
             raise CursorInvalid(f"max must be positive, not {max_messages}")
-        held = held_in_memory(queue)
         now = self.now()
         tail = queue.next_seq
-        found = [HeldMessage(s, r.message, r.delivery_count) for s, r in held.items()
-                 if from_seq <= s < to_seq and not r.message.expired(now)]
+        found = [HeldMessage(r.seq, r.message, r.delivery_count) for r in SeqIndex.of(queue).between(from_seq, to_seq)
+                 if not r.message.expired(now)]
         found += self._paged(queue, from_seq, to_seq, max_messages + 1)
-        found.sort(key=lambda h: h.seq)
+        found.sort(key=_seq)
         out = found[:max_messages]
         if max_bytes >= 0:
             budget = max_bytes
@@ -174,8 +250,7 @@ class SeqCursors:
                     out = out[:i]
                     break
         next_seq = found[len(out)].seq if len(found) > len(out) else max(to_seq, from_seq)
-        earliest = self._earliest(queue, held)
-        return RangeBrowse(out, next_seq, earliest, tail)
+        return RangeBrowse(out, next_seq, self._earliest(queue), tail)
 
     # -- cursors ---------------------------------------------------------------------------
 
@@ -204,7 +279,7 @@ class SeqCursors:
                 raise CursorInvalid(f"queue {queue.name!r} already has a cursor {cursor!r}")
             return existing
         if acked is None:
-            acked = self._earliest(queue, held_in_memory(queue))
+            acked = self._earliest(queue)
         if acked < 0 or acked > queue.next_seq:
             raise CursorInvalid(f"a cursor of queue {queue.name!r} starts between 0 and the tail "
                                 f"{queue.next_seq}, not at {acked}")
@@ -293,9 +368,7 @@ class SeqCursors:
         # one may just have moved): the caller depages once this one is committed.
         paging, queue.paging = queue.paging, False
         try:
-            for seq, ref in sorted(held_in_memory(queue).items()):
-                if seq >= below:
-                    break
+            for ref in SeqIndex.of(queue).between(0, below):
                 if ref.state == DELIVERING:
                     queue.acknowledge(ref, tx_id)
                 elif ref.state in (AVAILABLE, SCHEDULED):

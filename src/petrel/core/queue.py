@@ -168,6 +168,7 @@ class Queue:
         # whether it stayed behind (then it no longer throttles, and pages under PAGE)
         self.stall_check = None
         self.stalled = False
+        self.seq_index = None  # core/cursors.py: its references by sequence number, once ranges are read
 
     # -- counters ----------------------------------------------------------------------
 
@@ -200,6 +201,8 @@ class Queue:
         self._admit(ref, self.office.now(), head=False)
 
     def _admit(self, ref: MessageReference, now: int, *, head: bool) -> None:
+        if self.seq_index is not None:
+            self.seq_index.add(ref)
         message = ref.message
         size = message.size
         self.memory_bytes += size
