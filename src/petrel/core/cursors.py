@@ -106,7 +106,7 @@ class SeqIndex:
     that is done stays until trimmed: consumption goes mostly in sequence order, so the done
     ones gather at the front, where they are dropped as the index is read and every 1024 adds."""
 
-    __slots__ = ("queue", "seqs", "refs", "start", "adds")
+    __slots__ = ("queue", "seqs", "refs", "start", "adds", "mark_seqs", "mark_positions")
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
@@ -114,6 +114,30 @@ class SeqIndex:
         self.seqs = sorted(self.refs)
         self.start = 0  # seqs[:start] are gone
         self.adds = 0
+        # where reads of the page files went: the records from mark_positions[i] on have sequence
+        # numbers above mark_seqs[i] (page records follow sequence order), so a range read
+        # starts near its first number, not at the queue's page cursor
+        self.mark_seqs: list[int] = []
+        self.mark_positions: list = []
+
+    def mark(self, seq: int, position) -> None:
+        i = bisect.bisect_left(self.mark_seqs, seq)
+        if i < len(self.mark_seqs) and self.mark_seqs[i] == seq:
+            return
+        self.mark_seqs.insert(i, seq)
+        self.mark_positions.insert(i, position)
+        if len(self.mark_seqs) > 4096:  # forget those behind the page cursor (released)
+            cursor = self.queue.page_cursor
+            keep = [j for j, p in enumerate(self.mark_positions) if cursor is None or p >= cursor]
+            self.mark_seqs = [self.mark_seqs[j] for j in keep][-2048:]
+            self.mark_positions = [self.mark_positions[j] for j in keep][-2048:]
+
+    def page_start(self, lo: int, cursor):
+        """Where to read the page files from for sequence numbers from `lo` on."""
+        i = bisect.bisect_left(self.mark_seqs, lo) - 1
+        if i >= 0 and self.mark_positions[i] >= cursor:
+            return self.mark_positions[i]
+        return cursor
 
     @classmethod
     def of(cls, queue: Queue) -> SeqIndex:
@@ -208,11 +232,14 @@ class SeqCursors:
             return []
         now = self.now()
         out: list[HeldMessage] = []
-        position = queue.page_cursor
+        index = SeqIndex.of(queue)
+        position = index.page_start(lo, queue.page_cursor)
         while True:
             batch = self.store.read_pages(queue.id, position, PAGE_READ)
             if not batch:
                 return out
+            last = batch[-1]
+            index.mark(last.seq, last.position)
             for item in batch:
                 if item.seq >= hi:
                     return out
@@ -220,7 +247,7 @@ class SeqCursors:
                     out.append(HeldMessage(item.seq, item.message, 0, True))
                     if len(out) >= limit:
                         return out
-            position = batch[-1].position
+            position = last.position
 
     # -- browsing --------------------------------------------------------------------------
 
