@@ -312,3 +312,29 @@ def test_the_sequence_index_agrees_with_a_scan_of_the_queue():
     index = SeqIndex.of(q)
     assert [r.seq for r in index.between(0, 1 << 40)] == sorted(held_in_memory(q))
     assert taken > 1000 and len(index.refs) < 2 * q.message_count + 4096 + 1024
+
+
+def test_a_queue_read_by_cursors_is_not_redistributed_until_its_last_cursor_goes():
+    from petrel.core.remote import RemoteBinding
+
+    office, clock = make_office({"#": {"redistribution_delay": 0}})
+    office.create_queue("orders", "orders", ANY)
+    office.create_seq_cursor("orders", "spark")
+    consumer, _ = consume(office, "orders", window=0)
+
+    class Link:
+        node_id = "B"
+        connected = True
+        sf_queue = office.create_queue("$.petrel.sf.test.B", "$.petrel.sf.test.B", ANY)
+
+    binding = RemoteBinding("orders@B", "orders", "orders", "orders", ANY, None, origin="B", distance=1,
+                            link=Link, consumer_count=0, consumer_selectors=[])
+    office.add_remote_binding(binding)
+    fill(office, "orders", 5)
+    office.queues["orders"].remove_consumer(consumer)
+    office.update_remote_consumers(binding.key, 1, [None])
+    clock.advance(100)
+    assert office.queues["orders"].message_count == 5 and office.messages_redistributed == 0
+    office.delete_seq_cursor("orders", "spark")
+    clock.advance(100)
+    assert office.queues["orders"].message_count == 0 and office.messages_redistributed == 5

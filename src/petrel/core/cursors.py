@@ -281,6 +281,10 @@ class SeqCursors:
 
     # -- cursors ---------------------------------------------------------------------------
 
+    def has_seq_cursors(self: PostOffice, queue: Queue) -> bool:
+        """The queue is read by cursors: its messages are not redistributed to other nodes."""
+        return bool(self._cursor_table().get(queue.id))
+
     def seq_cursors(self: PostOffice, name: str) -> list[SeqCursor]:
         queue = self._range_queue(name)
         return sorted(self._cursor_table().get(queue.id, {}).values(), key=lambda c: c.name)
@@ -344,6 +348,8 @@ class SeqCursors:
             self.store.delete_seq_cursor(tx_id, found.record_id)
         released = self._release_below(queue, min(c.acked for c in cursors.values()), tx_id) if cursors else None
         self._settle(queue, tx_id, released)
+        if not cursors and not queue.consumers and self.remote_by_address:
+            self.queue_idle(queue)  # may be redistributed again
 
     def _settle(self: PostOffice, queue: Queue, tx_id: int, released) -> None:
         if tx_id:

@@ -47,6 +47,8 @@ class Redistributing:
             return -1
         if queue.non_destructive or queue.name.startswith(INTERNAL_PREFIX):
             return -1
+        if self.has_seq_cursors(queue):  # read by cursors (core/cursors.py): its messages stay here
+            return -1
         return self.settings_for(queue.address).redistribution_delay
 
     def queue_idle(self: PostOffice, queue: Queue, since: int | None = None) -> None:
@@ -95,7 +97,7 @@ class Redistributing:
 
     def _redistribute(self: PostOffice, queue: Queue) -> None:
         self._redistribute_timers.pop(queue.id, None)
-        if queue.deleted or queue.consumers:
+        if queue.deleted or queue.consumers or self.has_seq_cursors(queue):
             self._unwanted.pop(queue.id, None)
             return
         targets = self._redistribution_targets(queue)
