@@ -338,3 +338,18 @@ def test_a_queue_read_by_cursors_is_not_redistributed_until_its_last_cursor_goes
     office.delete_seq_cursor("orders", "spark")
     clock.advance(100)
     assert office.queues["orders"].message_count == 0 and office.messages_redistributed == 5
+
+
+def test_deleting_a_queue_deletes_its_cursors(tmp_path):
+    office, store = open_office(tmp_path)
+    office.create_queue("q", "q", ANY)
+    send_durable(office, store, "q", 3)
+    office.ack_upto("q", "c", 1)
+    office.delete_queue("q")
+    office.create_queue("q", "q", ANY)
+    assert office.seq_cursors("q") == []
+    flush(store)
+    store.close()
+    office, store = open_office(tmp_path)
+    assert office.seq_cursors("q") == []
+    store.close()

@@ -351,6 +351,13 @@ class SeqCursors:
         if not cursors and not queue.consumers and self.remote_by_address:
             self.queue_idle(queue)  # may be redistributed again
 
+    def forget_seq_cursors(self: PostOffice, queue: Queue) -> None:
+        """The queue is deleted: so are its cursors."""
+        for cursor in self._cursor_table().pop(queue.id, {}).values():
+            if cursor.record_id:
+                self.store.delete_seq_cursor(0, cursor.record_id)
+        queue.seq_index = None
+
     def _settle(self: PostOffice, queue: Queue, tx_id: int, released) -> None:
         if tx_id:
             self.commit_store(tx_id)

@@ -254,6 +254,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         if queue.durable:
             self.store.delete_queue(queue.id)
         self._forget_idle(queue)
+        self.forget_seq_cursors(queue)
         if self.observer is not None:
             self.observer.binding_removed(queue)
         if queue.page_cursor_record:
