@@ -9,7 +9,10 @@ something was acknowledged or expired), and records how far it has read with a n
 (`ack_upto`). While a queue has cursors, the broker keeps every message at or above the
 lowest of them (restarts, paging and compaction included) and removes what all of them have
 passed. Sequence numbers of different nodes are unrelated: every answer names its node
-(`node_id`); key offsets by ``"<node_id>/<queue>"``.
+(`node_id`); key offsets by ``"<node_id>/<queue>"``. A record's identity is (node, queue, seq):
+its ``message_id`` is the broker's journal ID, which a paged message changes once when it is
+read back into memory (``delivery_count`` is informational too); everything else a range
+returns stays the same from one read to the next.
 
     async with await petrel.client.connect(url) as conn:
         seqs = await conn.queue_seqs("orders")

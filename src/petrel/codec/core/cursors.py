@@ -15,7 +15,9 @@ negative range) is answered by a RESULT with its error code and a message; other
 - CURSOR_DELETE -> RESULT None
 - BODY_READ -> RESULT ``bytes`` (b"" past the end)
 
-Sequence numbers are per node and queue: answers name the node (``node_id``).
+Sequence numbers are per node and queue: answers name the node (``node_id``). A message's
+``message_id`` is its journal ID, new for a paged message once it is read back into memory;
+(node, queue, seq) is the identity that stays.
 """
 
 from __future__ import annotations
