@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from petrel.client import Connection, Message, NotFound, RequestFailed
+from petrel.client import AlreadyExists, Connection, Message, NotFound, RequestFailed
 from petrel.testing.process import BrokerProcess, wait_for
 
 pytestmark = pytest.mark.system
@@ -143,6 +143,12 @@ def test_bad_requests_get_clear_errors_and_the_connection_stays(shared):
             conn.cursor("bad", "c")
         with pytest.raises(NotFound):
             conn.delete_cursor("bad", "c")
+        conn.create_cursor("bad", "x")
+        with pytest.raises(AlreadyExists):
+            conn.create_cursor("bad", "x", exists_ok=False)
+        assert conn.create_cursor("bad", "x").name == "x"  # exists_ok: the one there
+        with pytest.raises(RequestFailed, match="tail"):
+            conn.create_cursor("bad", "y", tail + 10)
         assert len(conn.browse_range("bad", 0, tail).messages) == 2  # still connected and serving
 
 

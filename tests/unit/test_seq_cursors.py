@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from petrel.core.cursors import CursorInvalid, CursorNotFound
+from petrel.core.cursors import CursorExists, CursorInvalid, CursorNotFound
 from petrel.core.message import DUPLICATE_ID, Message, RoutingType
 from petrel.core.postoffice import PostOffice
 from petrel.core.settings import AddressSettingsRepository
@@ -104,6 +104,9 @@ def test_bad_input_is_a_clear_error():
         office.delete_seq_cursor("q", "c")
     with pytest.raises(CursorInvalid):
         office.create_seq_cursor("q", "c", 99)
+    office.create_seq_cursor("q", "c")
+    with pytest.raises(CursorExists):
+        office.create_seq_cursor("q", "c", exists_ok=False)
 
 
 def test_cursors_are_monotonic_idempotent_and_retention_follows_the_lowest():

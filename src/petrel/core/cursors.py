@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("petrel.core.cursors")
 
-__all__ = ["CursorInvalid", "CursorNotFound", "HeldMessage", "RangeBrowse", "SeqCursor", "SeqCursors"]
+__all__ = ["CursorExists", "CursorInvalid", "CursorNotFound", "HeldMessage", "RangeBrowse", "SeqCursor", "SeqCursors"]
 
 PAGE_READ = 256 * 1024  # bytes read from the page files at a time
 
@@ -54,6 +54,10 @@ class CursorNotFound(LookupError):
 
 class CursorInvalid(ValueError):
     """A range or position that makes no sense (negative, reversed, past the tail)."""
+
+
+class CursorExists(CursorInvalid):
+    """A cursor to create exists already."""
 
 
 @dataclass(slots=True)
@@ -106,7 +110,7 @@ class SeqIndex:
     that is done stays until trimmed: consumption goes mostly in sequence order, so the done
     ones gather at the front, where they are dropped as the index is read and every 1024 adds."""
 
-    __slots__ = ("queue", "seqs", "refs", "start", "adds", "mark_seqs", "mark_positions")
+    __slots__ = ("queue", "seqs", "refs", "start", "adds", "mark_seqs", "mark_positions", "first_paged")
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
@@ -119,6 +123,7 @@ class SeqIndex:
         # starts near its first number, not at the queue's page cursor
         self.mark_seqs: list[int] = []
         self.mark_positions: list = []
+        self.first_paged: tuple | None = None  # (page cursor, the first paged seq after it or None, page end)
 
     def mark(self, seq: int, position) -> None:
         i = bisect.bisect_left(self.mark_seqs, seq)
@@ -219,13 +224,23 @@ class SeqCursors:
         return self._earliest(self._range_queue(name))
 
     def _earliest(self: PostOffice, queue: Queue) -> int:
-        earliest = SeqIndex.of(queue).first(self.now())
+        index = SeqIndex.of(queue)
+        earliest = index.first(self.now())
         if earliest is None:
             earliest = queue.next_seq
-        first = self._paged(queue, 0, earliest, 1)
-        return first[0].seq if first else earliest
+        if not queue.paging or queue.page_cursor is None:
+            return earliest
+        # the first paged record, read once per position of the page cursor (and, while there is
+        # none, again when more is paged)
+        known = index.first_paged
+        end = self.store.page_end(queue.id)
+        if known is None or known[0] != queue.page_cursor or (known[1] is None and known[2] != end):
+            first = self._paged(queue, 0, 1 << 62, 1, chunk=1)
+            known = index.first_paged = (queue.page_cursor, first[0].seq if first else None, end)
+        return earliest if known[1] is None else min(known[1], earliest)
 
-    def _paged(self: PostOffice, queue: Queue, lo: int, hi: int, limit: int) -> list[HeldMessage]:
+    def _paged(self: PostOffice, queue: Queue, lo: int, hi: int, limit: int, *, chunk: int = PAGE_READ
+               ) -> list[HeldMessage]:
         """Up to `limit` paged messages of the queue with lo <= seq < hi (read from the page files
         after the queue's page cursor; paged records follow sequence order)."""
         if not queue.paging or queue.page_cursor is None or not self.store.supports_paging or limit <= 0:
@@ -235,7 +250,7 @@ class SeqCursors:
         index = SeqIndex.of(queue)
         position = index.page_start(lo, queue.page_cursor)
         while True:
-            batch = self.store.read_pages(queue.id, position, PAGE_READ)
+            batch = self.store.read_pages(queue.id, position, chunk)
             if not batch:
                 return out
             last = batch[-1]
@@ -307,7 +322,7 @@ class SeqCursors:
         existing = cursors.get(cursor)
         if existing is not None:
             if not exists_ok:
-                raise CursorInvalid(f"queue {queue.name!r} already has a cursor {cursor!r}")
+                raise CursorExists(f"queue {queue.name!r} already has a cursor {cursor!r}")
             return existing
         if acked is None:
             acked = self._earliest(queue)

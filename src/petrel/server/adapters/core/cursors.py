@@ -27,7 +27,7 @@ from petrel.codec.core.cursors import (
     RangeMessage,
     RangeResult,
 )
-from petrel.core.cursors import CursorInvalid, CursorNotFound, HeldMessage
+from petrel.core.cursors import CursorExists, CursorInvalid, CursorNotFound, HeldMessage
 from petrel.core.message import Message
 from petrel.server.adapters.core.consuming import scalars
 from petrel.server.adapters.core.session import RequestFailed
@@ -175,5 +175,7 @@ def _checked(call: Callable[[], Any]) -> Any:
         return call()
     except CursorNotFound as exc:
         raise RequestFailed(ErrorCode.NOT_FOUND, str(exc)) from None
+    except CursorExists as exc:
+        raise RequestFailed(ErrorCode.ALREADY_EXISTS, str(exc)) from None
     except CursorInvalid as exc:
         raise RequestFailed(ErrorCode.INVALID, str(exc)) from None
