@@ -356,3 +356,16 @@ def test_deleting_a_queue_deletes_its_cursors(tmp_path):
     office, store = open_office(tmp_path)
     assert office.seq_cursors("q") == []
     store.close()
+
+
+def test_a_cursor_record_of_an_unknown_format_version_is_refused_clearly(tmp_path):
+    from petrel.storage.file_store import RecordKind, pack
+
+    office, store = open_office(tmp_path)
+    office.create_queue("q", "q", ANY)
+    store.messages.add(store.next_id(), RecordKind.SEQ_CURSOR, pack((9, office.queues["q"].id, "c", 1)))
+    flush(store)
+    store.close()
+    store = FileStore(tmp_path, file_size=256 * 1024, datasync=False)
+    with pytest.raises(ValueError, match="format version 9"):
+        store.recover()
