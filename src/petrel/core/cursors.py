@@ -224,19 +224,25 @@ class SeqCursors:
         return self._earliest(self._range_queue(name))
 
     def _earliest(self: PostOffice, queue: Queue) -> int:
-        index = SeqIndex.of(queue)
-        earliest = index.first(self.now())
+        now = self.now()
+        index = queue.seq_index  # a queue never read by range is scanned (no index made for a look)
+        if index is not None:
+            earliest = index.first(now)
+        else:
+            earliest = min((s for s, r in held_in_memory(queue).items() if not r.message.expired(now)), default=None)
         if earliest is None:
             earliest = queue.next_seq
         if not queue.paging or queue.page_cursor is None:
             return earliest
         # the first paged record, read once per position of the page cursor (and, while there is
         # none, again when more is paged)
-        known = index.first_paged
+        known = index.first_paged if index is not None else None
         end = self.store.page_end(queue.id)
         if known is None or known[0] != queue.page_cursor or (known[1] is None and known[2] != end):
             first = self._paged(queue, 0, 1 << 62, 1, chunk=1)
-            known = index.first_paged = (queue.page_cursor, first[0].seq if first else None, end)
+            known = (queue.page_cursor, first[0].seq if first else None, end)
+            if index is not None:
+                index.first_paged = known
         return earliest if known[1] is None else min(known[1], earliest)
 
     def _paged(self: PostOffice, queue: Queue, lo: int, hi: int, limit: int, *, chunk: int = PAGE_READ
@@ -247,14 +253,15 @@ class SeqCursors:
             return []
         now = self.now()
         out: list[HeldMessage] = []
-        index = SeqIndex.of(queue)
-        position = index.page_start(lo, queue.page_cursor)
+        index = queue.seq_index
+        position = queue.page_cursor if index is None else index.page_start(lo, queue.page_cursor)
         while True:
             batch = self.store.read_pages(queue.id, position, chunk)
             if not batch:
                 return out
             last = batch[-1]
-            index.mark(last.seq, last.position)
+            if index is not None:
+                index.mark(last.seq, last.position)
             for item in batch:
                 if item.seq >= hi:
                     return out
