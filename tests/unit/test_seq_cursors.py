@@ -369,3 +369,20 @@ def test_a_cursor_record_of_an_unknown_format_version_is_refused_clearly(tmp_pat
     store = FileStore(tmp_path, file_size=256 * 1024, datasync=False)
     with pytest.raises(ValueError, match="format version 9"):
         store.recover()
+
+
+def test_an_auto_created_queue_read_by_a_cursor_is_not_deleted_when_it_empties():
+    office, _ = make_office()
+    office.send(msg(office, "auto"), ANY)  # auto-creates address and queue
+    q = office.queues["auto"]
+    assert q.auto_created
+    office.ack_upto("auto", "spark", 1)
+    consumer, sink = consume(office, "auto")
+    office.send(msg(office, "auto"), ANY)
+    q.acknowledge(sink.got[0])
+    q.remove_consumer(consumer)
+    assert "auto" in office.queues and office.seq_cursor("auto", "spark").acked == 2
+    office.delete_seq_cursor("auto", "spark")
+    consumer, _ = consume(office, "auto")
+    q.remove_consumer(consumer)
+    assert "auto" not in office.queues  # without its cursor it goes as before

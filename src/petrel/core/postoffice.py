@@ -271,7 +271,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             return
         if queue.temporary:
             self.delete_queue(queue.name)
-        elif queue.auto_created and queue.message_count == 0:
+        elif queue.auto_created and queue.message_count == 0 and not self.has_seq_cursors(queue):
             if self.settings_for(queue.address).auto_delete_queues:
                 self.delete_queue(queue.name)
 
