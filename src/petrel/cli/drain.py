@@ -50,6 +50,9 @@ def drain(ctx: click.Context, data_dir: Path, target: str, config_file: Path | N
                "message_expiry_scan_period": -1}
     config = base.model_copy(update=updates)
     mode = progress or ("bar" if sys.stderr.isatty() else "none")
+    from petrel.server import heap
+
+    heap.tune_process()  # this process is a broker in scale-down mode
     code = asyncio.run(_drain(config, target.removeprefix("tcp://"), user or config.cluster_user,
                               password or config.cluster_password, mode))
     ctx.exit(code)

@@ -23,6 +23,7 @@ from petrel.errors import PetrelError
 from petrel.storage.disk import DiskWatch
 from petrel.storage.large import LargeMessageStore, reconcile
 from petrel.storage.store import NullStore
+from petrel.server import heap
 from petrel.server.connection import Connection
 
 log = logging.getLogger("petrel.server")
@@ -106,27 +107,31 @@ class Broker:
         self._stopping = False
         self.store = self._make_store(loop, data_dir)
         t0 = time.monotonic()
-        try:
-            recovered = await loop.run_in_executor(None, self.store.recover)
-            # large-message files are part of the data directory's stream (replication copies them)
-            self.large = LargeMessageStore(config.large_messages_dir, sync=config.journal_datasync,
-                                           stream=self.store.stream)
-            reconcile(self.large, recovered, self.store)
-        except Exception as exc:
-            self.store = None
-            if type(exc).__module__.startswith("petrel.storage"):
-                raise PetrelError(str(exc)) from None
-            raise
-        self.office = PostOffice(
-            self.store,
-            config.address_settings_repository(),
-            LoopScheduler(loop),
-            id_cache_size=config.id_cache_size,
-            persist_id_cache=config.persist_id_cache,
-            limits=MemoryLimits(global_max_size(config), config.producer_flow_control_bytes),
-            large=self.large,
-        )
-        self.office.recover(recovered)
+        # the collector does not traverse what recovery builds (see petrel.server.heap)
+        with heap.paused():
+            try:
+                recovered = await loop.run_in_executor(None, self.store.recover)
+                # large-message files are part of the data directory's stream (replication copies them)
+                self.large = LargeMessageStore(config.large_messages_dir, sync=config.journal_datasync,
+                                               stream=self.store.stream)
+                reconcile(self.large, recovered, self.store)
+            except Exception as exc:
+                self.store = None
+                if type(exc).__module__.startswith("petrel.storage"):
+                    raise PetrelError(str(exc)) from None
+                raise
+            self.office = PostOffice(
+                self.store,
+                config.address_settings_repository(),
+                LoopScheduler(loop),
+                id_cache_size=config.id_cache_size,
+                persist_id_cache=config.persist_id_cache,
+                limits=MemoryLimits(global_max_size(config), config.producer_flow_control_bytes),
+                large=self.large,
+            )
+            self.office.recover(recovered)
+            del recovered
+            heap.settle()
         self.office.ensure_defaults()
         self._apply_configured_destinations()
         count = sum(q.message_count for q in self.office.queues.values())
