@@ -56,6 +56,11 @@ class AdminRequests:
         """The queue's attributes and counters, or None if it does not exist."""
         return await self._request(lambda corr: Query(corr, "queue", name), retry=True)
 
+    async def queue_names(self, pattern: str = "#") -> list[str]:
+        """The names of this broker's queues (not temporary ones) matching ``pattern``, a queue
+        name or an Artemis wildcard (``orders.*``, ``orders.#``; ``#`` is every queue), sorted."""
+        return await self._request(lambda corr: Query(corr, "queues", pattern), retry=True)
+
     async def address_info(self, name: str) -> dict[str, Any] | None:
         return await self._request(lambda corr: Query(corr, "address", name), retry=True)
 

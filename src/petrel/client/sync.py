@@ -130,6 +130,9 @@ class Connection(SyncCursorRequests):
     def address_info(self, name: str) -> dict[str, Any] | None:
         return self._run(self._async.address_info(name))
 
+    def queue_names(self, pattern: str = "#") -> list[str]:
+        return self._run(self._async.queue_names(pattern))
+
     def browse(self, queue: str, *, filter: str | None = None, offset: int = 0, limit: int = 100):
         return self._run(self._async.browse(queue, filter=filter, offset=offset, limit=limit))
 

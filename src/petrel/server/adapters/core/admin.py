@@ -19,6 +19,7 @@ from petrel.codec.core import (
 from petrel.core import operations
 from petrel.core.message import RoutingType
 from petrel.core.queue import Queue
+from petrel.core.wildcard import compile_pattern
 from petrel.server.adapters.core import large
 from petrel.server.adapters.core.consuming import scalars
 from petrel.server.adapters.core.session import RequestFailed
@@ -81,8 +82,11 @@ class AdminFrames:
                 "queues": [q.name for q in address.queues],
                 "auto_created": address.auto_created,
             }
+        elif e.kind == "queues":  # the names of the queues matching a wildcard pattern ("" or "#": all)
+            match = compile_pattern(e.name or "#")
+            value = sorted(q.name for q in office.queues.values() if not q.temporary and match(q.name))
         else:
-            raise RequestFailed(ErrorCode.INVALID, f"can query a queue or an address, not {e.kind!r}")
+            raise RequestFailed(ErrorCode.INVALID, f"can query a queue, an address or queues, not {e.kind!r}")
         self.reply(Result(e.corr, 0, "", value))
 
     def on_browse(self, e: Browse) -> None:
