@@ -8,21 +8,30 @@ the same by hand, for a session whose Python cannot see them.
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamWriter, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from petrel.spark.journal import JOURNAL_SCHEMA, JournalReader
 from petrel.spark.sink import BatchSink, StreamSink
+from petrel.spark.source import BatchSource, StreamSource
 
 __all__ = ["PetrelDataSource", "PetrelJournalDataSource", "QUEUE_SCHEMA", "register"]
 
-#: What the queue source reads (issue 12): one row per message of a queue.
+#: What the queue source reads (issue 12): one row per message of a queue; ``timestamp`` in
+#: epoch milliseconds.
 QUEUE_SCHEMA = ("node string, queue string, seq long, message_id long, dup_id string, timestamp long, "
                 "priority int, properties map<string,string>, body binary")
 
 
 class PetrelDataSource(DataSource):
-    """``format("petrel")``: write DataFrames to a broker address exactly once (sink.py)."""
+    """``format("petrel")``: read queues exactly once (source.py) and write DataFrames to a
+    broker address exactly once (sink.py)."""
 
     @classmethod
     def name(cls) -> str:
@@ -30,6 +39,12 @@ class PetrelDataSource(DataSource):
 
     def schema(self) -> str:
         return QUEUE_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamSource(self.options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchSource(self.options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         _append_only(overwrite)
