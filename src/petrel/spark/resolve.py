@@ -24,7 +24,7 @@ properties, body, large_file, large_size, delivery_count.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 __all__ = ["HELD_COLUMNS", "read_journal", "resolve"]
@@ -60,102 +60,120 @@ def _op(col: str) -> Column:
     return expr
 
 
-def _committed(journal: DataFrame) -> DataFrame:
-    """(data_dir, kind, tx_id, c_seg, c_off) of every COMMIT that matches its records."""
-    tx_records = journal.where(F.col("record_type").isin(*_TX))
-    found = (tx_records.groupBy(*_JOURNAL, "tx_id", "segment").agg(F.count(F.lit(1)).alias("n"))
-             .groupBy(*_JOURNAL, "tx_id")
-             .agg(F.map_from_entries(F.collect_list(F.struct("segment", "n"))).alias("found"),
-                  F.sum("n").alias("total")))
-    commits = journal.where(F.col("record_type") == "COMMIT").select(
-        *_JOURNAL, "tx_id", F.col("segment").alias("c_seg"), F.col("offset").alias("c_off"), "tx_count",
-        "tx_segments")
-    c = commits.join(found, [*_JOURNAL, "tx_id"], "left")
-    have = lambda seg: F.coalesce(F.try_element_at(F.col("found"), seg), F.lit(0).cast("long"))  # noqa: E731
-    listed = F.col("tx_segments")
+def _pos(a: str, b: str, c: Column | str, d: Column | str) -> Column:
+    """A place in replay order: (segment, offset) of the record, or of its COMMIT then its own."""
+    return F.struct(F.col(a).alias("a"), F.col(b).alias("b"), F.col(c).alias("c") if isinstance(c, str)
+                    else c.alias("c"), F.col(d).alias("d") if isinstance(d, str) else d.alias("d"))
+
+
+def _committed_tx_records(records: DataFrame) -> DataFrame:
+    """The records of transactions whose COMMIT matches them, with ``pos`` at that COMMIT.
+
+    One window per transaction (its records and its COMMIT, wherever they lie): the COMMIT's
+    per-segment counts against the segments its records were found in (recovery.py
+    ``_commit_mismatch``)."""
+    w = Window.partitionBy(*_JOURNAL, "tx_id")
+    is_commit = F.col("record_type") == "COMMIT"
+    rows = (records.where(F.col("record_type").isin(*_TX, "COMMIT"))
+            .withColumn("commit", F.first(F.when(is_commit, F.struct(
+                F.col("segment").alias("seg"), F.col("offset").alias("off"), F.col("tx_count").alias("count"),
+                F.col("tx_segments").alias("listed"))), ignorenulls=True).over(w))
+            .withColumn("found", F.collect_list(F.when(~is_commit, F.col("segment"))).over(w))
+            .where(~is_commit & F.col("commit").isNotNull()))
+    found, listed, c_seg = F.col("found"), F.col("commit.listed"), F.col("commit.seg")
+
+    def have(seg: Column) -> Column:
+        return F.size(F.filter(found, lambda x: x == seg)).cast("long")
+
     matches_listed = (
-        (F.aggregate(F.map_values(listed), F.lit(0).cast("long"), lambda acc, n: acc + n) == F.col("tx_count"))
+        (F.aggregate(F.map_values(listed), F.lit(0).cast("long"), lambda acc, n: acc + n) == F.col("commit.count"))
         & F.forall(F.map_entries(listed),
-                   lambda e: (have(e["key"]) == e["value"]) | ((have(e["key"]) == 0) & (e["key"] != F.col("c_seg"))))
-        & F.forall(F.coalesce(F.map_keys("found"), F.array().cast("array<long>")),
-                   lambda s: F.array_contains(F.map_keys(listed), s)))
+                   lambda e: (have(e["key"]) == e["value"]) | ((have(e["key"]) == 0) & (e["key"] != c_seg)))
+        & F.forall(found, lambda s: F.array_contains(F.map_keys(listed), s)))
     no_list = listed.isNull() | (F.size(listed) <= 0)
-    ok = F.when(no_list, F.coalesce(F.col("total"), F.lit(0)) == F.col("tx_count")).otherwise(matches_listed)
-    return c.where(ok).select(*_JOURNAL, "tx_id", "c_seg", "c_off")
+    ok = F.when(no_list, F.size(found) == F.col("commit.count")).otherwise(matches_listed)
+    return (rows.where(ok)
+            .withColumn("pos", _pos("commit.seg", "commit.off", "segment", "offset"))
+            .drop("commit", "found"))
 
 
 def _effective(raw: DataFrame) -> DataFrame:
     """The journals' records that take effect, each with ``op`` (ADD/UPDATE/DELETE) and ``pos``,
     its place in replay order (a transaction's records: at their COMMIT)."""
     records = raw.where(F.col("record_type").isNotNull() & F.col("kind").isin("journal", "bindings"))
-    newest = records.groupBy(*_JOURNAL).agg(F.max("segment").alias("newest"))
-    records = (records.join(newest, _JOURNAL)
+    newest = records.groupBy(*_JOURNAL).agg(F.max("segment").alias("newest"))  # one row per journal
+    records = (records.join(F.broadcast(newest), _JOURNAL)
                .where(~(F.coalesce(F.col("after_unsynced_hole"), F.lit(False)) & (F.col("segment") == F.col("newest"))))
                .drop("newest"))
+    zero = F.lit(0).cast("long")
     plain = (records.where(F.col("record_type").isin("ADD", "UPDATE", "DELETE"))
-             .withColumn("pos", F.struct(F.col("segment").alias("a"), F.col("offset").alias("b"),
-                                         F.lit(0).cast("long").alias("c"), F.lit(0).cast("long").alias("d"))))
-    in_tx = (records.where(F.col("record_type").isin(*_TX))
-             .join(_committed(records), [*_JOURNAL, "tx_id"])
-             .withColumn("pos", F.struct(F.col("c_seg").alias("a"), F.col("c_off").alias("b"),
-                                         F.col("segment").alias("c"), F.col("offset").alias("d")))
-             .drop("c_seg", "c_off"))
-    return plain.unionByName(in_tx).withColumn("op", _op("record_type"))
+             .withColumn("pos", _pos("segment", "offset", zero, zero)))
+    return plain.unionByName(_committed_tx_records(records)).withColumn("op", _op("record_type"))
+
+
+def _live(eff: DataFrame) -> DataFrame:
+    """One row per live record (its last ADD, after its last DELETE), carrying what the updates
+    after that ADD say: ``acked`` queue ids, ``deliveries`` (pos, queue id, count) and the
+    page cursor's newest ``cursor`` (file, offset)."""
+    w = Window.partitionBy(*_JOURNAL, "record_id")
+    op = F.col("op")
+    update = op == "UPDATE"
+    state = (eff
+             .withColumn("last_add", F.max(F.when(op == "ADD", F.col("pos"))).over(w))
+             .withColumn("last_delete", F.max(F.when(op == "DELETE", F.col("pos"))).over(w))
+             .withColumn("updates", F.collect_list(F.when(update, F.struct(
+                 F.col("pos").alias("pos"), F.col("user_type").alias("kind"), F.col("queue_id").alias("queue_id"),
+                 F.col("delivery_count").alias("count"), F.col("page_file").alias("file"),
+                 F.col("page_offset").alias("offset")))).over(w))
+             .where((op == "ADD") & (F.col("pos") == F.col("last_add"))
+                    & (F.col("last_delete").isNull() | (F.col("last_add") > F.col("last_delete")))))
+    after = F.filter("updates", lambda u: u["pos"] > F.col("last_add"))
+    return (state
+            .withColumn("acked", F.transform(F.filter(after, lambda u: u["kind"] == "ACK"), lambda u: u["queue_id"]))
+            .withColumn("deliveries", F.filter(after, lambda u: u["kind"] == "DELIVERY"))
+            .withColumn("cursor", F.greatest(
+                F.struct(F.col("page_file").alias("f"), F.col("page_offset").alias("o")),
+                F.array_max(F.transform(F.filter(after, lambda u: u["kind"] == "PAGE_CURSOR"),
+                                        lambda u: F.struct(u["file"].alias("f"), u["offset"].alias("o"))))))
+            .drop("updates", "last_add", "last_delete"))
 
 
 def resolve(raw: DataFrame) -> DataFrame:
-    """The messages still held per queue, from the raw view of one or more data directories."""
-    eff = _effective(raw)
-    key = [*_JOURNAL, "record_id"]
-    adds = eff.where(F.col("op") == "ADD")
-    last_add = adds.groupBy(*key).agg(F.max("pos").alias("add_pos"))
-    last_delete = eff.where(F.col("op") == "DELETE").groupBy(*key).agg(F.max("pos").alias("del_pos"))
-    live = (last_add.join(last_delete, key, "left")
-            .where(F.col("del_pos").isNull() | (F.col("add_pos") > F.col("del_pos"))).drop("del_pos"))
-    live_adds = adds.join(live, key).where(F.col("pos") == F.col("add_pos"))
-    updates = (eff.where(F.col("op") == "UPDATE").join(live, key)
-               .where(F.col("pos") > F.col("add_pos")).drop("add_pos"))
+    """The messages still held per queue, from the raw view of one or more data directories.
 
-    queues = (live_adds.where((F.col("kind") == "bindings") & (F.col("user_type") == "QUEUE"))
+    The raw records are read once, here (an eager local checkpoint): the view uses them in
+    several places, and each would read every file again."""
+    raw = raw.localCheckpoint(eager=True)
+    live = _live(_effective(raw))
+    kind = F.col("user_type")
+
+    queues = (live.where((F.col("kind") == "bindings") & (kind == "QUEUE"))
               .select("data_dir", F.col("record_id").alias("queue_id"), F.col("queue").alias("q_name"),
                       F.col("address").alias("q_address")))
 
     # messages in the journal, per queue reference, less the acknowledged ones
-    messages = live_adds.where((F.col("kind") == "journal") & (F.col("user_type") == "MESSAGE"))
-    refs = (messages.select("*", F.explode("refs").alias("ref"))
+    refs = (live.where((F.col("kind") == "journal") & (kind == "MESSAGE"))
             .drop("queue_id", "seq")
+            .select("*", F.explode("refs").alias("ref"))
             .select("*", F.col("ref.queue_id").alias("queue_id"), F.col("ref.seq").alias("seq")))
-    acks = (updates.where(F.col("user_type") == "ACK")
-            .select(*_JOURNAL, "record_id", "queue_id").distinct())
-    deliveries = (updates.where(F.col("user_type") == "DELIVERY")
-                  .groupBy(*_JOURNAL, "record_id", "queue_id")
-                  .agg(F.max_by("delivery_count", "pos").alias("delivered")))
-    in_journal = (refs.join(acks, [*_JOURNAL, "record_id", "queue_id"], "left_anti")
-                  .join(deliveries, [*_JOURNAL, "record_id", "queue_id"], "left")
-                  .drop("delivery_count").withColumnRenamed("delivered", "delivery_count")
+    last_delivery = F.array_max(F.transform(
+        F.filter("deliveries", lambda d: d["queue_id"] == F.col("queue_id")),
+        lambda d: F.struct(d["pos"].alias("pos"), d["count"].alias("count"))))
+    in_journal = (refs.where(~F.array_contains("acked", F.col("queue_id")))
+                  .withColumn("delivery_count", last_delivery["count"])
                   .withColumn("source", F.lit("journal")))
 
     # paged messages at or after their queue's page cursor
-    cursor_adds = (live_adds.where((F.col("kind") == "journal") & (F.col("user_type") == "PAGE_CURSOR"))
-                   .select(*_JOURNAL, "record_id", "queue_id", "page_file", "page_offset"))
-    cursor_updates = (updates.where(F.col("user_type") == "PAGE_CURSOR")
-                      .select(*_JOURNAL, "record_id", "page_file", "page_offset")
-                      .join(cursor_adds.select(*_JOURNAL, "record_id", "queue_id"), [*_JOURNAL, "record_id"]))
-    cursors = (cursor_adds.unionByName(cursor_updates)
-               .groupBy("data_dir", "queue_id")
-               .agg(F.max(F.struct(F.col("page_file").alias("f"), F.col("page_offset").alias("o"))).alias("cursor")))
+    cursors = (live.where((F.col("kind") == "journal") & (kind == "PAGE_CURSOR"))
+               .groupBy("data_dir", "queue_id").agg(F.max("cursor").alias("cursor")))
     paged = (raw.where((F.col("kind") == "page") & F.col("record_type").isNotNull() & F.col("durable"))
-             .join(cursors, ["data_dir", "queue_id"])
+             .join(F.broadcast(cursors), ["data_dir", "queue_id"])
              .where(F.struct(F.col("segment").alias("f"), F.col("offset").alias("o")) >= F.col("cursor"))
              .withColumn("source", F.lit("page")))
 
-    held = in_journal.select(*_held_columns()).unionByName(paged.select(*_held_columns()))
-    return (held.join(queues, ["data_dir", "queue_id"])
+    held = in_journal.select(*HELD_COLUMNS).unionByName(paged.select(*HELD_COLUMNS))
+    return (held.join(F.broadcast(queues), ["data_dir", "queue_id"])
             .withColumn("queue", F.col("q_name"))
             .withColumn("address", F.coalesce(F.col("address"), F.col("q_address")))
             .withColumn("delivery_count", F.coalesce(F.col("delivery_count"), F.lit(0)))
             .select(*HELD_COLUMNS))
-
-
-def _held_columns() -> list[Column]:
-    return [F.col(c) for c in HELD_COLUMNS]
