@@ -67,7 +67,14 @@ from petrel.codec.core import (
     encode_frame,
     register,
 )
-from petrel.codec.core.cluster import MigrateDuplicateIds, MigrateQueue, MigrationBegin, MigrationDone
+from petrel.codec.core.cluster import (
+    MigrateBatch,
+    MigrateDuplicateIds,
+    Migrated,
+    MigrateQueue,
+    MigrationBegin,
+    MigrationDone,
+)
 from petrel.codec.core.cursors import (
     BodyRead,
     BrowseRange,
@@ -128,6 +135,8 @@ CLIENT_SAMPLES: list[Event] = [
     MigrateQueue(18, "sub-1", "prices", 1, True, "region = 'eu'", "client-1", "sub", {"exclusive": False}),
     MigrateDuplicateIds(19, "orders", ["a-1", "a-2"]),
     MigrationDone(20),
+    MigrateBatch(1, 0, ["orders"], [Migrated("orders", True, 4, 0, 1, 0, PROPS, b"body", 2, "node-a:17@3"),
+                                    Migrated("orders", False, 0, 0, 0, 0, {}, b"", 0, "node-a:18@3")]),
     QueueSeqs(21, "orders"),
     BrowseRange(22, "orders", 5, 105, 50),
     CursorAck(23, "orders", "spark", 104, True),

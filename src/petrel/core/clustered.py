@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
 from petrel.core.message import GROUP_ID, Message, RoutingType
+from petrel.core.selector import SelectorError
 from petrel.core.remote import (
     INSTANCE,
     KEY_SEPARATOR,
@@ -257,6 +258,53 @@ class Clustering:
                 self.discard(message)
                 return SendResult(SendOutcome.DUPLICATE)
             remember.append((cache, dup_id))
+        return self._route_forwarded(message, keys, tx_id, delivery_count, strict, remember)
+
+    def receive_migrated(self: PostOffice, batch: list[tuple[Message, str, int]], keys: list[str],
+                         tx_id: int) -> tuple[int, Exception | None]:
+        """Route a migration's batch — (message, its origin's duplicate ID, delivery count), in
+        order, all for the bindings `keys` — in store transaction `tx_id` (the caller commits it),
+        each as `receive_forwarded(strict=True)` would, except that the origin IDs of the batch
+        go in one journal record: one per ID, and one more for each ID it evicted, were two of
+        every three records a migration wrote here.
+
+        Returns how many were taken (routed, or dropped as already here) before the first
+        refusal, and that refusal (None: all were taken)."""
+        if not batch:
+            return 0, None
+        name = BRIDGE_CACHE_PREFIX + bridge_dup_sender(batch[0][1])
+        cache = self._dup_cache(name, self.settings_for(name))
+        fresh: list[str] = []
+        seen: set[str] = set()
+        paged_before = self.paged_routes
+        refusal: Exception | None = None
+        taken = 0
+        for message, dup_id, delivery_count in batch:
+            if dup_id in cache or dup_id in seen:
+                self.forwarded_duplicates += 1
+                self.discard(message)
+            else:
+                try:
+                    self._route_forwarded(message, keys, tx_id, delivery_count, True, [])
+                except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
+                    self.discard(message)
+                    refusal = exc
+                    break
+                seen.add(dup_id)
+                fresh.append(dup_id)
+            taken += 1
+        if self.paged_routes == paged_before:
+            self.remember_dups(cache, fresh, tx_id)
+        else:  # some went to page files: each ID waits for its pages (see `remember_dup`)
+            for dup_id in fresh:
+                self.remember_dup(cache, dup_id, tx_id, after_pages=True)
+        return taken, refusal
+
+    def _route_forwarded(self: PostOffice, message: Message, keys: list[str], tx_id: int, delivery_count: int,
+                         strict: bool, remember: list[tuple[DuplicateIdCache, str]]) -> SendResult:
+        """`receive_forwarded` past its bridge duplicate ID (in `remember`, with the IDs to keep)."""
+        from petrel.core.postoffice import SendOutcome, SendResult
+
         settings = self.settings_for(message.address)
         user_dup = message.duplicate_id
         if user_dup is not None and strict and self._dup_cache(message.address, settings).size > 0:

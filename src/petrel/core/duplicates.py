@@ -1,5 +1,5 @@
-"""Per-address circular caches of duplicate IDs, persisted one record per entry, and how the
-post office remembers them."""
+"""Per-address circular caches of duplicate IDs, persisted one record per entry (or one record
+for a migration's batch of entries), and how the post office remembers them."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ if TYPE_CHECKING:
 
 
 class DuplicateIdCache:
-    """The last `size` duplicate IDs sent to one address; the oldest is overwritten first."""
+    """The last `size` duplicate IDs sent to one address; the oldest is overwritten first.
 
-    __slots__ = ("address", "size", "_ids", "_ring", "_pos")
+    Each entry names the journal record holding it; several entries may share one record (a
+    migration's batch), which is deleted once the cache has overwritten them all."""
+
+    __slots__ = ("address", "size", "_ids", "_ring", "_pos", "_held")
 
     def __init__(self, address: str, size: int) -> None:
         self.address = address
@@ -22,6 +25,7 @@ class DuplicateIdCache:
         self._ids: dict[str, int] = {}  # dup id -> record id
         self._ring: list[tuple[str, int] | None] = [None] * max(size, 0)
         self._pos = 0
+        self._held: dict[int, int] = {}  # record id -> its entries in the ring
 
     def __contains__(self, dup_id: str) -> bool:
         return dup_id in self._ids
@@ -30,15 +34,24 @@ class DuplicateIdCache:
         return len(self._ids)
 
     def add(self, dup_id: str, record_id: int) -> int | None:
-        """Remember an ID; returns the record id of the entry it overwrote, if any."""
+        """Remember an ID; returns the record id of the entry it overwrote when that was the
+        record's last entry (the record can go), else None."""
         if self.size <= 0:
             return None
+        held = self._held
+        held[record_id] = held.get(record_id, 0) + 1
         evicted = self._ring[self._pos]
         old_record = None
         if evicted is not None:
             old_id, old_record = evicted
             if self._ids.get(old_id) == old_record:
                 del self._ids[old_id]
+            left = held[old_record] - 1
+            if left:
+                held[old_record] = left
+                old_record = None
+            else:
+                del held[old_record]
         self._ring[self._pos] = (dup_id, record_id)
         self._ids[dup_id] = record_id
         self._pos = (self._pos + 1) % self.size
@@ -83,6 +96,20 @@ class DuplicateDetection:
                 self.store.add_duplicate_id_after_pages(record_id, cache.address, dup_id)
             else:
                 self.store.add_duplicate_id(tx_id, record_id, cache.address, dup_id)
+
+    def remember_dups(self: PostOffice, cache: DuplicateIdCache, dup_ids: list[str], tx_id: int) -> None:
+        """Add `dup_ids` to `cache` as one journal record in `tx_id` (a migration's batch: one
+        record, not one per ID and one more for each ID it evicts), with the records the cache
+        no longer needs deleted. Never for messages that went to page files (see `remember_dup`)."""
+        if not dup_ids:
+            return
+        record_id = self.store.next_id()
+        add = cache.add
+        evicted = [old for old in [add(dup_id, record_id) for dup_id in dup_ids] if old is not None]
+        if self.persist_id_cache and cache.size > 0:  # (its last entry, at least, is in the cache)
+            for old in evicted:
+                self.store.delete_duplicate_id(tx_id, old)
+            self.store.add_duplicate_ids(tx_id, record_id, cache.address, dup_ids)
 
     def _remember_sent(self: PostOffice, address: str, dup_id: str, tx_id: int, message: Message,
                        paged_before: int) -> None:

@@ -5,8 +5,9 @@ stopping with ``scale_down``, or the drainer (``petrel drain``: a broker started
 data directory without listeners). Queue by queue it creates the queue on the target as it is
 here (MIGRATE_QUEUE), then consumes it like a bridge consumes its store-and-forward queue:
 every message, paged and large ones included, in the order this broker would deliver it,
-scheduled ones with their times, goes to the target as a FORWARD naming that one queue and
-carrying the origin's duplicate ID (this node's ID + the message ID + the queue's). A message is removed
+scheduled ones with their times, goes to the target in MIGRATE_BATCH frames (a large one as a
+FORWARD) naming that one queue, each message carrying the origin's duplicate ID (this node's
+ID + the message ID + the queue's). A message is removed
 here only once the target has confirmed it from its disk. The target keeps the IDs, and at
 most half its duplicate-ID cache is ever in flight or not yet removed here, so a migration
 killed at any point and run again delivers nothing twice; nothing is removed here that the
@@ -30,7 +31,15 @@ from typing import TYPE_CHECKING
 
 from petrel.client.link import PeerLink, open_link, stream_body
 from petrel.codec.core import Connected, CreateSession, Error, Result, SendConfirm, SendFailed
-from petrel.codec.core.cluster import Forward, MigrateDuplicateIds, MigrateQueue, MigrationBegin, MigrationDone
+from petrel.codec.core.cluster import (
+    Forward,
+    MigrateBatch,
+    MigrateDuplicateIds,
+    Migrated,
+    MigrateQueue,
+    MigrationBegin,
+    MigrationDone,
+)
 from petrel.core.queue import Consumer
 from petrel.core.message import DUPLICATE_ID
 from petrel.core.remote import INSTANCE, KEY_SEPARATOR, MIGRATED_DELIVERY_COUNT, ROUTE_TO, SYNC_FIRST, bridge_dup_id
@@ -44,9 +53,11 @@ __all__ = ["Migration", "MigrationFailed", "Progress"]
 log = logging.getLogger("petrel.ha.scale_down")
 
 BEGIN, SESSION, QUEUE = 1, 2, 3
-WINDOW = 2000  # messages in flight or not yet removed here, at most (and half the target's cache)
+WINDOW = 10_000  # messages in flight or not yet removed here, at most (and half the target's cache)
 SF_PREFIX = "$.petrel.sf."  # store-and-forward queues (petrel.cluster.bridge.sf_queue_name)
 RETRY_REFUSED = 0.5  # s before sending again what the target refused (an address full: FAIL/BLOCK)
+BATCH = 256  # messages in one MIGRATE_BATCH at most ...
+BATCH_BYTES = 512 * 1024  # ... and bytes of bodies
 
 
 class MigrationFailed(Exception):
@@ -102,6 +113,10 @@ class Migration:
         self._refused_at = 0.0
         self.refusals = 0
         self._refusal_told = False
+        self._batch: list[Migrated] = []  # to send in one MIGRATE_BATCH, for _batch_to
+        self._batch_to: tuple[int, list[str]] = (0, [])  # (routing type, keys)
+        self._batch_bytes = 0
+        self._flushing: asyncio.Handle | None = None
 
     # -- the run ---------------------------------------------------------------------------------------
 
@@ -223,6 +238,10 @@ class Migration:
                 await asyncio.sleep(0.01)
         finally:
             consumer.closed = True
+            if self._flushing is not None:
+                self._flushing.cancel()
+                self._flushing = None
+            self._batch, self._batch_bytes = [], 0
             self._refused, self._refused_at = [], 0.0
             for ref in reversed(list(consumer.delivering.values())):
                 queue.cancel(ref, redelivered=False)
@@ -246,25 +265,54 @@ class Migration:
         properties = dict(message.properties)
         if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
             properties.setdefault(INSTANCE, bridge_dup_id(self.broker.node_id, message.id))
+        self.sent += 1
+        self.in_flight.append((ref, self._consumer))
+        bridged = self._for_target(ref.queue)
+        if message.large is None and not bridged:
+            # one ID per copy: a message in two queues (two subscriptions) moves twice, once for each
+            dup = f"{bridge_dup_id(self.broker.node_id, message.id)}@{ref.queue.id}"
+            self._add_to_batch(rt, [ref.queue.name], Migrated(
+                message.address, message.durable, message.priority, message.expiration, message.timestamp,
+                message.scheduled, properties, message.body, ref.delivery_count, dup))
+            return
+        self._flush()  # what came before goes first
         if ref.delivery_count:
             properties[MIGRATED_DELIVERY_COUNT] = ref.delivery_count
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
                 message.timestamp, message.scheduled, properties)
-        if self._for_target(ref.queue):  # the bridge's copy: its keys, its duplicate ID
+        if bridged:  # the bridge's copy: its keys, its duplicate ID
             keys = str(properties.pop(ROUTE_TO, "")).split(KEY_SEPARATOR)
             properties.pop(SYNC_FIRST, None)
             dup = bridge_dup_id(self.broker.node_id, message.id)
         else:
-            # one ID per copy: a message in two queues (two subscriptions) moves twice, once for each
             keys = [ref.queue.name]
             dup = f"{bridge_dup_id(self.broker.node_id, message.id)}@{ref.queue.id}"
-        self.sent += 1
-        self.in_flight.append((ref, self._consumer))
         if message.large is None:
             link.send(Forward(*head, message.body, False, keys, dup))
             return
         self._streaming = asyncio.get_running_loop().create_task(
             self._stream(link, message, Forward(*head, b"", True, keys, dup)))
+
+    def _add_to_batch(self, rt: int, keys: list[str], migrated: Migrated) -> None:
+        if self._batch and self._batch_to != (rt, keys):
+            self._flush()
+        self._batch.append(migrated)
+        self._batch_to = (rt, keys)
+        self._batch_bytes += len(migrated.body)
+        if len(self._batch) >= BATCH or self._batch_bytes >= BATCH_BYTES:
+            self._flush()
+        elif self._flushing is None:  # what one delivery round gave goes at the end of it
+            self._flushing = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        if self._flushing is not None:
+            self._flushing.cancel()
+            self._flushing = None
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        link = self.link
+        if batch and link is not None and not link.closed:
+            rt, keys = self._batch_to
+            link.send(MigrateBatch(1, rt, keys, batch))
 
     async def _stream(self, link: PeerLink, message, first: Forward) -> None:
         try:
@@ -326,6 +374,7 @@ class Migration:
         self.in_flight.clear()
         self._give_back()
         self._outbox.clear()
+        self._batch, self._batch_bytes = [], 0
 
     def _confirmed(self, count: int) -> None:
         removed = 0

@@ -18,6 +18,8 @@ message journal
   14 PAGE_CURSOR   add     (queue id, page file, offset); updated (file, offset) as pages are read
   15 SEQ_CURSOR    add     (format version, queue id, name, acked): a named cursor (core/cursors.py),
                            written anew (and the old record deleted) each time it moves
+  16 DUPLICATE_IDS add     (address, [duplicate id, ...]): several IDs of one cache in one record (a
+                           migration's batch); deleted once the cache has evicted them all
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class RecordKind(IntEnum):
     DUPLICATE_ID = 13
     PAGE_CURSOR = 14
     SEQ_CURSOR = 15
+    DUPLICATE_IDS = 16
 
 
 SEQ_CURSOR_VERSION = 1  # the first field of a SEQ_CURSOR record
@@ -149,6 +152,9 @@ class FileStore:
             elif r.user_type == RecordKind.DUPLICATE_ID:
                 address, dup_id = unpack(r.body)
                 rec.duplicate_ids.append((r.id, address, dup_id))
+            elif r.user_type == RecordKind.DUPLICATE_IDS:
+                address, dup_ids = unpack(r.body)
+                rec.duplicate_ids.extend((r.id, address, dup_id) for dup_id in dup_ids)
             elif r.user_type == RecordKind.PAGE_CURSOR:
                 queue_id, f, off = unpack(r.body)
                 for _kind, body in r.updates:
@@ -371,6 +377,14 @@ class FileStore:
             self.messages.add_tx(tx_id, record_id, RecordKind.DUPLICATE_ID, body)
         else:
             self.messages.add(record_id, RecordKind.DUPLICATE_ID, body)
+
+    def add_duplicate_ids(self, tx_id: int, record_id: int, address: str, dup_ids: list[str]) -> None:
+        body = pack((address, dup_ids))
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.add_tx(tx_id, record_id, RecordKind.DUPLICATE_IDS, body)
+        else:
+            self.messages.add(record_id, RecordKind.DUPLICATE_IDS, body)
 
     def add_duplicate_id_after_pages(self, record_id: int, address: str, dup_id: str) -> None:
         """A duplicate ID of a message that went to page files: a journal transaction cannot

@@ -10,7 +10,7 @@ proposals travel as GROUP_PROPOSE / GROUP_DECISION.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -29,6 +29,8 @@ __all__ = [
     "MigrateQueue",
     "MigrateDuplicateIds",
     "MigrationDone",
+    "Migrated",
+    "MigrateBatch",
     "CLUSTER_CAPABILITY",
 ]
 
@@ -162,12 +164,42 @@ class MigrationDone(Event, frozen=True, array_like=True):
     corr: int
 
 
+class Migrated(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One message of a MIGRATE_BATCH (SEND's fields, its delivery count there, and its origin's
+    duplicate ID)."""
+
+    address: str
+    durable: bool
+    priority: int
+    expiration: int
+    timestamp: int
+    scheduled: int
+    properties: dict[str, Any]
+    body: bytes
+    delivery_count: int
+    dup: str
+
+
+class MigrateBatch(Event, frozen=True, array_like=True, gc=False):
+    """The origin -> the target: messages of one queue, in the order that queue would deliver
+    them, for the bindings ``keys`` (with the queue's routing type). Each counts as one send on
+    the session: SEND_CONFIRM counts them, SEND_FAILED names the one refused (and every later
+    one is refused too, until MIGRATE_QUEUE starts the queue again). Large messages go as FORWARD."""
+
+    TYPE: ClassVar[int] = 0x4A
+    session: int
+    routing_type: int
+    keys: list[str]
+    messages: list[Migrated]
+
+
 register(ClusterJoin, client=True, server=False)
 register(MigrationDone, client=True, server=False)
 register(MigrateDuplicateIds, client=True, server=False)
 register(MigrationBegin, client=True, server=False)
 register(MigrateQueue, client=True, server=False)
 register(Forward, client=True, server=False)
+register(MigrateBatch, client=True, server=False)
 register(ClusterMembers, client=False, server=True)
 register(Bindings, client=False, server=True)
 register(GroupPropose, client=True, server=False)

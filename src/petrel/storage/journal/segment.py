@@ -16,6 +16,7 @@ leaves it either free or a data segment with the right header.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -136,10 +137,21 @@ def pwrite_all(fd: int, data, offset: int) -> None:
 
 
 def preallocate(path: Path, file_size: int, segment_id: int, sync: bool) -> None:
-    """Create ``path`` filled with zeros to ``file_size``, with a segment header."""
+    """Create ``path`` filled with zeros to ``file_size``, with a segment header.
+
+    The filesystem allocates the blocks (``fallocate``: they read as zeros, and a full disk
+    fails here, not in a later append) without the zeros being written: writing them took the
+    journal's writer thread ~20 ms per 10 MiB segment, in which no batch became durable.
+    Where the filesystem cannot, the zeros are written."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        left = file_size
+        try:
+            os.posix_fallocate(fd, 0, file_size)
+            left = 0
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            left = file_size
         while left > 0:
             n = os.write(fd, _ZEROS[:min(left, len(_ZEROS))])
             left -= n
@@ -219,7 +231,7 @@ class FilePool:
         return path
 
     def create(self) -> Path:
-        """Preallocate one more free file (slow: writes ``file_size`` zeros)."""
+        """Preallocate one more free file (``file_size`` bytes reading as zeros)."""
         final = self._new_name()
         tmp = final.with_name(final.name + ".tmp")
         try:

@@ -34,6 +34,7 @@ __all__ = ["ClusterFrames"]
 log = logging.getLogger("petrel.cluster")
 
 _SCALARS = (type(None), bool, int, float, str, bytes)
+REFUSED_IN_ORDER = "refused after an earlier refusal: send again in order"
 
 
 class ClusterFrames:
@@ -99,7 +100,7 @@ class ClusterFrames:
             # a migration keeps its order: after one refusal, every later message of it is refused
             # too, until the origin starts again (MIGRATE_QUEUE)
             self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL,
-                                                        "refused after an earlier refusal: send again in order")))
+                                                        REFUSED_IN_ORDER)))
             return
         message = Message(large_body[0] if large_body else self._next_id(), e.address, body, properties,
                           e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)

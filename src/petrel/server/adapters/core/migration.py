@@ -4,8 +4,9 @@ drainer on an orphaned data directory, moves its messages here.
 MIGRATION_BEGIN (with the cluster credentials) names the origin node; MIGRATE_QUEUE creates a
 queue as it was there (when missing); FORWARD frames then carry the messages, each to the one
 queue it names, with its origin's duplicate ID (origin node ID + message ID): a message that
-arrives twice (a migration killed and run again) is kept once. Confirmations come after the
-disk, like a client's sends.
+arrives twice (a migration killed and run again) is kept once. MIGRATE_BATCH carries many
+messages of one queue at once (their IDs kept in one journal record); large ones come as
+FORWARD. Confirmations come after the disk, like a client's sends.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from petrel.codec.core import ErrorCode, Result
-from petrel.codec.core.cluster import MigrateDuplicateIds, MigrateQueue, MigrationBegin, MigrationDone
-from petrel.core.message import RoutingType
+from petrel.codec.core import ErrorCode, Result, SendFailed
+from petrel.codec.core.cluster import MigrateBatch, MigrateDuplicateIds, MigrateQueue, MigrationBegin, MigrationDone
+from petrel.core.limits import AddressFull
+from petrel.core.message import Message, RoutingType, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
+from petrel.server.adapters.core.cluster import _SCALARS, REFUSED_IN_ORDER
 from petrel.server.adapters.core.session import Fatal
 
 if TYPE_CHECKING:
@@ -61,6 +64,51 @@ class MigrationFrames:
                               f"queue {e.name!r} exists here on address {queue.address!r}, not {e.address!r}"))
             return
         self.reply(Result(e.corr, 0, "", {"name": e.name}), sync=True)
+
+    def on_migrate_batch(self: CoreAdapter, e: MigrateBatch) -> None:
+        if self.migration_source is None:
+            raise Fatal(ErrorCode.UNAUTHORIZED, "MIGRATE_BATCH before MIGRATION_BEGIN")
+        session = self._session(e.session)
+        if session.large is not None:
+            raise Fatal(ErrorCode.PROTOCOL, "MIGRATE_BATCH while a large message is still arriving on the session")
+        count = len(e.messages)
+        if not count:
+            return
+        first = session.sent + 1  # the number of its first message among the session's sends
+        if session.sent == session.confirmed:
+            self._dirty.append(session)
+        session.sent += count
+        out = self._out
+        if self.migration_refusing:
+            # a migration keeps its order: after one refusal, every later message of it is refused
+            # too, until the origin starts again (MIGRATE_QUEUE)
+            for number in range(first, first + count):
+                out.append(self.codec.send(SendFailed(session.id, number, ErrorCode.ADDRESS_FULL, REFUSED_IN_ORDER)))
+            return
+        routing_type = RoutingType(e.routing_type) if 0 <= e.routing_type <= 1 else None  # see receive_forwarded
+        next_id, now, durable = self._next_id, now_ms(), False
+        batch = []
+        for m in e.messages:
+            for value in m.properties.values():
+                if not isinstance(value, _SCALARS):
+                    raise Fatal(ErrorCode.PROTOCOL, "message property values must be scalars")
+            message = Message(next_id(), m.address, m.body, m.properties, m.durable, m.priority, m.expiration,
+                              m.timestamp or now, m.scheduled)
+            if routing_type is not None:
+                message.routing_type = routing_type
+            durable = durable or m.durable
+            batch.append((message, m.dup, m.delivery_count))
+        if not self.forward_tx:  # one store transaction for the read's forwarded messages
+            self.forward_tx = self.office.store.begin()
+        taken, refusal = self.office.receive_migrated(batch, e.keys, self.forward_tx)
+        if refusal is not None:
+            code = ErrorCode.ADDRESS_FULL if isinstance(refusal, AddressFull) else ErrorCode.ROUTING
+            out.append(self.codec.send(SendFailed(session.id, first + taken, code, str(refusal))))
+            for number in range(first + taken + 1, first + count):
+                out.append(self.codec.send(SendFailed(session.id, number, ErrorCode.ADDRESS_FULL, REFUSED_IN_ORDER)))
+            self.migration_refusing = True
+        if durable:
+            self._sync = True
 
     def on_migrate_duplicate_ids(self: CoreAdapter, e: MigrateDuplicateIds) -> None:
         if self.migration_source is None:
