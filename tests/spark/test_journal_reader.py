@@ -185,3 +185,33 @@ def test_two_data_directories_read_together(spark, data_dir, small_dir):
     assert sum(n for (d, _), n in per_dir.items() if d == str(directory.resolve())) == sum(HELD.values())
     nodes = {r.node for r in resolved.select("node").distinct().collect()}
     assert len(nodes) == 2 and None not in nodes
+
+
+def test_damage_before_the_tail_is_an_error_row_and_resolves_as_skip_damaged_recovery(spark, data_dir, tmp_path):
+    directory, _ = data_dir
+    copy = tmp_path / "data"
+    shutil.copytree(directory, copy)
+    segments = sorted((copy / "journal").glob("petrel-data-*.pj"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    damaged = None
+    for seg in segments[:-1]:  # not the newest: damage there is never a torn tail
+        data = bytearray(seg.read_bytes())
+        at = max(data.find(b"order-%d." % i) for i in range(200, 300))  # a message still held
+        if at >= 0:
+            data[at + 3] ^= 0x20
+            seg.write_bytes(bytes(data))
+            damaged = seg
+            break
+    assert damaged is not None
+    raw = read_journal(spark, str(copy)).where("error IS NOT NULL").select("file", "record_type", "error").collect()
+    hit = [r for r in raw if r.file == f"journal/{damaged.name}"]
+    # in the middle of the segment, or its last record: either way damage, later segments hold data
+    assert len(hit) == 1 and hit[0].record_type is None and "--skip-damaged" in hit[0].error
+    held = Counter(r.queue for r in read_journal(spark, str(copy), view="resolved").select("queue").collect())
+    assert held["orders"] == HELD["orders"] - 1
+
+    broker = BrokerProcess(tmp_path / "b", settings=SETTINGS, data_dir=copy).start("--skip-damaged")
+    try:
+        with Connection(f"tcp://127.0.0.1:{broker.port}") as conn:
+            assert {q: conn.queue_info(q)["message_count"] for q in HELD} == dict(held)
+    finally:
+        broker.kill9()

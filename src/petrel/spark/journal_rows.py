@@ -10,7 +10,8 @@ an *error row* (``record_type`` null, ``error`` saying what and where) instead o
   kept; when no MARK of the segment vouches for the hole (it may be a power loss's torn
   tail), the records after it have ``after_unsynced_hole`` set: recovery drops them when
   the segment is the newest of its journal holding data (the resolved view does the same);
-* a torn or corrupt last record: an error row at its offset (recovery drops it).
+* a torn or corrupt last record: an error row at its offset (recovery drops it when no
+  later segment holds data, else it is damage).
 
 Page files are read like the broker reads them: records until the first one that is cut
 short or fails its CRC (an error row there when bytes follow).
@@ -116,12 +117,15 @@ def journal_rows(path: Path, segment: int, base: dict, large_dir: Path | None) -
         _fill_record(row, RecordType(code), user_type, rid, tx_id, count, body, large_dir)
         rows.append((off, row.done()))
     for d in result.damage:
-        note = "" if d is not result.damage[0] or not unsynced_hole else (
-            "; no sync MARK covers it: a torn tail if this is the journal's newest segment holding data")
+        note = ("; no sync MARK covers it: a torn tail if this is the journal's newest segment holding data, "
+                "else damage" if d is result.damage[0] and unsynced_hole else
+                "; damage (the broker starts only with --skip-damaged)")
         rows.append((d.offset, error_row(base, d.offset, f"damaged bytes ({d.reason}); next valid record "
                                                         f"at offset {d.resume}{note}")))
     if result.torn:
-        rows.append((result.end, error_row(base, result.end, f"torn tail ({result.tail}); recovery drops it")))
+        rows.append((result.end, error_row(base, result.end, f"torn tail ({result.tail}); recovery drops it when no "
+                                                             "later segment of the journal holds data, else it is "
+                                                             "damage (the broker starts only with --skip-damaged)")))
     rows.sort(key=lambda r: r[0])
     for _, row in rows:
         yield row
