@@ -162,6 +162,16 @@ def test_fail_on_data_loss_fails_a_batch_whose_messages_were_removed_and_false_s
         run(spark, broker.url, "loss.q", str(tmp_path / "c"), str(tmp_path / "c.ck"), subscription="gaps",
             startingOffsets=json.dumps({"loss.q": first + 10}))
         assert sorted(r.body.decode() for r in output(spark, tmp_path / "c")) == sorted(set(bodies("loss.q", 10, 30)) - set(taken))
+        # the queue deleted and made again: its sequence numbers start over below the checkpoint's
+        conn.delete_queue("loss.q")
+        conn.create_queue("loss.q")
+        send(conn, "loss.q", 5, start=100)
+        with pytest.raises(Exception, match="data loss: queue loss.q .* deleted and created again"):
+            run(spark, broker.url, "loss.q", str(tmp_path / "c"), str(tmp_path / "c.ck"), subscription="gaps")
+        run(spark, broker.url, "loss.q", str(tmp_path / "b"), str(tmp_path / "b.ck"), subscription="lossy",
+            failOnDataLoss="false")
+        assert sorted(r.body.decode() for r in output(spark, tmp_path / "b")) == sorted(
+            bodies("loss.q", 10, 30) + bodies("loss.q", 100, 105))
 
 
 def test_a_batch_read_of_a_range(spark, broker):

@@ -122,8 +122,9 @@ class Nodes:
         except NotFound:
             return None
 
-    def call(self, node: str, request: Callable[[Connection], T]) -> T:
-        """``request(connection to node)``, after a connection failure on a new connection."""
+    def call(self, node: str, request: Callable[[Connection], T], timeout: float | None = None) -> T:
+        """``request(connection to node)``, after a connection failure on a new connection, for
+        up to ``timeout`` seconds (default: the source's ``reconnectTimeout``)."""
         url = self.url(node)
 
         def once() -> T:
@@ -139,7 +140,7 @@ class Nodes:
                 self._drop(url)
                 raise
 
-        return retrying(once, self.timeout, f"reach node {node} at {url}")
+        return retrying(once, self.timeout if timeout is None else timeout, f"reach node {node} at {url}")
 
     def _conn(self, url: str) -> Connection:
         conn = self._conns.get(url)

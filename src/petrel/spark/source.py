@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from petrel.client import DUPLICATE_ID, ClientError, Connection, NotFound, RangeRecord
+from petrel.client import DUPLICATE_ID, ClientError, Connection, NotFound, QueueSequence, RangeRecord
 from petrel.spark.nodes import Nodes, connect, retrying
 from petrel.spark.offsets import EARLIEST, LATEST, Offsets, advance, key, lookup, parse_offsets, sorted_offsets, split_key
 
@@ -70,6 +70,7 @@ log = logging.getLogger("petrel.spark.source")
 
 DEFAULT_BROKERS = "tcp://localhost:61616"
 PAGE = 1000  # messages per browse request
+COMMIT_TIMEOUT = 5.0  # s to try moving a cursor (retention only: the next commit moves it further)
 
 
 class DataLoss(RuntimeError):
@@ -166,9 +167,12 @@ def plan(start: Offsets, end: Offsets, nodes: Nodes, per_partition: int) -> list
 
 # -- executors ----------------------------------------------------------------------------
 
-def read_range(opts: SourceOptions, part: QueueRange) -> Iterator[tuple]:
+def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) -> Iterator[tuple]:
     """The rows of ``part``, read from its node without consuming anything; then a check that
-    nothing of the range was removed (data loss) while the query needed it."""
+    nothing of the range was removed (data loss) while the query needed it: below the queue's
+    lowest cursor (the broker removes what all cursors passed), or, for a stream whose cursor
+    is gone with no other left, below the earliest message held. A batch read of a queue
+    without cursors cannot tell removed from consumed: no check."""
     credentials = dict(opts.credentials)
     conn: list[Connection] = []
 
@@ -208,7 +212,7 @@ def read_range(opts: SourceOptions, part: QueueRange) -> Iterator[tuple]:
         except NotFound:
             _lost(opts, part, f"queue {part.queue} no longer exists on node {part.node}")
             return
-        floor = min((c.acked for c in cursors), default=earliest if earliest is not None else part.lo)
+        floor = min((c.acked for c in cursors), default=earliest if stream and earliest is not None else part.lo)
         if floor > part.lo:
             holder = ", ".join(f"{c.name} at {c.acked}" for c in cursors) or "none"
             _lost(opts, part, f"the broker has removed sequence numbers [{part.lo}, {min(floor, part.hi)}) of queue "
@@ -325,14 +329,17 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.info("petrel source: starting at %s", self._initial, extra={"event": "spark.source.start"})
         return dict(self._initial)
 
-    def _tails(self) -> Offsets:
+    def _seqs(self) -> dict[str, QueueSequence]:
         out = {}
         for node, names in self.nodes.queues().items():
             for queue in names:
                 seqs = self.nodes.seqs(node, queue)
                 if seqs is not None:
-                    out[key(node, queue)] = seqs.tail_seq
-        return sorted_offsets(out)
+                    out[key(node, queue)] = seqs
+        return out
+
+    def _tails(self, seqs: dict[str, QueueSequence] | None = None) -> Offsets:
+        return sorted_offsets({k: s.tail_seq for k, s in (self._seqs() if seqs is None else seqs).items()})
 
     def getDefaultReadLimit(self):
         if self.opts.max_per_batch is not None and ReadMaxRows is not None:
@@ -345,9 +352,21 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         start = dict(start if start is not None else self.initialOffset())
-        tails = self._tails()
-        self._latest = tails
+        seqs = self._seqs()
+        tails = self._latest = self._tails(seqs)
         available = tails if self._target is None else self._target
+        reset = {}
+        for k, upto in start.items():  # a queue whose tail is below the offset was deleted and made again
+            if k in seqs and seqs[k].tail_seq < upto:
+                what = (f"queue {split_key(k)[1]} on node {split_key(k)[0]} has assigned sequence numbers below "
+                        f"{seqs[k].tail_seq} only, but the query has read up to {upto}: it was deleted and "
+                        f"created again")
+                if self.opts.fail_on_data_loss:
+                    raise DataLoss(f"petrel source: data loss: {what}. Set failOnDataLoss=false to read the new "
+                                   f"queue from its earliest message.")
+                log.warning("petrel source: %s; reading it from its earliest message (failOnDataLoss=false)", what,
+                            extra={"event": "spark.source.data_loss"})
+                reset[k] = seqs[k].earliest_seq
         joined = {}
         for k in available:  # a queue that appeared since: it joins at its start, read from the next batch
             if k not in start:
@@ -358,8 +377,9 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if limit is None:
             limit = self.getDefaultReadLimit()
         budget = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
-        end = advance(start, {k: v for k, v in available.items() if k in start}, budget)
-        return sorted_offsets({**end, **joined})
+        end = advance({k: v for k, v in start.items() if k not in reset},
+                      {k: v for k, v in available.items() if k in start}, budget)
+        return sorted_offsets({**end, **joined, **reset})
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._latest is None else dict(self._latest)
@@ -377,7 +397,8 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             node, queue = split_key(k)
             try:
-                self.nodes.call(node, lambda c: c.ack_upto(queue, self.opts.subscription, upto - 1))
+                self.nodes.call(node, lambda c: c.ack_upto(queue, self.opts.subscription, upto - 1),
+                                timeout=min(COMMIT_TIMEOUT, self.opts.timeout))
             except (ClientError, ValueError) as exc:
                 log.warning("petrel source: cannot move cursor %s of %s to %d: %s", self.opts.subscription, k,
                             upto, exc, extra={"event": "spark.source.commit_failed"})
@@ -407,4 +428,4 @@ class BatchSource(DataSourceReader):
             nodes.close()
 
     def read(self, partition: QueueRange) -> Iterator[tuple]:
-        return read_range(self.opts, partition)
+        return read_range(self.opts, partition, stream=False)
