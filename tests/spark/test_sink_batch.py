@@ -4,6 +4,7 @@ the same write (same writeId) publishes nothing twice, and a clear error for bad
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -65,3 +66,31 @@ def test_bad_input_fails_with_a_clear_message(spark):
     df = spark.createDataFrame([(1,)], "payload int")
     with pytest.raises(Exception, match="the rows need a 'body' column"):
         df.write.format("petrel").mode("append").option("address", "queue://x").save()
+
+
+def test_a_cut_connection_mid_write_is_retried_without_duplicates(spark, broker_factory, tmp_path):
+    from petrel.testing.process import wait_for
+    from petrel.testing.proxy import TcpProxy
+
+    broker = broker_factory().start()
+    url = f"tcp://127.0.0.1:{broker.port}"
+    stats = tmp_path / "stats.jsonl"
+    df = spark.sql("SELECT concat('c-', id) AS body FROM range(0, 3000, 1, 2)")
+    with Connection(url) as conn, TcpProxy("127.0.0.1", broker.port) as proxy:
+        import threading
+
+        def cut_once() -> None:
+            wait_for(lambda: (conn.queue_info("spark.cut") or {}).get("message_count", 0) > 300, 120, 0.005)
+            proxy.cut()  # every link reset mid-write; new ones refused for a moment
+            time.sleep(0.5)
+            proxy.heal()
+
+        cutter = threading.Thread(target=cut_once)
+        cutter.start()
+        (df.write.format("petrel").mode("append").option("brokers", f"tcp://127.0.0.1:{proxy.port}")
+         .option("address", "queue://spark.cut").option("chunkSize", "20").option("statsFile", str(stats)).save())
+        cutter.join(30)
+        assert conn.queue_info("spark.cut")["message_count"] == 3000
+    line = json.loads(stats.read_text())
+    assert line["retries"] > 0 and line["published"] + line["duplicates"] == 3000
+    assert sorted(m.body for m in browse_all(url, "spark.cut")) == sorted(f"c-{i}".encode() for i in range(3000))
