@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from petrel.core.clustered import BRIDGE_CACHE_PREFIX
-from petrel.core.duplicates import DuplicateIdCache
+from petrel.core import duplicates
+from petrel.core.duplicates import MIGRATION_CACHE_PREFIX, MIGRATION_ID_CACHE, DuplicateIdCache
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
 from petrel.core.message import Message, RoutingType
@@ -88,7 +88,7 @@ def test_a_batch_is_routed_in_order_with_its_ids_in_one_record(tmp_path):
 
     office, store = open_office(tmp_path)  # restart: the messages and the IDs are back
     assert bodies(office) == [b"m%d" % n for n in range(100)]
-    cache = office.dup_caches[BRIDGE_CACHE_PREFIX + ORIGIN]
+    cache = office.dup_caches[MIGRATION_CACHE_PREFIX + ORIGIN]
     assert all(f"{ORIGIN}:{n}@7" in cache for n in range(100))
     # the same batch again (a migration killed after the confirmations, run again): nothing twice
     assert migrate(office, range(100)) == (100, None)
@@ -105,15 +105,25 @@ def test_a_rerun_that_overlaps_keeps_only_what_is_new(tmp_path):
     store.close()
 
 
-def test_evicted_batches_leave_the_journal_and_the_cache_after_a_restart(tmp_path):
-    small = {BRIDGE_CACHE_PREFIX + "#": {"id_cache_size": 250}}
+def test_a_migration_cache_is_never_smaller_than_its_floor(tmp_path):
+    office, store = open_office(tmp_path, {"#": {"id_cache_size": 10}})
+    assert office.migration_cache_size(ORIGIN) == MIGRATION_ID_CACHE
+    assert office.bridge_cache_size(ORIGIN) == 10  # a bridge's copies: as configured
+    office, store = open_office(tmp_path / "big", {"#": {"id_cache_size": 3 * MIGRATION_ID_CACHE}})
+    assert office.migration_cache_size(ORIGIN) == 3 * MIGRATION_ID_CACHE
+    store.close()
+
+
+def test_evicted_batches_leave_the_journal_and_the_cache_after_a_restart(tmp_path, monkeypatch):
+    monkeypatch.setattr(duplicates, "MIGRATION_ID_CACHE", 250)
+    small = {MIGRATION_CACHE_PREFIX + "#": {"id_cache_size": 250}}
     office, store = open_office(tmp_path, small)
     office.create_queue("orders", "orders", ANY)
     for start in range(0, 1000, 100):
         migrate(office, range(start, start + 100))
     store.close()
     office, store = open_office(tmp_path, small)
-    cache = office.dup_caches[BRIDGE_CACHE_PREFIX + ORIGIN]
+    cache = office.dup_caches[MIGRATION_CACHE_PREFIX + ORIGIN]
     assert len(cache) == 250
     assert f"{ORIGIN}:999@7" in cache and f"{ORIGIN}:750@7" in cache
     assert f"{ORIGIN}:749@7" not in cache and f"{ORIGIN}:0@7" not in cache
@@ -132,7 +142,7 @@ def test_a_full_address_refuses_the_batch_and_keeps_none_of_its_ids(tmp_path):
     taken, refusal = migrate(office, range(10, 20))
     assert taken == 0 and isinstance(refusal, AddressFull)
     assert bodies(office) == [b"m%d" % n for n in range(10)]
-    cache = office.dup_caches[BRIDGE_CACHE_PREFIX + ORIGIN]
+    cache = office.dup_caches[MIGRATION_CACHE_PREFIX + ORIGIN]
     assert f"{ORIGIN}:9@7" in cache and f"{ORIGIN}:10@7" not in cache  # to be sent again later
     store.close()
 
@@ -141,8 +151,8 @@ def test_a_batch_for_a_queue_that_is_gone_is_refused_whole(tmp_path):
     office, store = open_office(tmp_path)
     taken, refusal = migrate(office, range(5))
     assert taken == 0 and isinstance(refusal, RoutingError)
-    assert BRIDGE_CACHE_PREFIX + ORIGIN not in office.dup_caches or \
-        not len(office.dup_caches[BRIDGE_CACHE_PREFIX + ORIGIN])
+    assert MIGRATION_CACHE_PREFIX + ORIGIN not in office.dup_caches or \
+        not len(office.dup_caches[MIGRATION_CACHE_PREFIX + ORIGIN])
     store.close()
 
 
@@ -156,7 +166,7 @@ def test_ids_of_a_paged_batch_wait_for_their_pages(tmp_path, paged):
     assert office.queues["orders"].paging is paged
     store.close()
     office, store = open_office(tmp_path, settings=settings)
-    cache = office.dup_caches[BRIDGE_CACHE_PREFIX + ORIGIN]
+    cache = office.dup_caches[MIGRATION_CACHE_PREFIX + ORIGIN]
     assert all(f"{ORIGIN}:{n}@7" in cache for n in range(100))
     assert migrate(office, range(100)) == (100, None)  # nothing twice, paged or not
     assert bodies(office) == [b"m%d" % n for n in range(100)]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from petrel.core.duplicates import MIGRATION_CACHE_PREFIX
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
 from petrel.core.message import GROUP_ID, Message, RoutingType
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from petrel.core.postoffice import PostOffice, SendResult
     from petrel.core.queue import Queue
 
-__all__ = ["Clustering", "BindingObserver", "BRIDGE_CACHE_PREFIX"]
+__all__ = ["Clustering", "BindingObserver", "BRIDGE_CACHE_PREFIX", "origin_cache"]
 
 log = logging.getLogger("petrel.core.cluster")
 
@@ -61,6 +62,13 @@ BRIDGE_CACHE_PREFIX = "BRIDGE."
 #: ... and `INSTANCES.<address>` remembers which send (`INSTANCE`) each producer's duplicate ID
 #: that arrived forwarded belongs to.
 INSTANCES_CACHE_PREFIX = "INSTANCES."
+
+
+def origin_cache(dup_id: str) -> str:
+    """The cache of a forwarded copy's duplicate ID: a bridge's copy (`<node>:<message id>`) in
+    `BRIDGE.<node>`; a migrated message (`<node>:<message id>@<queue id>`) in `MIGRATION.<node>`."""
+    sender = bridge_dup_sender(dup_id)
+    return (MIGRATION_CACHE_PREFIX if "@" in dup_id else BRIDGE_CACHE_PREFIX) + sender
 
 
 class BindingObserver(Protocol):
@@ -227,6 +235,11 @@ class Clustering:
 
     # -- messages other nodes forwarded here ---------------------------------------------------
 
+    def migration_cache_size(self: PostOffice, origin: str) -> int:
+        """Entries of the duplicate-ID cache for the messages `origin` migrates here."""
+        name = MIGRATION_CACHE_PREFIX + origin
+        return self._dup_cache(name, self.settings_for(name)).size
+
     def bridge_cache_size(self: PostOffice, sender: str) -> int:
         """Entries of the duplicate-ID cache for copies `sender`'s bridge sends here (a bridge
         learns it when it joins, and keeps at most half of it in flight)."""
@@ -250,7 +263,7 @@ class Clustering:
 
         remember: list[tuple[DuplicateIdCache, str]] = []
         if dup_id is not None:
-            name = BRIDGE_CACHE_PREFIX + bridge_dup_sender(dup_id)
+            name = origin_cache(dup_id)
             cache = self._dup_cache(name, self.settings_for(name))
             if dup_id in cache:
                 self.forwarded_duplicates += 1
@@ -272,7 +285,7 @@ class Clustering:
         refusal, and that refusal (None: all were taken)."""
         if not batch:
             return 0, None
-        name = BRIDGE_CACHE_PREFIX + bridge_dup_sender(batch[0][1])
+        name = origin_cache(batch[0][1])
         cache = self._dup_cache(name, self.settings_for(name))
         fresh: list[str] = []
         seen: set[str] = set()

@@ -11,6 +11,14 @@ if TYPE_CHECKING:
     from petrel.core.settings import AddressSettings
 
 
+#: The cache of the messages a node migrated here (scale-down, a drainer) is `MIGRATION.<its node
+#: id>`, with at least MIGRATION_ID_CACHE entries whatever `id_cache_size` says: a migration keeps
+#: at most half of it in flight or not yet removed at its origin (its window), and a wide window
+#: is what makes a migration fast (32.6 s for a million messages with 50,000, 47.6 s with 10,000).
+MIGRATION_CACHE_PREFIX = "MIGRATION."
+MIGRATION_ID_CACHE = 100_000
+
+
 class DuplicateIdCache:
     """The last `size` duplicate IDs sent to one address; the oldest is overwritten first.
 
@@ -74,6 +82,8 @@ class DuplicateDetection:
         cache = self.dup_caches.get(address)
         if cache is None:
             size = settings.id_cache_size if settings.id_cache_size is not None else self.id_cache_size
+            if address.startswith(MIGRATION_CACHE_PREFIX):
+                size = max(size, MIGRATION_ID_CACHE)
             cache = self.dup_caches[address] = DuplicateIdCache(address, size)
         return cache
 

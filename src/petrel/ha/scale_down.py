@@ -53,7 +53,7 @@ __all__ = ["Migration", "MigrationFailed", "Progress"]
 log = logging.getLogger("petrel.ha.scale_down")
 
 BEGIN, SESSION, QUEUE = 1, 2, 3
-WINDOW = 10_000  # messages in flight or not yet removed here, at most (and half the target's cache)
+WINDOW = 50_000  # messages in flight or not yet removed here, at most (and half the target's cache)
 SF_PREFIX = "$.petrel.sf."  # store-and-forward queues (petrel.cluster.bridge.sf_queue_name)
 RETRY_REFUSED = 0.5  # s before sending again what the target refused (an address full: FAIL/BLOCK)
 BATCH = 256  # messages in one MIGRATE_BATCH at most ...
@@ -88,6 +88,8 @@ class Migration:
         self.user = user
         self.password = password
         self.window = window
+        self.bridge_window = window
+        self._queue_window = window  # the window of the queue being moved
         self.on_progress = on_progress
         self.timeout = timeout
         self.link: PeerLink | None = None
@@ -140,6 +142,8 @@ class Migration:
             cache = int(begun.get("id_cache_size") or 0)
             if cache > 0:
                 self.window = max(1, min(self.window, cache // 2))
+            bridged = int(begun.get("bridge_id_cache_size") or cache)  # for its store-and-forward queue
+            self.bridge_window = max(1, min(self.window, bridged // 2)) if bridged > 0 else self.window
             self.link.send(CreateSession(SESSION, 1, False))
             await self._ask(SESSION, None)
             log.info("moving %d messages in %d queues to node %s at %s (window %d)", self.total, len(queues),
@@ -204,7 +208,8 @@ class Migration:
         if queue.message_count == 0:
             return
         self._queue = queue
-        consumer = self._consumer = Consumer(queue, self._deliver, window=self.window)
+        self._queue_window = self.bridge_window if self._for_target(queue) else self.window
+        consumer = self._consumer = Consumer(queue, self._deliver, window=max(self._queue_window - self.removing, 0))
         queue.add_consumer(consumer)
         if queue.unschedule_all():
             queue.deliver()
@@ -409,7 +414,7 @@ class Migration:
         self.removing += n
         consumer = self._consumer
         if consumer is not None:
-            consumer.window = max(self.window - self.removing, 0)
+            consumer.window = max(self._queue_window - self.removing, 0)
             if n < 0 and self._queue is not None:
                 self._queue.deliver()
 

@@ -42,8 +42,11 @@ class MigrationFrames:
         self.migration_source = e.node_id
         log.info("node %s migrates its messages here (from %s)", e.node_id, self.conn.peer,
                  extra={"event": "scale_down.receiving"})
+        # the caches of its messages' IDs (MIGRATION.<node>) and of its bridge's copies
+        # (BRIDGE.<node>): the origin keeps at most half of each in flight
         self.reply(Result(e.corr, 0, "", {"node_id": self.broker.node_id,
-                                          "id_cache_size": self.office.bridge_cache_size(e.node_id)}))
+                                          "id_cache_size": self.office.migration_cache_size(e.node_id),
+                                          "bridge_id_cache_size": self.office.bridge_cache_size(e.node_id)}))
 
     def on_migrate_queue(self: CoreAdapter, e: MigrateQueue) -> None:
         if self.migration_source is None:
