@@ -73,6 +73,22 @@ PAGE = 1000  # messages per browse request
 COMMIT_TIMEOUT = 5.0  # s to try moving a cursor (retention only: the next commit moves it further)
 
 
+def ARROW_SCHEMA():  # noqa: N802 - built once, on first use (pyarrow is imported lazily)
+    global _ARROW_SCHEMA
+    if _ARROW_SCHEMA is None:
+        import pyarrow as pa
+
+        _ARROW_SCHEMA = pa.schema([
+            ("node", pa.string()), ("queue", pa.string()), ("seq", pa.int64()), ("message_id", pa.int64()),
+            ("dup_id", pa.string()), ("timestamp", pa.int64()), ("priority", pa.int32()),
+            ("properties", pa.map_(pa.string(), pa.string())), ("body", pa.binary()),
+        ])
+    return _ARROW_SCHEMA
+
+
+_ARROW_SCHEMA = None
+
+
 class DataLoss(RuntimeError):
     """Messages a batch needs were removed from the broker (``failOnDataLoss`` true)."""
 
@@ -167,7 +183,7 @@ def plan(start: Offsets, end: Offsets, nodes: Nodes, per_partition: int) -> list
 
 # -- executors ----------------------------------------------------------------------------
 
-def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) -> Iterator[tuple]:
+def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) -> Iterator:
     """The rows of ``part``, read from its node without consuming anything; then a check that
     nothing of the range was removed (data loss) while the query needed it: below the queue's
     lowest cursor (the broker removes what all cursors passed), or, for a stream whose cursor
@@ -205,8 +221,8 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
                 got = request(lambda c, lo=lo: c.browse_range(part.queue, lo, part.hi, PAGE))
                 if got.next_seq <= lo:
                     raise ClientError(f"petrel source: the broker read nothing of {part.queue} [{lo}, {part.hi})")
-                for m in got.messages:
-                    yield row(part.node, part.queue, m)
+                if got.messages:
+                    yield record_batch(part.node, part.queue, got.messages)
                 lo, earliest = got.next_seq, got.earliest_seq
             cursors = request(lambda c: c.cursors(part.queue))
         except NotFound:
@@ -237,9 +253,26 @@ def _close(c: Connection) -> None:
         pass
 
 
-def row(node: str, queue: str, m: RangeRecord) -> tuple:
-    props = {str(k): _text(v) for k, v in m.properties.items() if k != DUPLICATE_ID}
-    return (node, queue, m.seq, m.message_id, m.dup_id, m.timestamp, m.priority, props, m.body)
+def record_batch(node: str, queue: str, messages: list[RangeRecord]):
+    """Messages as one Arrow record batch of the source's schema (datasource.QUEUE_SCHEMA;
+    Spark takes these without converting row by row). Property values become text; the
+    duplicate ID has its own column."""
+    import pyarrow as pa
+
+    n = len(messages)
+    props = [[(str(k), _text(v)) for k, v in m.properties.items() if k != DUPLICATE_ID] for m in messages]
+    columns = [
+        pa.array([node] * n, pa.string()),
+        pa.array([queue] * n, pa.string()),
+        pa.array([m.seq for m in messages], pa.int64()),
+        pa.array([m.message_id for m in messages], pa.int64()),
+        pa.array([m.dup_id for m in messages], pa.string()),
+        pa.array([m.timestamp for m in messages], pa.int64()),
+        pa.array([m.priority for m in messages], pa.int32()),
+        pa.array(props, pa.map_(pa.string(), pa.string())),
+        pa.array([m.body for m in messages], pa.binary()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA())
 
 
 def _text(value) -> str | None:
@@ -387,7 +420,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[QueueRange]:
         return plan(start, end, self.nodes, self.opts.per_partition)
 
-    def read(self, partition: QueueRange) -> Iterator[tuple]:
+    def read(self, partition: QueueRange) -> Iterator:
         return read_range(self.opts, partition)
 
     def commit(self, end: dict) -> None:
@@ -427,5 +460,5 @@ class BatchSource(DataSourceReader):
         finally:
             nodes.close()
 
-    def read(self, partition: QueueRange) -> Iterator[tuple]:
+    def read(self, partition: QueueRange) -> Iterator:
         return read_range(self.opts, partition, stream=False)
