@@ -1,5 +1,8 @@
 """Petrel's data pipeline on Apache Spark (PySpark 4.3, ``pip install petrel[spark]``).
 
+* ``spark.readStream.format("petrel")`` / ``spark.read.format("petrel")``: read queues
+  exactly once, with offsets of per-node sequence numbers and a durable cursor per query
+  (source.py; offsets.py, nodes.py);
 * ``df.write.format("petrel")`` / ``df.writeStream.format("petrel")``: publish rows to a
   broker exactly once, through duplicate detection (sink.py);
 * ``spark.read.format("petrel-journal")``: the raw records of brokers' data directories

@@ -87,7 +87,12 @@ class Nodes:
                 continue
             found = {conn.node_id: seed}
             for m in conn.topology:
-                if m.live and not m.leaving and m.node_id != conn.node_id:
+                if m.leaving:
+                    continue
+                if m.node_id == conn.node_id:  # the seed reached it; its backup serves it after a failover
+                    if m.backup and not parse_url(seed).is_failover:
+                        found[m.node_id] = f"failover:({seed.partition('?')[0]},tcp://{m.backup})?randomize=false"
+                elif m.live:
                     found[m.node_id] = (f"failover:(tcp://{m.live},tcp://{m.backup})?randomize=false"
                                         if m.backup else f"tcp://{m.live}")
             self.urls.update(found)
