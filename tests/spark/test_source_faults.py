@@ -3,7 +3,9 @@
 - the query process killed with kill -9 in the middle of a batch (its link to the broker
   frozen once a batch is planned and not committed), then run again from its checkpoint;
 - the broker killed with kill -9 in the middle of a batch and started again on its data
-  directory, while the query waits for it and goes on.
+  directory, while the query waits for it and goes on;
+- the live of a replicated pair killed with kill -9 in the middle of a batch: the query goes on
+  reading from the backup.
 
 Each batch's files (listed in the sink's _spark_metadata) hold exactly the sequence range the
 checkpoint logged for it: a replayed batch reads what the lost attempt would have.
@@ -23,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from petrel.client import Connection, Message
+from petrel.testing.ha import make_pair, start_pair, stop_all
 from petrel.testing.process import wait_for
 from petrel.testing.proxy import TcpProxy
 
@@ -154,3 +157,35 @@ def test_the_broker_killed_mid_batch_and_restarted_the_query_goes_on_and_writes_
     assert max(logged(ck, "commits")) >= 4
     check_output(spark, out, ck, expected)
     assert orphans  # some tasks of the batch had written their files when the broker died
+
+
+def test_the_live_of_a_replicated_pair_killed_mid_batch_the_query_goes_on_with_its_backup(spark, tmp_path):
+    """The source reaches the pair through the live's URL only; the topology names the backup,
+    which serves the same node ID and sequence numbers (and the cursor) after the failover."""
+    p, b = make_pair(tmp_path, primary="lone_pair_failover = true\n", backup="lone_pair_failover = true\n")
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    try:
+        start_pair(p, b)
+        with Connection(f"tcp://127.0.0.1:{p.port}") as conn:
+            expected = send(conn, "ha.q", COUNT)
+        reader = (spark.readStream.format("petrel").option("brokers", f"tcp://127.0.0.1:{p.port}")
+                  .option("queues", "ha.q"))
+        for k, v in OPTIONS.items():
+            reader = reader.option(k, v)
+        query = (reader.load().writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+        try:
+            batch = wait_for(lambda: in_flight(ck, out) or not query.isActive, 120, 0.002, "no batch planned")
+            assert query.isActive
+            p.kill9()
+            assert batch not in logged(ck, "commits")
+            b.wait_state("ok", timeout=30)
+            query.awaitTermination(120)
+        finally:
+            if query.isActive:
+                query.stop()
+        assert query.exception() is None
+        assert max(logged(ck, "commits")) >= 4
+        check_output(spark, out, ck, expected)
+    finally:
+        stop_all(p, b)

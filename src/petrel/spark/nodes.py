@@ -79,7 +79,8 @@ class Nodes:
 
     def _discover(self) -> dict[str, str]:
         failure: Exception | None = None
-        for seed in self.seeds:
+        known = [u for u in self.urls.values() if u not in self.seeds]
+        for seed in self.seeds + known:  # then the nodes found before (a seed's node may have failed over)
             try:
                 conn = self._conn(seed)
             except ClientError as exc:
