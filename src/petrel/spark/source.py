@@ -18,7 +18,9 @@ Options
                              ``earliest``, ``latest``, or JSON ``{"<node id>/<queue>": seq}``
                              (or ``{"<queue>": seq}`` for every node; -2 earliest, -1 latest;
                              queues not named start at the earliest). A query restarted from
-                             its checkpoint goes on from the checkpoint instead.
+                             its checkpoint goes on from the checkpoint instead. A queue that
+                             appears later (a wildcard, a new node) is read from its cursor's
+                             position, or its earliest message.
     ``endingOffsets``        batch reads only: ``latest`` (default) or JSON like the above
     ``maxMessagesPerBatch``  at most this many sequence numbers per micro-batch, split fairly
                              across the queues (default: everything available)
@@ -37,7 +39,9 @@ priority int, properties map<string,string>, body binary``; ``timestamp`` is the
 epoch milliseconds (``timestamp_millis(timestamp)`` makes a Spark timestamp);
 ``CAST(body AS STRING)`` decodes a UTF-8 body. A message's identity is (node, queue, seq):
 ``message_id`` changes once for a message that was paged. Numbers absent from a range (taken
-by ordinary consumers, expired) are absent rows, the same on every read.
+by ordinary consumers, expired) are absent rows, the same on every read; only an ordinary
+consumer of the same queue that takes a message between a batch's first run and its replay
+makes the replay miss it (the cursor holds messages against retention, not against consumers).
 
 Retention: ``commit(end)`` moves the cursor to ``end - 1``, one batch late (Spark commits a
 batch's source offsets only when it plans the next one). The broker keeps what is at or
