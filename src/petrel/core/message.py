@@ -177,7 +177,7 @@ def decode_message(message_id: int, data: bytes) -> Message:
     (address, body, props, durable, priority, expiration, timestamp, scheduled, rt, user_id, *large) = (
         _decoder.decode(data)
     )
-    return Message(
+    message = Message(
         id=message_id,
         address=address,
         body=body,
@@ -191,3 +191,5 @@ def decode_message(message_id: int, data: bytes) -> Message:
         user_id=user_id,
         large=LargeBody(*large[0]) if large else None,
     )
+    message._size = len(data) + 200  # its `size`: the encoding holds the body and the properties
+    return message

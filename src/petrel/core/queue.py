@@ -196,9 +196,9 @@ class Queue:
         self._admit(ref, now or self.office.now(), head=head)
         self.deliver()
 
-    def add_recovered(self, ref: MessageReference) -> None:
+    def add_recovered(self, ref: MessageReference, now: int) -> None:
         """Recovery adds in sequence order without dispatching (no consumers yet)."""
-        self._admit(ref, self.office.now(), head=False)
+        self._admit(ref, now, head=False)
 
     def _admit(self, ref: MessageReference, now: int, *, head: bool) -> None:
         if self.seq_index is not None:

@@ -79,11 +79,12 @@ class Recovery:
         for body in dead_large:
             if body.name not in self.large_holders:  # no live message names the file
                 self._drop_large(body, 0)
+        now = self.now()
         for queue_id, refs in per_queue.items():
             queue = self.queues_by_id[queue_id]
             refs.sort(key=lambda r: r.seq)
             for ref in refs:
-                queue.add_recovered(ref)
+                queue.add_recovered(ref, now)
                 queue.messages_added += 1
             top = refs[-1].seq
             if top >= queue.next_seq:

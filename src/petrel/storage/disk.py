@@ -2,8 +2,10 @@
 
 A timer every few seconds is too slow for a fast producer: it can fill the disk between two
 looks.  The store calls :meth:`DiskWatch.appended` with the size of what it appends (a counter,
-nothing else); every ``every_bytes`` it asks ``statvfs`` (a few microseconds), so the disk is
-seen full within that many bytes of crossing ``max_percent``.  The broker's timer calls
+nothing else); every ``every_bytes`` it asks ``statvfs``, at most once per ``min_interval``
+unless 16 times that much came meanwhile (``statvfs`` takes a few microseconds on an idle disk,
+hundreds under a migration's writes), so the disk is seen full within that many bytes of
+crossing ``max_percent``.  The broker's timer calls
 :meth:`check` too, which is what notices space coming back while producers are blocked.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,23 +24,27 @@ log = logging.getLogger("petrel.storage")
 
 class DiskWatch:
     def __init__(self, path: Path, max_percent: float, on_change: Callable[[bool, float], None], *,
-                 every_bytes: int = 256 * 1024) -> None:
+                 every_bytes: int = 256 * 1024, min_interval: float = 0.01) -> None:
         self.path = Path(path)
         self.max_percent = max_percent
         self.on_change = on_change
         self.every_bytes = every_bytes
+        self.min_interval = min_interval
+        self._last = 0.0
         self.full = False
         self.percent = 0.0
         self._bytes = 0
 
     def appended(self, nbytes: int) -> None:
-        self._bytes += nbytes
-        if self._bytes >= self.every_bytes:
+        n = self._bytes = self._bytes + nbytes
+        if n >= self.every_bytes and (n >= 16 * self.every_bytes
+                                      or time.monotonic() - self._last >= self.min_interval):
             self.check()
 
     def check(self) -> bool:
         """Look now; returns whether the disk is over ``max_percent`` (``on_change`` on a change)."""
         self._bytes = 0
+        self._last = time.monotonic()
         try:
             st = os.statvfs(self.path)
         except OSError:

@@ -140,6 +140,9 @@ class FileStore:
             if r.user_type == RecordKind.MESSAGE:
                 encoded, refs = unpack(r.body)
                 message = decode_message(r.id, encoded)
+                if not r.updates:
+                    rec.messages.append((message, [RecoveredRef(qid, seq) for qid, seq in refs]))
+                    continue
                 live = {qid: RecoveredRef(qid, seq) for qid, seq in refs}
                 for kind, body in r.updates:
                     if kind == RecordKind.ACK:
