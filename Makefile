@@ -41,7 +41,7 @@ run: $(STAMP)
 # pytest exit codes: 0 all passed; 5 nothing collected, which is a failure here
 # because the suite is never empty; anything else is a failure as it is.
 test: $(STAMP)
-	@rc=0; $(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -q $(PYTEST_ARGS) tests || rc=$$?; \
+	@rc=0; $(VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -q $(PYTEST_ARGS) tests || rc=$$?; \
 	case $$rc in \
 		0) echo "make test: passed" ;; \
 		5) echo "make test: FAILED: pytest collected no tests (exit 5)" >&2; exit 1 ;; \

@@ -4,8 +4,10 @@ Builder settings in spark_session.py (shared/reference/spark.md §1): local[2], 
 shuffle partitions, a small serial-GC driver, Spark's logging at error; workers run this
 interpreter (PYSPARK_PYTHON), which has Petrel and pyarrow.
 
-Every test module here says ``pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]``:
-``make test`` runs ``--dist loadgroup``, so all of them share one xdist worker and one JVM.
+Every test module here says ``pytestmark = pytest.mark.spark``. Under ``make test`` (xdist,
+``-n 2``) each worker that runs some of them starts its own SparkSession: xdist's
+``--dist loadgroup`` would keep them on one worker, but xdist 3.8 groups by rewriting
+``item._nodeid``, which pytest 9 no longer reads, so it has no effect here.
 """
 
 from __future__ import annotations

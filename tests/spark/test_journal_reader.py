@@ -23,7 +23,7 @@ from petrel.spark import read_journal
 from petrel.spark.journal import data_directories, journal_files
 from petrel.testing.process import BrokerProcess, wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 SETTINGS = """
 min_large_message_size = 8192
@@ -185,6 +185,8 @@ def test_two_data_directories_read_together(spark, data_dir, small_dir):
     assert sum(n for (d, _), n in per_dir.items() if d == str(directory.resolve())) == sum(HELD.values())
     nodes = {r.node for r in resolved.select("node").distinct().collect()}
     assert len(nodes) == 2 and None not in nodes
+    with pytest.raises(Exception, match="read_journal"):  # the format gives raw records only
+        spark.read.format("petrel-journal").option("path", str(small_dir)).option("view", "resolved").load().count()
 
 
 def test_damage_before_the_tail_is_an_error_row_and_resolves_as_skip_damaged_recovery(spark, data_dir, tmp_path):

@@ -10,7 +10,7 @@ from petrel.spark import resolve
 from petrel.spark.journal import JOURNAL_SCHEMA
 from petrel.spark.journal_rows import COLUMNS
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 _offsets = iter(range(16, 1_000_000, 100))
 

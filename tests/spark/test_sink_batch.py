@@ -10,7 +10,7 @@ import pytest
 
 from petrel.client import Connection
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 
 def count(url: str, queue: str) -> int:

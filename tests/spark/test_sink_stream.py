@@ -22,7 +22,7 @@ from petrel.client import Connection
 from petrel.testing.process import wait_for
 from petrel.testing.proxy import TcpProxy
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 HERE = Path(__file__).resolve().parent
 FILES, PER_FILE = 3, 400

@@ -74,7 +74,7 @@ def test_fresh_checkout_creates_venv_installs_and_runs_pytest(project: Path) -> 
     assert proc.returncode == 0, proc.stderr
     assert calls[0].startswith("venv -m venv --clear .venv")
     assert calls[1].startswith("pip -m pip install") and calls[1].endswith("-e .[dev,spark]")
-    assert calls[2] == "pytest -m pytest -n 2 --dist loadgroup -p no:cacheprovider -q tests"
+    assert calls[2] == "pytest -m pytest -n 2 -p no:cacheprovider -q tests"
     assert len(calls) == 3
     assert (project / ".venv" / ".petrel-installed").exists()
 

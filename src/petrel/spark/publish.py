@@ -23,15 +23,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from petrel.client import (
-    ClientError,
-    Connection,
-    ConnectionClosed,
-    ConnectionFailed,
-    FailoverInterrupted,
-    Message,
-    TransactionRolledBack,
-)
+from petrel.client import ClientError, Connection, Message, RequestFailed, SendFailed, TransactionRolledBack
 
 __all__ = ["Counts", "Publisher", "is_duplicate_refusal"]
 
@@ -135,8 +127,10 @@ class Publisher:
                     raise
                 error = exc  # lost in a failover: the whole chunk again
                 log.warning("chunk of %d rolled back (%s); sending it again", len(chunk), exc)
-            except (ConnectionFailed, ConnectionClosed, FailoverInterrupted) as exc:
-                error = exc
+            except ClientError as exc:
+                if isinstance(exc, (RequestFailed, SendFailed)):  # refused: no retry helps
+                    raise
+                error = exc  # the connection failed (or failed over) on the way
                 log.warning("chunk of %d: connection to %s failed (%s); sending it again",
                             len(chunk), self.url, exc)
                 self._reset()
@@ -168,7 +162,9 @@ class Publisher:
                     if _REFUSED_SEND in str(exc):
                         raise
                     error: BaseException = exc
-                except (ConnectionFailed, ConnectionClosed, FailoverInterrupted) as exc:
+                except ClientError as exc:
+                    if isinstance(exc, (RequestFailed, SendFailed)):
+                        raise
                     error = exc
                     self._reset()
                 out.retries += 1
