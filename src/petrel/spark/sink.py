@@ -298,7 +298,7 @@ class BatchSink(DataSourceWriter):
         return _publish(iterator, self.shape, self.opts, f"{self.write_id}:{partition}", partition)
 
     def commit(self, messages: list) -> None:
-        self.last = _report(self.opts, self.write_id, messages)
+        _report(self.opts, self.write_id, messages)
 
     def abort(self, messages: list) -> None:
         _report(self.opts, self.write_id, messages, aborted=True)
