@@ -31,6 +31,7 @@ from petrel.core.duplicates import MIGRATION_CACHE_PREFIX
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
 from petrel.core.message import GROUP_ID, Message, RoutingType
+from petrel.core.outcome import SendOutcome, SendResult
 from petrel.core.selector import SelectorError
 from petrel.core.remote import (
     INSTANCE,
@@ -48,7 +49,7 @@ from petrel.core.selector import Selector
 if TYPE_CHECKING:
     from petrel.core.address import Address
     from petrel.core.duplicates import DuplicateIdCache
-    from petrel.core.postoffice import PostOffice, SendResult
+    from petrel.core.postoffice import PostOffice
     from petrel.core.queue import Queue
 
 __all__ = ["Clustering", "BindingObserver", "BRIDGE_CACHE_PREFIX", "origin_cache"]
@@ -259,8 +260,6 @@ class Clustering:
 
         Its duplicate IDs and its records go in one store transaction: `tx_id` when given (the
         caller commits it, e.g. once for every message of one read), else one of its own."""
-        from petrel.core.postoffice import SendOutcome, SendResult
-
         remember: list[tuple[DuplicateIdCache, str]] = []
         if dup_id is not None:
             name = origin_cache(dup_id)
@@ -316,8 +315,6 @@ class Clustering:
     def _route_forwarded(self: PostOffice, message: Message, keys: list[str], tx_id: int, delivery_count: int,
                          strict: bool, remember: list[tuple[DuplicateIdCache, str]]) -> SendResult:
         """`receive_forwarded` past its bridge duplicate ID (in `remember`, with the IDs to keep)."""
-        from petrel.core.postoffice import SendOutcome, SendResult
-
         settings = self.settings_for(message.address)
         user_dup = message.duplicate_id
         if user_dup is not None and strict and self._dup_cache(message.address, settings).size > 0:

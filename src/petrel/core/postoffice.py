@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.address import Address
@@ -27,6 +25,7 @@ from petrel.core.recovery import SEQ_RESERVATION, Recovery
 from petrel.core.duplicates import DuplicateDetection, DuplicateIdCache
 from petrel.core.limits import AddressFull, MemoryLimits
 from petrel.core.message import LargeBody, Message, RoutingType, now_ms
+from petrel.core.outcome import SendOutcome, SendResult
 from petrel.core.queue import Consumer, MessageReference, Queue
 from petrel.core.remote import RemoteBinding
 from petrel.core.selector import compile_selector
@@ -48,22 +47,6 @@ class Handle(Protocol):
 
 class Scheduler(Protocol):
     def call_at_ms(self, when_ms: int, fn: Callable[[], None]) -> Handle: ...
-
-
-class SendOutcome(Enum):
-    ROUTED = "routed"
-    UNROUTED = "unrouted"
-    DUPLICATE = "duplicate"
-    QUEUED_IN_TX = "queued-in-transaction"
-    DROPPED = "dropped"  # address full, DROP policy
-
-
-@dataclass(slots=True)
-class SendResult:
-    outcome: SendOutcome
-    queues: int = 0
-    blocked: bool = False  # BLOCK policy: the producer should stop until space frees
-    throttled: bool = False  # flow control: consumers are behind; pause the producer a moment
 
 
 def _records(stored: list[Queue], remote: list[RemoteBinding]) -> int:
