@@ -55,10 +55,10 @@ def own_client(url: str, out: Path) -> int:
     """browse_range page by page into one Parquet file (pyarrow), like the source's tasks do."""
     import pyarrow.parquet as pq
 
-    from petrel.spark.source import ARROW_SCHEMA, record_batch
+    from petrel.spark.source import arrow_schema, record_batch
 
     n = 0
-    with Connection(url) as conn, pq.ParquetWriter(str(out), ARROW_SCHEMA()) as writer:
+    with Connection(url) as conn, pq.ParquetWriter(str(out), arrow_schema()) as writer:
         seqs = conn.queue_seqs(QUEUE)
         lo = seqs.earliest_seq
         while lo < seqs.tail_seq:

@@ -50,6 +50,7 @@ above the cursor, so a crashed query always finds the batch it has to run again.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -77,20 +78,16 @@ PAGE = 1000  # messages per browse request
 COMMIT_TIMEOUT = 5.0  # s to try moving a cursor (retention only: the next commit moves it further)
 
 
-def ARROW_SCHEMA():  # noqa: N802 - built once, on first use (pyarrow is imported lazily)
-    global _ARROW_SCHEMA
-    if _ARROW_SCHEMA is None:
-        import pyarrow as pa
+@functools.cache
+def arrow_schema():
+    """The source's schema (datasource.QUEUE_SCHEMA) in Arrow terms (pyarrow imported on first use)."""
+    import pyarrow as pa
 
-        _ARROW_SCHEMA = pa.schema([
-            ("node", pa.string()), ("queue", pa.string()), ("seq", pa.int64()), ("message_id", pa.int64()),
-            ("dup_id", pa.string()), ("timestamp", pa.int64()), ("priority", pa.int32()),
-            ("properties", pa.map_(pa.string(), pa.string())), ("body", pa.binary()),
-        ])
-    return _ARROW_SCHEMA
-
-
-_ARROW_SCHEMA = None
+    return pa.schema([
+        ("node", pa.string()), ("queue", pa.string()), ("seq", pa.int64()), ("message_id", pa.int64()),
+        ("dup_id", pa.string()), ("timestamp", pa.int64()), ("priority", pa.int32()),
+        ("properties", pa.map_(pa.string(), pa.string())), ("body", pa.binary()),
+    ])
 
 
 class DataLoss(RuntimeError):
@@ -276,7 +273,7 @@ def record_batch(node: str, queue: str, messages: list[RangeRecord]):
         pa.array(props, pa.map_(pa.string(), pa.string())),
         pa.array([m.body for m in messages], pa.binary()),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA())
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
 
 
 def _text(value) -> str | None:
