@@ -190,3 +190,25 @@ def test_a_batch_read_of_a_range(spark, broker):
         assert part.rdd.getNumPartitions() == 4
         assert [r.body.decode() for r in part.orderBy("seq").collect()] == bodies("batch.a", 5, 15)
         assert conn.cursors("batch.a") == []  # a batch read moves nothing
+
+
+def test_a_running_query_reads_new_messages_and_a_queue_that_appears_under_its_wildcard(spark, broker, tmp_path):
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    with Connection(broker.url) as conn:
+        conn.create_queue("join.a")
+        send(conn, "join.a", 10)
+        query = (spark.readStream.format("petrel").option("brokers", broker.url).option("queues", "join.#")
+                 .load().writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(ck)).start())
+        try:
+            query.processAllAvailable()
+            send(conn, "join.a", 5, start=10)
+            conn.create_queue("join.b.late")
+            send(conn, "join.b.late", 7)
+            wait_for(lambda: query.processAllAvailable() or len(output(spark, out)) == 22, 60, 0.1,
+                     "the new queue was not read")
+        finally:
+            query.stop()
+        rows = output(spark, out)
+        assert sorted(r.body.decode() for r in rows) == sorted(bodies("join.a", 0, 15) + bodies("join.b.late", 0, 7))
+        assert conn.cursor("join.b.late", "spark").acked >= conn.queue_seqs("join.b.late").earliest_seq
