@@ -190,6 +190,8 @@ def test_a_batch_read_of_a_range(spark, broker):
         assert part.rdd.getNumPartitions() == 4
         assert [r.body.decode() for r in part.orderBy("seq").collect()] == bodies("batch.a", 5, 15)
         assert conn.cursors("batch.a") == []  # a batch read moves nothing
+        with pytest.raises(Exception, match="the schema is node, queue, seq"):
+            spark.read.format("petrel").schema("body binary").option("queues", "batch.a").load().collect()
 
 
 def test_a_running_query_reads_new_messages_and_a_queue_that_appears_under_its_wildcard(spark, broker, tmp_path):

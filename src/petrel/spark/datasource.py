@@ -41,10 +41,10 @@ class PetrelDataSource(DataSource):
         return QUEUE_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamSource(self.options)
+        return StreamSource(self.options, schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchSource(self.options)
+        return BatchSource(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         _append_only(overwrite)

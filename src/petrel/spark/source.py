@@ -90,6 +90,18 @@ def arrow_schema():
     ])
 
 
+FIELDS = ("node", "queue", "seq", "message_id", "dup_id", "timestamp", "priority", "properties", "body")
+
+
+def check_schema(schema) -> None:
+    """The source's schema is fixed (datasource.QUEUE_SCHEMA): refuse another one given with
+    ``.schema(...)`` here rather than with an Arrow error in a task."""
+    names = tuple(f.name for f in schema.fields) if schema is not None else FIELDS
+    if names != FIELDS:
+        raise ValueError(f"petrel source: the schema is {', '.join(FIELDS)} (select or cast columns after "
+                         f"load()), not {', '.join(names)}")
+
+
 class DataLoss(RuntimeError):
     """Messages a batch needs were removed from the broker (``failOnDataLoss`` true)."""
 
@@ -330,7 +342,8 @@ def position(nodes: Nodes, opts: SourceOptions, spec, node: str, queue: str, *, 
 class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``readStream.format("petrel")`` (see the module docstring)."""
 
-    def __init__(self, options) -> None:
+    def __init__(self, options, schema=None) -> None:
+        check_schema(schema)
         self.opts = source_options(options)
         self._reset()
 
@@ -449,7 +462,8 @@ class BatchSource(DataSourceReader):
     """``spark.read.format("petrel")``: the range ``[startingOffsets, endingOffsets)`` of the
     queues, read without consuming or moving any cursor (default: everything held now)."""
 
-    def __init__(self, options) -> None:
+    def __init__(self, options, schema=None) -> None:
+        check_schema(schema)
         self.opts = source_options(options, starting="earliest")
 
     def partitions(self) -> list[QueueRange]:
