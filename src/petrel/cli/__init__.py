@@ -42,6 +42,7 @@ COMMANDS = {
     "cluster": "petrel.cli.cluster:cluster",
     "ha": "petrel.cli.ha:ha",
     "drain": "petrel.cli.drain:drain",
+    "spark": "petrel.cli.spark:spark",
 }
 
 
