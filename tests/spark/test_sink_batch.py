@@ -94,3 +94,38 @@ def test_a_cut_connection_mid_write_is_retried_without_duplicates(spark, broker_
     line = json.loads(stats.read_text())
     assert line["retries"] > 0 and line["published"] + line["duplicates"] == 3000
     assert sorted(m.body for m in browse_all(url, "spark.cut")) == sorted(f"c-{i}".encode() for i in range(3000))
+
+
+def test_a_broker_killed_mid_write_behind_a_failover_url_loses_and_duplicates_nothing(spark, broker_factory,
+                                                                                       tmp_path):
+    import threading
+
+    from petrel.testing.process import wait_for
+
+    broker = broker_factory().start()
+    url = f"tcp://127.0.0.1:{broker.port}"
+    failover = f"failover:(tcp://127.0.0.1:{broker.port})?initialReconnectDelay=100&maxReconnectDelay=500"
+    stats = tmp_path / "stats.jsonl"
+    df = spark.sql("SELECT concat('k-', id) AS body FROM range(0, 3000, 1, 2)")
+
+    def crash() -> None:
+        def published() -> int:
+            try:
+                with Connection(url) as conn:
+                    return (conn.queue_info("spark.crash") or {}).get("message_count", 0)
+            except Exception:
+                return 0
+
+        wait_for(lambda: published() > 300, 120, 0.01)
+        broker.kill9()  # transactions in flight are lost; committed ones are on disk with their IDs
+        time.sleep(1.0)
+        broker.start()
+
+    crasher = threading.Thread(target=crash)
+    crasher.start()
+    (df.write.format("petrel").mode("append").option("brokers", failover).option("address", "queue://spark.crash")
+     .option("chunkSize", "20").option("statsFile", str(stats)).save())
+    crasher.join(60)
+    assert sorted(m.body for m in browse_all(url, "spark.crash")) == sorted(f"k-{i}".encode() for i in range(3000))
+    line = json.loads(stats.read_text())
+    assert line["retries"] > 0 and line["published"] + line["duplicates"] == 3000

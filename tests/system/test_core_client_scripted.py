@@ -18,6 +18,7 @@ from petrel.client import (
     Connection,
     ConnectionFailed,
     FailoverInterrupted,
+    Message,
     TransactionRolledBack,
     connect,
 )
@@ -464,6 +465,63 @@ def test_a_transacted_rollback_gives_back_only_the_live_connections_messages():
         # the two new deliveries went back, numbered on b; `old` was never named there
         assert settlements(b) == [("Nack", [2, 1])]
         assert old.seq == 1
+        conn._closing = True
+        await conn.close()
+        await b.stop()
+
+    run(go())
+
+
+def test_a_transacted_send_made_while_reconnecting_makes_the_commit_roll_back():
+    """A send made after the connection went (the transaction had no work then) is dropped
+    at the reconnection with its transaction: the commit must not go through on the next
+    broker as an empty transaction, or the send would be lost unnoticed."""
+
+    async def go():
+        a = await Scripted(node_id="a").start()
+        port = free_port()
+        conn = await connect(failover_to(a, port))
+        session = await conn.session(transacted=True)
+        producer = session.producer("queue://q")
+
+        async def during() -> None:
+            await producer.send(Message(b"while away"))
+
+        b = await fail_over(a, conn, port, during)
+        with pytest.raises(TransactionRolledBack):
+            await asyncio.wait_for(session.commit(), 5)  # (b never answers a COMMIT)
+        assert not [e for e in b.events if isinstance(e, (Send, Commit))]
+        assert len([e for e in b.events if isinstance(e, Rollback)]) == 1
+        conn._closing = True
+        await conn.close()
+        await b.stop()
+
+    run(go())
+
+
+def test_a_commit_waiting_for_the_reconnection_rolls_back_if_the_failover_took_its_sends():
+    """The commit is asked for while there is no connection, after a send the reconnection
+    drops: it must go out as a ROLLBACK once connected (it checked for lost work before it
+    waited), not commit an empty transaction on the next broker."""
+
+    async def go():
+        a = await Scripted(node_id="a").start()
+        port = free_port()
+        conn = await connect(failover_to(a, port))
+        session = await conn.session(transacted=True)
+        producer = session.producer("queue://q")
+        committing: list[asyncio.Task] = []
+
+        async def during() -> None:
+            await producer.send(Message(b"while away"))
+            committing.append(asyncio.ensure_future(session.commit()))
+            await asyncio.sleep(0.05)  # the commit is waiting for a connection now
+
+        b = await fail_over(a, conn, port, during)
+        with pytest.raises(TransactionRolledBack):
+            await asyncio.wait_for(committing[0], 5)  # (b never answers a COMMIT)
+        assert not [e for e in b.events if isinstance(e, (Send, Commit))]
+        assert len([e for e in b.events if isinstance(e, Rollback)]) == 1
         conn._closing = True
         await conn.close()
         await b.stop()

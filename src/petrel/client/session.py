@@ -87,9 +87,13 @@ class AsyncSession:
         for entry in self._unconfirmed:
             self.resent += entry[_RESEND]
             if not entry[_RESEND]:
-                # a transactional send: gone with the transaction
+                # a transactional send: gone with the transaction, which must not commit now
+                # (a send made while no connection was up found the transaction without work
+                # when the connection went, so `_interrupted` did not mark it)
                 self._unconfirmed_bytes -= entry[_SIZE]
                 _resolve(entry, TransactionRolledBack("the transaction was lost in a failover"))
+                if self._rollback_only is None:
+                    self._rollback_only = "sends of the transaction were lost in a failover"
                 continue
             self._numbered += 1
             entry[_NUMBER] = self._numbered
@@ -302,7 +306,24 @@ class AsyncSession:
             reason = self._rollback_only
             await self._end_transaction(Rollback, "rollback", self._returner(None))
             raise TransactionRolledBack(f"transaction rolled back: {reason}")
-        await self._end_transaction(Commit, "commit")
+        lost: list[str] = []
+
+        def commit_or_rollback(corr: int, sid: int) -> Event:
+            # Decided as the request goes out: waiting for a connection, a failover may have
+            # taken the transaction's sends (`_resend`), and a COMMIT would then commit an
+            # empty transaction on the new connection, the sends lost unnoticed.
+            if self._rollback_only is not None:
+                lost.append(self._rollback_only)
+                return Rollback(corr, sid)
+            return Commit(corr, sid)
+
+        def then() -> None:
+            if lost:
+                self._returner(None)()
+
+        await self._end_transaction(commit_or_rollback, "commit", then)
+        if lost:
+            raise TransactionRolledBack(f"transaction rolled back: {lost[0]}")
 
     async def rollback(self, _taken_back: dict[int, list[Message]] | None = None) -> None:
         """Undo the session's sends and acks: its messages (and any prefetched ones) come again."""
