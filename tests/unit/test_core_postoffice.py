@@ -181,6 +181,17 @@ def test_duplicate_in_transaction_makes_it_rollback_only():
     assert office.queues["q"].message_count == 1
 
 
+def test_two_open_transactions_with_one_duplicate_id_never_both_commit():
+    office, _ = make_office()
+    first, second = Transaction(), Transaction()
+    office.send(msg(office, "q", b"1", properties={DUPLICATE_ID: "d"}), ANY, first)
+    office.send(msg(office, "q", b"2", properties={DUPLICATE_ID: "d"}), ANY, second)  # not known yet
+    office.commit(first)
+    with pytest.raises(TransactionRolledBack, match="duplicate message 'd'"):
+        office.commit(second)
+    assert office.queues["q"].message_count == 1
+
+
 def test_consumer_close_redelivers_unacked():
     office, _ = make_office()
     office.send(msg(office, "q", b"a"), ANY)

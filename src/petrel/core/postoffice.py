@@ -538,6 +538,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
 
     def commit(self, tx: Transaction) -> None:
         """Route the transaction's sends and settle its acks, atomically in the store."""
+        if tx.rollback_only is None:
+            tx.rollback_only = self._seen_since_sent(tx)
         if tx.rollback_only:
             reason = tx.rollback_only
             self.rollback(tx)
@@ -549,6 +551,20 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             ref.queue.acknowledge(ref, tx_id)
         self.commit_store(tx_id)
         tx.close()
+
+    def _seen_since_sent(self, tx: Transaction) -> str | None:
+        """Why the transaction must roll back: a duplicate ID it holds was checked when its
+        message was sent into it, but another transaction (or send) with the same ID may have
+        taken it since; the ID counts at commit, so two open transactions carrying it never
+        both commit."""
+        for address, dup_id in tx.dup_ids:
+            cache = self.dup_caches.get(address)
+            if cache is not None and dup_id in cache:
+                self.duplicates += 1
+                log.warning("duplicate message %r to %s committed by another since it was sent: the "
+                            "transaction rolls back", dup_id, address)
+                return f"duplicate message {dup_id!r} in the transaction"
+        return None
 
     def rollback(self, tx: Transaction) -> None:
         for message, _ in tx.sends:
