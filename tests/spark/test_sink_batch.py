@@ -129,3 +129,14 @@ def test_a_broker_killed_mid_write_behind_a_failover_url_loses_and_duplicates_no
     assert sorted(m.body for m in browse_all(url, "spark.crash")) == sorted(f"k-{i}".encode() for i in range(3000))
     line = json.loads(stats.read_text())
     assert line["retries"] > 0 and line["published"] + line["duplicates"] == 3000
+
+
+def test_one_dup_id_in_two_concurrent_tasks_is_published_once(spark, broker_factory):
+    broker = broker_factory().start()
+    url = f"tcp://127.0.0.1:{broker.port}"
+    rows = [(f"id-{i}", b"%d" % i) for i in range(10)]
+    df = spark.createDataFrame(rows + rows, "id string, body binary")  # halves: partition 0 and 1 hold the same IDs
+    assert df.rdd.getNumPartitions() == 2
+    df.write.format("petrel").mode("append").option("brokers", url).option("address", "queue://spark.twice") \
+        .option("dupIdColumn", "id").option("chunkSize", "10").save()
+    assert count(url, "spark.twice") == 10
