@@ -12,7 +12,9 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 
+from petrel.cli import main
 from petrel.client import Connection, Message, connect
 from petrel.config import DEFAULT_CLUSTER_PASSWORD, DEFAULT_CLUSTER_USER
 from petrel.spark.recover import plan_rounds, recover
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.spark
 
 SOURCE = ('min_large_message_size = 20000\n'
           '[address_settings."paged.#"]\nmax_size_bytes = 100000\npage_size_bytes = 32768\n')
+TARGET_FULL = '[address_settings."paged.#"]\nmax_size_bytes = 60000\naddress_full_policy = "FAIL"\n'
 
 
 def run(coro, timeout: float = 60.0):
@@ -43,7 +46,7 @@ def test_plan_rounds_keeps_each_queue_in_order_and_each_round_within_the_window(
 
 
 def test_recover_after_a_killed_drain_delivers_every_message_once(spark, broker_factory, tmp_path):
-    src, dst = broker_factory(SOURCE, name="src").start(), broker_factory(name="dst").start()
+    src, dst = broker_factory(SOURCE, name="src").start(), broker_factory(TARGET_FULL, name="dst").start()
     source, target = f"tcp://127.0.0.1:{src.port}", f"tcp://127.0.0.1:{dst.port}"
 
     async def fill() -> None:
@@ -59,21 +62,27 @@ def test_recover_after_a_killed_drain_delivers_every_message_once(spark, broker_
     run(fill())
     src.kill9()
 
-    # a drain killed once it has started moving
+    # a drain that moves "big", part of "paged.orders" until the target refuses more, then is killed
     proc = subprocess.Popen([sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir), "--target",
                              target, "--progress", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
     for line in proc.stdout:
-        if line.startswith("{") and json.loads(line).get("event") in ("progress", "done"):
+        event = json.loads(line) if line.startswith("{") else {}
+        if event.get("queue") == "paged.orders" and event.get("messages_moved", 0) > 3:
             break
     proc.kill()
     proc.wait(30)
     proc.stdout.close()
+    moved = counts(target, "paged.orders", "big", "typed")
+    assert moved["big"] == 3 and 0 < moved["paged.orders"] < 1500 and moved["typed"] == 0, moved
+    dst.stop()
+    dst.config_path.write_text(dst.config_path.read_text().replace('"FAIL"', '"PAGE"'))  # room for the rest
+    dst.start()
 
-    done = petrel("spark", "recover", "--data-dir", str(src.data_dir), "--target", target, "--chunk", "400")
-    assert done.returncode == 0, done.stderr
-    assert "every one confirmed" in done.stderr
-    assert "paged.orders" in done.stdout
+    done = CliRunner().invoke(main, ["spark", "recover", "--data-dir", str(src.data_dir), "--target", target,
+                                     "--chunk", "400"])  # in this process: the test's SparkSession
+    assert done.exit_code == 0, done.output
+    assert "every one confirmed" in done.output and "paged.orders" in done.output
     after = counts(target, "paged.orders", "big", "typed")
     assert after == {"paged.orders": 1500, "big": 3, "typed": 20}
 
