@@ -13,14 +13,15 @@ from petrel.core import duplicates
 from petrel.core.duplicates import MIGRATION_CACHE_PREFIX, MIGRATION_ID_CACHE, DuplicateIdCache
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
-from petrel.core.message import Message, RoutingType
+from petrel.core.message import DUPLICATE_ID, Message, RoutingType
+from petrel.core.remote import INSTANCE
 from petrel.core.postoffice import PostOffice
 from petrel.core.settings import AddressSettingsRepository
 from petrel.storage.file_store import FileStore, RecordKind
 
 from office_harness import ManualClock
 
-ANY = RoutingType.ANYCAST
+ANY, MULTI = RoutingType.ANYCAST, RoutingType.MULTICAST
 ORIGIN = "node-a"
 
 
@@ -170,4 +171,41 @@ def test_ids_of_a_paged_batch_wait_for_their_pages(tmp_path, paged):
     assert all(f"{ORIGIN}:{n}@7" in cache for n in range(100))
     assert migrate(office, range(100)) == (100, None)  # nothing twice, paged or not
     assert bodies(office) == [b"m%d" % n for n in range(100)]
+    store.close()
+
+
+# -- a producer's duplicate ID on migrated copies ------------------------------------------------------
+
+
+def migrated_copy(office, n, queue_id, user_dup, address="news"):
+    props = {DUPLICATE_ID: user_dup, INSTANCE: f"{ORIGIN}:{n}"}  # one send: one instance, a copy per queue
+    return (Message(office.store.next_id(), address, b"m%d" % n, props, True, timestamp=office.now()),
+            f"{ORIGIN}:{n}@{queue_id}", 0)
+
+
+def test_the_copies_of_one_send_all_arrive_but_a_resend_accepted_first_makes_them_duplicates(tmp_path):
+    """Seed 7005 of the chaos harness (drain): a producer's send to the node that died was in
+    doubt; it resent it to the target, which accepted it; the drain then brought the original."""
+    office, store = open_office(tmp_path)
+    office.create_queue("sub1", "news", MULTI, durable=True)
+    office.create_queue("sub2", "news", MULTI, durable=True)
+    # two copies (two subscriptions) of send 1 move: both arrive
+    for queue_id, name in ((11, "sub1"), (12, "sub2")):
+        tx = office.store.begin()
+        assert office.receive_migrated([migrated_copy(office, 1, queue_id, "p-1")], [name], tx) == (1, None)
+        office.commit_store(tx)
+    # the producer resent send 2 to this node first (both subscriptions got it) ...
+    resend = Message(office.store.next_id(), "news", b"resend", {DUPLICATE_ID: "p-2"}, True, timestamp=office.now())
+    office.send(resend, MULTI)
+    # ... then the drain brings the original's copies: duplicates, taken (confirmed) but not kept
+    for queue_id, name in ((11, "sub1"), (12, "sub2")):
+        tx = office.store.begin()
+        assert office.receive_migrated([migrated_copy(office, 2, queue_id, "p-2")], [name], tx) == (1, None)
+        office.commit_store(tx)
+    flush(store)
+    assert bodies(office, "sub1") == [b"m1", b"resend"]
+    assert bodies(office, "sub2") == [b"m1", b"resend"]
+    # and a resend after the move is dropped too
+    again = Message(office.store.next_id(), "news", b"again", {DUPLICATE_ID: "p-1"}, True, timestamp=office.now())
+    assert office.send(again, MULTI).outcome.name == "DUPLICATE"
     store.close()

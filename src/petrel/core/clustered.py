@@ -63,6 +63,8 @@ BRIDGE_CACHE_PREFIX = "BRIDGE."
 #: ... and `INSTANCES.<address>` remembers which send (`INSTANCE`) each producer's duplicate ID
 #: that arrived forwarded belongs to.
 INSTANCES_CACHE_PREFIX = "INSTANCES."
+#: ... by which the copies a migration brings from one origin are one send (see `_sent_elsewhere`)
+MIGRATED_FROM = "migrated-from:"
 
 
 def origin_cache(dup_id: str) -> str:
@@ -270,7 +272,8 @@ class Clustering:
                 self.discard(message)
                 return SendResult(SendOutcome.DUPLICATE)
             remember.append((cache, dup_id))
-        return self._route_forwarded(message, keys, tx_id, delivery_count, strict, remember)
+        return self._route_forwarded(message, keys, tx_id, delivery_count, strict, remember,
+                                     bridge_dup_sender(dup_id) if strict and dup_id is not None else None)
 
     def receive_migrated(self: PostOffice, batch: list[tuple[Message, str, int]], keys: list[str],
                          tx_id: int) -> tuple[int, Exception | None]:
@@ -285,6 +288,7 @@ class Clustering:
         if not batch:
             return 0, None
         name = origin_cache(batch[0][1])
+        origin = bridge_dup_sender(batch[0][1])
         cache = self._dup_cache(name, self.settings_for(name))
         fresh: list[str] = []
         seen: set[str] = set()
@@ -297,7 +301,7 @@ class Clustering:
                 self.discard(message)
             else:
                 try:
-                    self._route_forwarded(message, keys, tx_id, delivery_count, True, [])
+                    self._route_forwarded(message, keys, tx_id, delivery_count, True, [], origin)
                 except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
                     self.discard(message)
                     refusal = exc
@@ -313,19 +317,19 @@ class Clustering:
         return taken, refusal
 
     def _route_forwarded(self: PostOffice, message: Message, keys: list[str], tx_id: int, delivery_count: int,
-                         strict: bool, remember: list[tuple[DuplicateIdCache, str]]) -> SendResult:
-        """`receive_forwarded` past its bridge duplicate ID (in `remember`, with the IDs to keep)."""
+                         strict: bool, remember: list[tuple[DuplicateIdCache, str]],
+                         origin: str | None = None) -> SendResult:
+        """`receive_forwarded` past its bridge duplicate ID (in `remember`, with the IDs to keep);
+        `origin`: the node a migrated message comes from."""
         settings = self.settings_for(message.address)
         user_dup = message.duplicate_id
-        if user_dup is not None and strict and self._dup_cache(message.address, settings).size > 0:
-            # a migrated copy: its own ID (above) says whether it is here already; the producer's ID
-            # is only remembered, so that a client's resend after the move is dropped (each copy of a
-            # send in several subscriptions moves: they share the producer's ID)
-            cache = self._dup_cache(message.address, settings)
-            if user_dup not in cache:
-                remember.append((cache, user_dup))
-        elif user_dup is not None and self._dup_cache(message.address, settings).size > 0:
-            if self._sent_elsewhere(message, user_dup, settings, remember):
+        # A producer's ID on a migrated copy counts as on a bridged one: every copy of it from its
+        # origin arrives (one per subscription; paged ones no longer share a message id there), but
+        # another send of that ID that this node accepted first (the producer's resend after its
+        # node died, before the drain moved the original here) makes it a duplicate.
+        if user_dup is not None and self._dup_cache(message.address, settings).size > 0:
+            if self._sent_elsewhere(message, user_dup, settings, remember,
+                                    None if origin is None else MIGRATED_FROM + origin):
                 self.forwarded_duplicates += 1
                 self.duplicates += 1
                 log.warning("duplicate message %r to %s arrived from another node: not routed", user_dup,
@@ -374,11 +378,13 @@ class Clustering:
         return result
 
     def _sent_elsewhere(self: PostOffice, message: Message, user_dup: str, settings,
-                        remember: list[tuple[DuplicateIdCache, str]]) -> bool:
+                        remember: list[tuple[DuplicateIdCache, str]], sender: str | None = None) -> bool:
         """Whether a forwarded message is another send of a producer's duplicate ID this node has
-        seen (True: drop it); if not, adds the IDs to remember with it to `remember`."""
+        seen (True: drop it); if not, adds the IDs to remember with it to `remember`. The copies
+        of one send are known by their `INSTANCE`, or by `sender` when given (a migration's)."""
         cache = self._dup_cache(message.address, settings)
-        instance = str(message.properties.get(INSTANCE, ""))
+        own = str(message.properties.get(INSTANCE, ""))
+        instance = sender or own
         key = f"{user_dup}{KEY_SEPARATOR}{instance}"
         instances = self._dup_cache(INSTANCES_CACHE_PREFIX + message.address, settings)
         if key in instances:
@@ -386,7 +392,7 @@ class Clustering:
         if user_dup in cache:
             # a send of it reached this node (sent here, or forwarded): only the one this node
             # accepted itself may come back, by redistribution (no instance entry for it here)
-            return not (self.node_id and instance.startswith(self.node_id + ":"))
+            return not (self.node_id and own.startswith(self.node_id + ":"))
         remember.append((cache, user_dup))
         if instance:
             remember.append((instances, key))
