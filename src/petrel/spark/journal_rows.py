@@ -175,6 +175,10 @@ def _fill_kind(row: _Row, kind: RecordKind, rtype: RecordType, rid: int, value, 
     elif kind == RecordKind.DUPLICATE_ID:
         address, dup_id = value
         row.set(address=address, duplicate_id=str(dup_id))
+    elif kind == RecordKind.DUPLICATE_IDS:  # a migration's batch of origin IDs
+        address, dup_ids = value
+        text = repr([str(d) for d in dup_ids])
+        row.set(address=address, detail=f"{len(dup_ids)} ids: " + (text if len(text) <= 200 else text[:197] + "..."))
     elif kind == RecordKind.PAGE_CURSOR:
         if update:
             f, off = value
