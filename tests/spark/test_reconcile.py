@@ -1,6 +1,7 @@
 """The audit stream and ``petrel spark reconcile``: a message acknowledged behind the audit's
 back is lost, a message injected twice (its duplicate ID consumed twice) is duplicated, what
-the journal still holds is held; the table is printed and written."""
+the journal still holds is held (also what a Spark query read, audited with consumed_events);
+the table is printed and written."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from petrel.cli import main
 from petrel.client import Message, connect
-from petrel.spark.audit import AuditWriter, read_audit
+from petrel.spark.audit import AuditWriter, consumed_events, read_audit
 from petrel.spark.reconcile import reconcile
 
 pytestmark = pytest.mark.spark
@@ -33,7 +34,7 @@ def test_reconcile_finds_a_lost_and_a_duplicated_message(spark, broker_factory, 
         async with await connect(url) as conn:
             session = await conn.session()
             with AuditWriter(audit / "producer", source="producer") as produced:
-                for queue, n in (("queue://audit.orders", 10), ("queue://audit.twice", 3)):
+                for queue, n in (("queue://audit.orders", 10), ("queue://audit.twice", 3), ("queue://audit.lake", 2)):
                     producer = session.producer(queue)
                     for i in range(n):
                         message = Message(b"%d" % i, duplicate_id=f"{queue[8:]}-{i}")
@@ -59,8 +60,11 @@ def test_reconcile_finds_a_lost_and_a_duplicated_message(spark, broker_factory, 
             await session.flush()
 
     run(traffic())
+    # a lake reads audit.lake without consuming it, its reads audited by the Spark side
+    lake = (spark.read.format("petrel").option("brokers", url).option("queues", "audit.lake").load())
+    consumed_events(lake).write.parquet(str(audit / "lake"))
     broker.stop()
-    assert read_audit(spark, str(audit)).count() == 13 + 6 + 4
+    assert read_audit(spark, str(audit)).count() == 13 + 6 + 4 + 2 + 2
 
     rows = {r.queue: r.asDict() for r in reconcile(spark, str(audit), [str(broker.data_dir)]).collect()}
     orders, twice = rows["audit.orders"], rows["audit.twice"]
@@ -70,9 +74,13 @@ def test_reconcile_finds_a_lost_and_a_duplicated_message(spark, broker_factory, 
     assert {k: twice[k] for k in ("produced", "consumed", "duplicated", "lost", "held")} == \
         {"produced": 3, "consumed": 3, "duplicated": 1, "lost": 0, "held": 0}
     assert twice["duplicated_ids"] == ["audit.twice-0"]
+    assert {k: rows["audit.lake"][k] for k in ("produced", "consumed", "lost", "held")} == \
+        {"produced": 2, "consumed": 2, "lost": 0, "held": 2}  # read, not taken
 
-    # a window that ends before anything was produced: nothing to follow
-    assert reconcile(spark, str(audit), [str(broker.data_dir)], until=1).count() == 0
+    # a window that ends before anything was produced: nothing to follow, only what queues hold
+    early = {r.queue: (r.produced, r.consumed, r.lost, r.held_total)
+             for r in reconcile(spark, str(audit), [str(broker.data_dir)], until=1).collect()}
+    assert early == {"audit.orders": (0, 0, 0, 3), "audit.lake": (0, 0, 0, 2)}
 
     out = tmp_path / "report.csv"
     result = CliRunner().invoke(main, ["spark", "reconcile", "--audit", str(audit), "--data-dir", str(broker.data_dir),

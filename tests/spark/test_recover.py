@@ -1,7 +1,7 @@
 """``petrel spark recover``: what a killed drain left in a data directory reaches the target once,
 in queue order, with its properties' types, and a second recover adds nothing; a copy of the
 directory taken before a drain (what the drain moved is all still there) adds nothing either;
-a live broker's directory is refused."""
+a live broker's directory, a dead target and wrong credentials are refused."""
 
 from __future__ import annotations
 
@@ -125,8 +125,15 @@ def test_what_a_drain_moved_but_did_not_remove_is_not_delivered_again(spark, bro
     exactly(run(drain(target, "queue://orders")), range(300))
 
 
-def test_recover_refuses_a_live_brokers_directory(broker_factory):
-    live = broker_factory(name="live").start()
+def test_recover_refuses_a_live_directory_a_dead_target_and_wrong_credentials(broker_factory):
+    """Said before Spark starts, exit 1 with the reason."""
+    live, gone = broker_factory(name="live").start(), broker_factory(name="gone").start()
+    gone.kill9()
     done = petrel("spark", "recover", "--data-dir", str(live.data_dir), "--target", "tcp://127.0.0.1:1", timeout=60)
-    assert done.returncode == 1
-    assert "in use by another broker" in done.stderr
+    assert done.returncode == 1 and "in use by another broker" in done.stderr, done.stderr
+    done = petrel("spark", "recover", "--data-dir", str(gone.data_dir), "--target", "tcp://127.0.0.1:1", timeout=60)
+    assert done.returncode == 1 and "cannot reach the target" in done.stderr, done.stderr
+    done = petrel("spark", "recover", "--data-dir", str(gone.data_dir), "--target", f"tcp://127.0.0.1:{live.port}",
+                  "--password", "wrong", timeout=60)
+    assert done.returncode == 1 and "the target" in done.stderr, done.stderr
+    assert counts(f"tcp://127.0.0.1:{live.port}", "x") == {"x": 0}

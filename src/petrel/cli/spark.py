@@ -79,19 +79,17 @@ def recover(ctx: click.Context, data_dirs: tuple[Path, ...], target: str, config
     if not target.startswith("tcp://") and "://" in target:
         raise UsageError(f"--target {target!r}: expected tcp://host:port")
     config = load_config(config_file)
-    from petrel.spark.recover import RecoverFailed, lock_directories, recover as run_recover
+    from petrel.spark.recover import RecoverFailed, preflight, recover as run_recover
 
-    try:  # refuse a live broker's directory before starting Spark
-        _, _, locks = lock_directories([str(d) for d in data_dirs])
+    user, password = user or config.cluster_user, password or config.cluster_password
+    try:  # a live broker's directory, a target that is down or refuses: said before Spark starts
+        preflight([str(d) for d in data_dirs], target.removeprefix("tcp://"), user=user, password=password)
     except (RecoverFailed, ValueError) as exc:
         raise PetrelError(str(exc)) from None
-    for lock in locks:
-        lock.release()
     session, started = _session(master, "petrel-spark-recover")
     try:
         report = run_recover(session, [str(d) for d in data_dirs], target.removeprefix("tcp://"),
-                             user=user or config.cluster_user, password=password or config.cluster_password,
-                             chunk=chunk)
+                             user=user, password=password, chunk=chunk)
     except RecoverFailed as exc:
         raise PetrelError(f"recover failed: {exc}; what was confirmed is on the target: run recover again once "
                           "the cause is fixed (nothing arrives twice)") from None

@@ -7,8 +7,8 @@ the brokers' journals still hold, message by message, keyed on the duplicate ID
 Two ways to write events, into the same directory and schema (``AUDIT_SCHEMA``):
 
 * ``AuditWriter`` — for applications and tools, no Spark needed (pyarrow): call
-  ``produced(queue, message)`` after a confirmed send (it gives the message a duplicate ID
-  when it has none: call ``stamp(message)`` before sending) and ``consumed(queue, message)``
+  ``produced(queue, message)`` after a confirmed send (of a message that has a duplicate ID:
+  ``stamp(message)`` gives it one before sending) and ``consumed(queue, message)``
   after an acknowledged receive. Events are buffered and written as one Parquet file per
   ``flush`` (every ``flush_every`` events, and on ``close``), each file put in place by a
   rename, so a reader never sees half a file.
@@ -83,9 +83,15 @@ class AuditWriter:
         return str(dup)
 
     def produced(self, queue: str, message=None, *, dup_id: str | None = None, node: str | None = None) -> None:
-        """A confirmed send of ``message`` (or of the message with ``dup_id``) to ``queue``."""
+        """A confirmed send of ``message`` (or of the message with ``dup_id``) to ``queue``. The
+        message must carry its duplicate ID already (``stamp`` it before sending: the client
+        puts an ID of its own on the wire, which the message object never sees)."""
         if dup_id is None:
-            dup_id = self.stamp(message)
+            dup = message.properties.get(_DUPLICATE_ID) if message is not None else None
+            if dup is None:
+                raise ValueError("a produced event needs the message's duplicate ID: call stamp(message) "
+                                 "(or set Message(duplicate_id=...)) before sending it")
+            dup_id = str(dup)
         timestamp = getattr(message, "timestamp", None) or None
         self._add("produced", queue, dup_id, node, None, None, timestamp)
 

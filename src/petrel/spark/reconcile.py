@@ -20,7 +20,8 @@ whenever they happened. With none of them, every message of the audit counts (co
 whose production was not audited too: ``unproduced``).
 
 Result columns: queue, produced, consumed, duplicated, unconsumed, lost, held, held_total
-(every message the journals hold for the queue, audited or not), unproduced, and samples
+(every message the journals hold for the queue, audited or not: a queue no event names is
+listed with it alone), unproduced, and samples
 (``lost_ids``, ``duplicated_ids``: up to 5 duplicate IDs each).
 """
 
@@ -88,8 +89,12 @@ def reconcile(spark, audit: str, data_dirs: list[str] | None = None, *, since: i
         count(~p & (c > 0)).alias("unproduced"),
         F.when(known, sample(lost)).otherwise(F.array().cast("array<string>")).alias("lost_ids"),
         sample(c > 1).alias("duplicated_ids"))
-    if held_total is not None:
-        out = out.join(held_total, "queue", "left").withColumn("held_total", F.coalesce("held_total", F.lit(0)))
+    if held_total is not None:  # queues that hold messages nobody audited are listed too
+        out = out.join(held_total, "queue", "full_outer").fillna(0, ["produced", "consumed", "duplicated",
+                                                                     "unconsumed", "lost", "held", "held_total",
+                                                                     "unproduced"])
+        out = (out.withColumn("lost_ids", F.coalesce("lost_ids", F.array().cast("array<string>")))
+               .withColumn("duplicated_ids", F.coalesce("duplicated_ids", F.array().cast("array<string>"))))
     else:
         out = out.withColumn("held_total", F.lit(None).cast("long"))
     return out.select(*RESULT_COLUMNS).orderBy("queue")

@@ -33,7 +33,7 @@ from petrel.spark.migrate import MessageRef, MigrateFailed, QueueSpec, migrate_c
 from petrel.storage.journal.segment import CONTROL_FILE
 from petrel.storage.server_lock import DataDirLocked, ServerLock, read_node_id
 
-__all__ = ["RecoverFailed", "RecoverReport", "lock_directories", "plan_rounds", "recover"]
+__all__ = ["RecoverFailed", "RecoverReport", "lock_directories", "plan_rounds", "preflight", "recover"]
 
 log = logging.getLogger("petrel.spark.recover")
 
@@ -102,6 +102,25 @@ def lock_directories(paths: list[str]) -> tuple[list[Path], dict[str, str], list
     return dirs, nodes, locks
 
 
+def _probe(target: str, origin: str, user: str, password: str, timeout: float) -> dict:
+    try:
+        return probe(target, origin, user, password, timeout)
+    except MigrateFailed as exc:
+        raise RecoverFailed(str(exc)) from None
+
+
+def preflight(data_dirs: list[str], target: str, *, user: str, password: str, timeout: float = 10.0) -> dict:
+    """What ``recover`` checks before reading anything, without Spark: the directories can be
+    locked (no live broker holds them) and the target takes a migration from their node (the
+    credentials). Returns the target's answer; raises RecoverFailed."""
+    _, nodes, locks = lock_directories(data_dirs)
+    try:
+        return _probe(target, sorted(set(nodes.values()))[0], user, password, timeout)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
 def plan_rounds(counts: dict[tuple, int], chunk: int, window: int) -> list[list[tuple]]:
     """Rounds of (queue key, chunk number): chunk n of a queue in a later round than chunk n-1,
     at most ``window`` messages per round (``chunk`` <= ``window``)."""
@@ -138,6 +157,7 @@ def _recover(spark, dirs: list[Path], nodes: dict[str, str], target: str, user: 
 
     from petrel.spark.resolve import read_journal, resolve
 
+    begun = _probe(target, sorted(set(nodes.values()))[0], user, password, timeout)  # before any reading
     raw = read_journal(spark, ",".join(str(d) for d in dirs), view="raw", large_bodies=False)
     raw = raw.localCheckpoint(eager=True)
     damaged = raw.where(F.col("error").isNotNull()).count()
@@ -159,12 +179,10 @@ def _recover(spark, dirs: list[Path], nodes: dict[str, str], target: str, user: 
                   .agg(F.max(F.struct("segment", "offset", "file")).alias("at")).collect())
     specs = {(r.data_dir, r.record_id): read_queue_spec(r.data_dir, r.at.file, r.at.offset, r.record_id)
              for r in queue_rows if (r.data_dir, r.record_id) in counts}
+    missing = sorted(set(counts) - set(specs))
+    if missing:
+        raise RecoverFailed(f"no QUEUE record found for queue ids {missing[:5]} that hold messages")
 
-    origins = sorted(set(nodes.values()))
-    try:
-        begun = probe(target, origins[0], user, password, timeout) if origins else {}
-    except MigrateFailed as exc:
-        raise RecoverFailed(str(exc)) from None
     cache = int(begun.get("id_cache_size") or 0)
     window = max(1, cache // 2) if cache > 0 else DEFAULT_CHUNK
     report = RecoverReport(str(begun.get("node_id") or "?"), cache, damaged_rows=damaged)
