@@ -8,7 +8,11 @@
 * ``spark.read.format("petrel-journal")``: the raw records of brokers' data directories
   (journal.py, journal_rows.py); ``read_journal(spark, path, view="resolved")``: the
   messages each queue still holds, transactions and deletes resolved with Spark joins
-  (resolve.py).
+  (resolve.py);
+* ``petrel spark recover``: a data directory's messages moved to a live broker as the drainer
+  moves them, exactly once (recover.py, migrate.py);
+* the audit stream of produced and consumed events (audit.py) and ``petrel spark reconcile``:
+  per queue produced, consumed, duplicated, lost and still held (reconcile.py).
 
 Both formats register themselves (top-level modules ``pyspark_petrel`` and
 ``pyspark_petrel_journal``); ``register(spark)`` does it by hand. This package talks to
