@@ -113,15 +113,21 @@ def test_recover_after_a_killed_drain_delivers_every_message_once(spark, broker_
 
 
 def test_what_a_drain_moved_but_did_not_remove_is_not_delivered_again(spark, broker_factory, tmp_path):
-    src, dst = broker_factory(name="src").start(), broker_factory(name="dst").start()
+    """Two directories at once (two origins, one queue name): one is a copy taken before a drain
+    that then moved everything, so all of its messages are on the target already."""
+    one, two = broker_factory(name="one").start(), broker_factory(name="two").start()
+    dst = broker_factory(name="dst").start()
     target = f"tcp://127.0.0.1:{dst.port}"
-    run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://orders", range(300), body=b"o" * 100))
-    src.kill9()
-    before = tmp_path / "before-drain"  # the directory as a drain that was killed before removing anything
-    shutil.copytree(src.data_dir, before)
-    assert petrel("drain", "--data-dir", str(src.data_dir), "--target", target).returncode == 0
-    report = recover(spark, [str(before)], target, user=DEFAULT_CLUSTER_USER, password=DEFAULT_CLUSTER_PASSWORD)
-    assert report.complete and report.held == 300, report
+    run(send_range(f"tcp://127.0.0.1:{one.port}", "queue://orders", range(150), body=b"o" * 100))
+    run(send_range(f"tcp://127.0.0.1:{two.port}", "queue://orders", range(150, 300), body=b"o" * 100))
+    one.kill9()
+    two.kill9()
+    before = tmp_path / "before-drain"  # as a drain killed before it removed anything leaves it
+    shutil.copytree(one.data_dir, before)
+    assert petrel("drain", "--data-dir", str(one.data_dir), "--target", target).returncode == 0
+    report = recover(spark, [str(before), str(two.data_dir)], target, user=DEFAULT_CLUSTER_USER,
+                     password=DEFAULT_CLUSTER_PASSWORD, chunk=100)
+    assert report.complete and report.held == 300 and len({q.node for q in report.queues}) == 2, report
     exactly(run(drain(target, "queue://orders")), range(300))
 
 

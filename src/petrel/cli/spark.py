@@ -97,6 +97,10 @@ def recover(ctx: click.Context, data_dirs: tuple[Path, ...], target: str, config
         if started:
             session.stop()
     _print_recover(report)
+    for q in report.queues:
+        if q.on_target is not None and q.on_target < q.held:
+            click.echo(f"petrel: warning: queue {q.queue} holds {q.on_target} messages on the target, fewer than the "
+                       f"{q.held} confirmed: consumers there took some already, or it is another queue", err=True)
     click.echo(f"recovered {report.held} messages from {len(data_dirs)} data directories to node "
                f"{report.target_node} at {target}; every one confirmed", err=True)
     ctx.exit(0)
