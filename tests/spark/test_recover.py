@@ -1,5 +1,6 @@
 """``petrel spark recover``: what a killed drain left in a data directory reaches the target once,
-in queue order, with its properties' types, and a second recover adds nothing; a copy of the
+in queue order, with its properties' types (a recover the target refuses first fails with the
+reason and duplicates nothing), and a second recover adds nothing; a copy of the
 directory taken before a drain (what the drain moved is all still there) adds nothing either;
 a live broker's directory, a dead target and wrong credentials are refused."""
 
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 from petrel.cli import main
 from petrel.client import Connection, Message, connect
 from petrel.config import DEFAULT_CLUSTER_PASSWORD, DEFAULT_CLUSTER_USER
-from petrel.spark.recover import plan_rounds, recover
+from petrel.spark.recover import RecoverFailed, plan_rounds, recover
 from petrel.testing.ha import drain, exactly, send_range
 
 pytestmark = pytest.mark.spark
@@ -75,6 +76,9 @@ def test_recover_after_a_killed_drain_delivers_every_message_once(spark, broker_
     proc.stdout.close()
     moved = counts(target, "paged.orders", "big", "typed")
     assert moved["big"] == 3 and 0 < moved["paged.orders"] < 1500 and moved["typed"] == 0, moved
+    # recover while the target still refuses: exit 1 with the reason; what it took stays there once
+    with pytest.raises(RecoverFailed, match="refused"):
+        recover(spark, [str(src.data_dir)], target, user=DEFAULT_CLUSTER_USER, password=DEFAULT_CLUSTER_PASSWORD)
     dst.stop()
     dst.config_path.write_text(dst.config_path.read_text().replace('"FAIL"', '"PAGE"'))  # room for the rest
     dst.start()
