@@ -80,3 +80,23 @@ def consume(office, queue_name, **kw) -> tuple[Consumer, Sink]:
     consumer = Consumer(queue, sink, **kw)
     queue.add_consumer(consumer)
     return consumer, sink
+
+
+def open_file_office(path, settings: dict | None = None):
+    """A post office on a real FileStore in ``path``, recovered from what is there."""
+    from petrel.storage.file_store import FileStore
+
+    store = FileStore(path, file_size=256 * 1024)
+    clock = ManualClock()
+    office = PostOffice(store, AddressSettingsRepository(settings or {}), clock, clock=clock)
+    office.recover(store.recover())
+    return office, store
+
+
+def flush(store) -> None:
+    """Wait until everything the store was given is durable."""
+    import threading
+
+    done = threading.Event()
+    store.sync(done.set)
+    assert done.wait(10)

@@ -11,34 +11,19 @@ from __future__ import annotations
 import shutil
 import threading
 
-import pytest
-
 from petrel.core.message import DUPLICATE_ID, Message, RoutingType
-from petrel.core.postoffice import PostOffice, SendOutcome
+from petrel.core.postoffice import SendOutcome
 from petrel.core.queue import Consumer
 from petrel.core.remote import RemoteBinding
-from petrel.core.settings import AddressSettingsRepository
-from petrel.storage.file_store import FileStore
 
-from office_harness import ManualClock, Sink
+from office_harness import Sink, flush, open_file_office
 
 ANY, MULTI = RoutingType.ANYCAST, RoutingType.MULTICAST
 PAGED = {"big": {"max_size_bytes": 16 * 1024}}
 SF = "$.petrel.sf.test.B"
 
 
-def open_office(path, settings=None):
-    store = FileStore(path, file_size=256 * 1024)
-    clock = ManualClock()
-    office = PostOffice(store, AddressSettingsRepository(settings or {}), clock, clock=clock)
-    office.recover(store.recover())
-    return office, store
-
-
-def flush(store):
-    done = threading.Event()
-    store.sync(done.set)
-    assert done.wait(10)
+open_office = open_file_office
 
 
 def send(office, address, body, rt=ANY, dup=None):

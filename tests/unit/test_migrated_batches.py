@@ -5,8 +5,6 @@ where it happened."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from petrel.core import duplicates
@@ -15,28 +13,15 @@ from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
 from petrel.core.message import DUPLICATE_ID, Message, RoutingType
 from petrel.core.remote import INSTANCE
-from petrel.core.postoffice import PostOffice
-from petrel.core.settings import AddressSettingsRepository
-from petrel.storage.file_store import FileStore, RecordKind
+from petrel.storage.file_store import FileStore
 
-from office_harness import ManualClock
+from office_harness import flush, open_file_office
 
 ANY, MULTI = RoutingType.ANYCAST, RoutingType.MULTICAST
 ORIGIN = "node-a"
 
 
-def open_office(path, settings=None):
-    store = FileStore(path, file_size=256 * 1024)
-    clock = ManualClock()
-    office = PostOffice(store, AddressSettingsRepository(settings or {}), clock, clock=clock)
-    office.recover(store.recover())
-    return office, store
-
-
-def flush(store):
-    done = threading.Event()
-    store.sync(done.set)
-    assert done.wait(10)
+open_office = open_file_office
 
 
 def batch_of(office, numbers, address="orders", queue_id=7):

@@ -374,20 +374,17 @@ class FileStore:
         self.messages.update(message_id, RecordKind.DELIVERY, pack((queue_id, count)))
 
     def add_duplicate_id(self, tx_id: int, record_id: int, address: str, dup_id: str) -> None:
-        body = pack((address, dup_id))
-        if tx_id:
-            self._tx_with_records.add(tx_id)
-            self.messages.add_tx(tx_id, record_id, RecordKind.DUPLICATE_ID, body)
-        else:
-            self.messages.add(record_id, RecordKind.DUPLICATE_ID, body)
+        self._add_message_record(tx_id, record_id, RecordKind.DUPLICATE_ID, pack((address, dup_id)))
 
     def add_duplicate_ids(self, tx_id: int, record_id: int, address: str, dup_ids: list[str]) -> None:
-        body = pack((address, dup_ids))
+        self._add_message_record(tx_id, record_id, RecordKind.DUPLICATE_IDS, pack((address, dup_ids)))
+
+    def _add_message_record(self, tx_id: int, record_id: int, kind: RecordKind, body: bytes) -> None:
         if tx_id:
             self._tx_with_records.add(tx_id)
-            self.messages.add_tx(tx_id, record_id, RecordKind.DUPLICATE_IDS, body)
+            self.messages.add_tx(tx_id, record_id, kind, body)
         else:
-            self.messages.add(record_id, RecordKind.DUPLICATE_IDS, body)
+            self.messages.add(record_id, kind, body)
 
     def add_duplicate_id_after_pages(self, record_id: int, address: str, dup_id: str) -> None:
         """A duplicate ID of a message that went to page files: a journal transaction cannot
