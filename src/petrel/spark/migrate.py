@@ -99,14 +99,38 @@ def _segment_of(file: str) -> int:
     return int(os.path.basename(file).rsplit("-", 1)[1].split(".", 1)[0])
 
 
-def _read_journal_body(path: str, offset: int, segment: int) -> bytes:
-    with open(path, "rb") as f:
+class _Files:
+    """Open files by path, so a chunk's messages do not open their segment once each."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, object] = {}
+
+    def get(self, path: str):
+        f = self.open.get(path)
+        if f is None:
+            f = self.open[path] = open(path, "rb")
+        return f
+
+    def close(self) -> None:
+        for f in self.open.values():
+            f.close()
+        self.open.clear()
+
+
+def _read_journal_body(path: str, offset: int, segment: int, files: _Files | None = None) -> bytes:
+    own = files is None
+    files = files or _Files()
+    try:
+        f = files.get(path)
         f.seek(offset)
         head = f.read(16)
         if len(head) < 16:
             raise MigrateFailed(f"{path}: no record at offset {offset}")
         length = _RECORD_LENGTH.unpack_from(head, 2)[0]
         record = head + f.read(max(length - 16, 0))
+    finally:
+        if own:
+            files.close()
     try:
         return decode_raw(record, 0, segment)[5]
     except Exception as exc:
@@ -114,17 +138,24 @@ def _read_journal_body(path: str, offset: int, segment: int) -> bytes:
                             "did the directory change since it was read?") from None
 
 
-def read_stored_message(ref: MessageRef) -> Message:
-    """The message as stored (typed properties; a large one names its file, body empty)."""
+def read_stored_message(ref: MessageRef, files: _Files | None = None) -> Message:
+    """The message as stored (typed properties; a large one names its file, body empty).
+    ``files``: open files to reuse (the caller closes them)."""
     path = os.path.join(ref.data_dir, ref.file)
     if ref.source == "page":
-        with open(path, "rb") as f:
+        own = files is None
+        files = files or _Files()
+        try:
+            f = files.get(path)
             f.seek(ref.offset)
             length, _crc = _PAGE_HEAD.unpack(f.read(_PAGE_HEAD.size))
             payload = f.read(length)
+        finally:
+            if own:
+                files.close()
         _seq, _durable, message_id, encoded, *_ = unpack(payload)
         return decode_message(int(message_id), encoded)
-    encoded, _refs = unpack(_read_journal_body(path, ref.offset, _segment_of(ref.file)))
+    encoded, _refs = unpack(_read_journal_body(path, ref.offset, _segment_of(ref.file), files))
     return decode_message(ref.message_id, encoded)
 
 
@@ -267,6 +298,7 @@ async def _migrate(target: str, origin: str, user: str, password: str, queue: Qu
                    messages: Iterable[MessageRef], timeout: float) -> Sent:
     link = _Link(target, origin, user, password, timeout)
     sent = Sent(queue.name)
+    files = _Files()
     try:
         await link.open()
         await link.ask(lambda corr: MigrateQueue(corr, queue.name, queue.address, queue.routing_type, True,
@@ -285,7 +317,7 @@ async def _migrate(target: str, origin: str, user: str, password: str, queue: Qu
         for ref in messages:
             if link.failed or link._lost:
                 break
-            message = read_stored_message(ref)
+            message = read_stored_message(ref, files)
             properties = dict(message.properties)
             if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
                 properties.setdefault(INSTANCE, bridge_dup_id(origin, message.id))
@@ -322,4 +354,5 @@ async def _migrate(target: str, origin: str, user: str, password: str, queue: Qu
         sent.confirmed = link.confirmed
         return sent
     finally:
+        files.close()
         link.close()
