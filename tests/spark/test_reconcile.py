@@ -60,9 +60,12 @@ def test_reconcile_finds_a_lost_and_a_duplicated_message(spark, broker_factory, 
             await session.flush()
 
     run(traffic())
-    # a lake reads audit.lake without consuming it, its reads audited by the Spark side
-    lake = (spark.read.format("petrel").option("brokers", url).option("queues", "audit.lake").load())
-    consumed_events(lake).write.parquet(str(audit / "lake"))
+    # a streaming query reads audit.lake without consuming it, its reads audited by the Spark side
+    lake = (spark.readStream.format("petrel").option("brokers", url).option("queues", "audit.lake")
+            .option("subscription", "audit").load())
+    (consumed_events(lake).writeStream.format("parquet").option("path", str(audit / "lake"))
+     .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start().awaitTermination(120))
+    assert (audit / "lake" / "_spark_metadata").is_dir()
     broker.stop()
     assert read_audit(spark, str(audit)).count() == 13 + 6 + 4 + 2 + 2
 
