@@ -39,7 +39,7 @@ def test_reconcile_finds_a_lost_and_a_duplicated_message(spark, broker_factory, 
                     for i in range(n):
                         message = Message(b"%d" % i, duplicate_id=f"{queue[8:]}-{i}")
                         await producer.send(message)
-                        produced.produced(queue, message)
+                        produced.produced(queue, message, node=conn.node_id)
                 # injected: audit.twice-0 once more, by someone who does not audit
                 await session.producer("queue://audit.twice").send(Message(b"0", duplicate_id="audit.twice-0"))
                 await session.flush()
@@ -84,6 +84,12 @@ def test_reconcile_finds_a_lost_and_a_duplicated_message(spark, broker_factory, 
     early = {r.queue: (r.produced, r.consumed, r.lost, r.held_total)
              for r in reconcile(spark, str(audit), [str(broker.data_dir)], until=1).collect()}
     assert early == {"audit.orders": (0, 0, 0, 3), "audit.lake": (0, 0, 0, 2)}
+
+    # a migration: the messages produced to that node only
+    node = read_audit(spark, str(audit)).where("event = 'produced'").first().node
+    assert {r.queue: r.produced for r in reconcile(spark, str(audit), migration=node).collect()} == \
+        {"audit.orders": 10, "audit.twice": 3, "audit.lake": 2}
+    assert reconcile(spark, str(audit), migration="another-node").count() == 0
 
     out = tmp_path / "report.csv"
     result = CliRunner().invoke(main, ["spark", "reconcile", "--audit", str(audit), "--data-dir", str(broker.data_dir),
