@@ -99,3 +99,25 @@ def test_reconcile_finds_a_lost_and_a_duplicated_message(spark, broker_factory, 
     with open(out) as f:
         table = {r["queue"]: r for r in csv.DictReader(f)}
     assert table["audit.orders"]["lost"] == "1" and table["audit.twice"]["duplicated"] == "1"
+
+
+def test_audit_writer_files_and_times(tmp_path):
+    from petrel.cli.spark import _epoch_ms
+
+    with AuditWriter(tmp_path, source="t", flush_every=2) as audit:
+        with pytest.raises(ValueError, match="stamp"):
+            audit.produced("queue://q", Message(b"x"))  # the client would put another ID on the wire
+        m = Message(b"x")
+        dup = audit.stamp(m)
+        assert audit.stamp(m) == dup == m.properties["_AMQ_DUPL_ID"]
+        audit.produced("queue://q", m)
+        audit.consumed("q", dup_id=dup, seq=1)  # the second event: a file
+        assert len(list(tmp_path.glob("audit-*.parquet"))) == 1 and not list(tmp_path.glob(".*"))
+        audit.consumed("q", dup_id=dup, seq=2)
+    import pyarrow.parquet as pq
+
+    events = pq.read_table(tmp_path).to_pylist()
+    assert [(e["event"], e["queue"], e["dup_id"], e["seq"]) for e in events] == [
+        ("produced", "q", dup, None), ("consumed", "q", dup, 1), ("consumed", "q", dup, 2)]
+    assert _epoch_ms(None, None, "1970-01-01T00:00:01") == 1000
+    assert _epoch_ms(None, None, "1500") == 1500

@@ -163,7 +163,7 @@ def _recover(spark, dirs: list[Path], nodes: dict[str, str], target: str, user: 
     damaged = raw.where(F.col("error").isNotNull()).count()
     if damaged:
         log.warning("%d records of %s are damaged or torn; recover moves what recovery would keep", damaged,
-                    ", ".join(map(str, dirs)))
+                    ", ".join(map(str, dirs)), extra={"event": "spark.recover.damaged"})
     held = (resolve(raw).select("node", "data_dir", "queue_id", "queue", "source", "file", "offset", "message_id",
                                 "seq", "priority", "delivery_count"))
     held = held.withColumn("n", F.row_number().over(
@@ -190,7 +190,8 @@ def _recover(spark, dirs: list[Path], nodes: dict[str, str], target: str, user: 
     report.queues = list(results.values())
     if report.held > cache > 0:
         log.warning("%d messages to move, more than the target's MIGRATION cache (%d): a second recover of the "
-                    "same directories could deliver the oldest of them again", report.held, cache)
+                    "same directories could deliver the oldest of them again", report.held, cache,
+                    extra={"event": "spark.recover.over_cache"})
     if not counts:
         return report
     rounds = plan_rounds(counts, max(1, min(chunk, window)), window)
@@ -202,7 +203,8 @@ def _recover(spark, dirs: list[Path], nodes: dict[str, str], target: str, user: 
     send = _sender(target, user, password, nodes, specs, timeout)
     sc = spark.sparkContext
     for number, this in enumerate(rounds):
-        log.info("round %d of %d: %d chunks", number + 1, len(rounds), len(this))
+        log.info("round %d of %d: %d chunks", number + 1, len(rounds), len(this),
+                 extra={"event": "spark.recover.round"})
         try:
             outcomes = sc.runJob(pairs, send, [index[k] for k in this])
         except Exception as exc:  # a task failed: its reason is in the Java error's text
