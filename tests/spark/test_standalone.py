@@ -39,7 +39,7 @@ def test_a_queue_into_parquet_on_a_standalone_master_and_worker(spark, broker_fa
             [sys.executable, str(HERE / "standalone_job.py"), cluster.master_url, url, "standalone.q", str(out),
              str(ck), str(tmp_path / "driver"), "startingOffsets=earliest", "messagesPerPartition=100",
              "maxMessagesPerBatch=300"],
-            env=cluster.env(), capture_output=True, text=True, timeout=240)
+            env=cluster.env(), capture_output=True, text=True, timeout=180)
         assert job.returncode == 0, f"{job.stdout[-3000:]}\n{job.stderr[-5000:]}"
         ran = json.loads(job.stdout.strip().splitlines()[-1])
         assert ran["master"] == cluster.master_url and ran["batches"] == 2
