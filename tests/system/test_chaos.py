@@ -161,3 +161,31 @@ def test_chaos_seed(seed, tmp_path):
     print(result.report())
     assert result.ok, result.report()
     assert result.verdict.confirmed > 0
+
+
+# topology="spark": one broker whose consumer is a Spark streaming query (readStream.format("petrel")
+# -> Parquet with a checkpoint, Trigger.AvailableNow pass after pass, in a process of its own), killed
+# with SIGKILL at random moments and started again from its checkpoint, the broker killed or stopped
+# too; the output read back through Spark must hold every confirmed message exactly once. 9004: CORE
+# transacted sends, paging, the query killed twice and the broker twice; 9001: STOMP with large
+# messages, the broker killed, then the query.
+SPARK_SEEDS = [9004, 9001]
+
+
+def test_the_spark_seeds_cover_both_protocols_and_the_query_kill():
+    plans = [make_plan(seed, topology="spark") for seed in SPARK_SEEDS]
+    assert {p.protocol for p in plans} == set(DIMENSIONS["protocol"])
+    assert all("query_kill9" in p.fault_kinds for p in plans)
+    assert any("kill9" in p.fault_kinds for p in plans)
+    assert all(p.destination == "queue" and p.persistent and p.consumers == 0 for p in plans)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("seed", SPARK_SEEDS)
+def test_chaos_spark_seed(seed, tmp_path):
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install petrel[spark])")
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install petrel[spark])")
+    result = _run(seed, "spark", tmp_path)
+    assert result.ok, result.report()
+    assert result.verdict.confirmed > 0 and result.injected.get("query_kill9", 0) >= 1

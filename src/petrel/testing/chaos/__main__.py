@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the message counts")
     parser.add_argument("--topology", choices=TOPOLOGIES + EXTRA_TOPOLOGIES,
                         help="replace the drawn topology (pair: a shared-store primary and backup; replication: a "
-                             "replicating primary and backup; drain: a broker killed and drained into another)")
+                             "replicating primary and backup; drain: a broker killed and drained into another; spark: "
+                             "a Spark streaming query for the consumer, killed and restarted)")
     parser.add_argument("--workdir", type=Path, help="where the brokers' directories go (default: a temp dir)")
     parser.add_argument("--plan", action="store_true", help="print the plan(s) only, run nothing")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every run's report, not only failures'")

@@ -14,6 +14,8 @@
 - In a replication pair ``link_cut`` / ``link_freeze`` hit the proxies between live and backup,
   and a live is killed only while its backup is in sync (else the fault is skipped: a double fault).
 - ``drain``: the drain topology's source killed and emptied by ``petrel drain`` (`drain.DrainPair`).
+- ``query_kill9``: the spark topology's query process group killed (SIGKILL), started again from
+  its checkpoint after the hold (`spark.SparkQuery`).
 """
 
 from __future__ import annotations
@@ -105,10 +107,11 @@ class Injector:
         self.skipped: dict[str, str] = {}
         self.restarted = False
         self.drain_kills: tuple[float, ...] = ()
+        self.query = None  # the spark topology's SparkQuery
 
     def apply(self, fault: Fault) -> None:
         kind = fault.kind
-        node = self.nodes[fault.node] if kind != "consumer_drop" else None
+        node = self.nodes[fault.node] if kind not in ("consumer_drop", "query_kill9") else None
         failovers = len(node.failovers) if hasattr(node, "failovers") else None
         if kind in ("kill9", "sigterm") and hasattr(node, "cannot_fail"):
             why = node.cannot_fail()
@@ -137,6 +140,8 @@ class Injector:
         elif kind == "drain":
             self.drain.begin(self.drain_kills, self.timeline)
             self.restarted = True  # the source's non-durable messages die with it
+        elif kind == "query_kill9":
+            self.query.kill9()
         elif kind == "consumer_drop":
             consumers = self.workload.consumers
             consumers[fault.node % len(consumers)].drop(fault.hold)
@@ -165,6 +170,8 @@ class Injector:
             if node.proc is None or node.proc.poll() is not None:
                 # a replication pair settles (the restarted one syncs) while the run goes on
                 node.start(wait=False) if hasattr(node, "cannot_fail") else node.start()
+        elif kind == "query_kill9":
+            self.query.start()
         elif kind in ("link_cut", "link_freeze"):
             if hasattr(self.nodes[fault.node], "cut"):
                 self.nodes[fault.node].heal()

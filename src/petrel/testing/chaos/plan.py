@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "HA_FAULT_KINDS", "Fault", "Plan", "make_plan"]
+__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "HA_FAULT_KINDS", "SPARK_FAULT_KINDS", "Fault",
+           "Plan", "make_plan"]
 
 PROTOCOLS = ("STOMP", "CORE")
 ACK_MODES = ("auto", "client", "client-individual", "transacted")
@@ -22,10 +23,12 @@ TOPOLOGIES = ("single", "cluster")
 #: A topology a run gets only when asked for (``make_plan(seed, topology="pair")``), so that the
 #: seeds drawn before it keep their plans: a shared-store primary and backup serving as one node,
 #: every fault that hits "the node" hitting whichever of the two is live.
-EXTRA_TOPOLOGIES = ("pair", "replication", "drain")
+EXTRA_TOPOLOGIES = ("pair", "replication", "drain", "spark")
 #: replication: a primary and a backup with a data directory each (`replication.ReplicationPair`),
 #: serving as one node; drain: a broker killed mid-run and emptied by ``petrel drain`` into
-#: another broker, the clients moving over to that one (`drain.DrainPair`).
+#: another broker, the clients moving over to that one (`drain.DrainPair`); spark: one broker whose
+#: consumer is a Spark streaming query into Parquet, killed and restarted from its checkpoint
+#: (`spark.SparkQuery`): queues only, persistent sends, plain messages, no limit or PAGE.
 #: kill9/sigterm: a broker killed (or stopped) and started again; link_cut/link_freeze: one
 #: node's cluster links reset or silent for a while; consumer_drop: a consumer's connection
 #: dropped between receiving a batch and acknowledging it; disk_full: the data directory's
@@ -35,6 +38,9 @@ FAULT_KINDS = ("kill9", "sigterm", "link_cut", "link_freeze", "consumer_drop", "
 #: the hold; drain: the drain topology's first broker killed and drained into the other by
 #: ``petrel drain``, the drainer itself killed at the plan's `drain_kills` and run again.
 HA_FAULT_KINDS = ("backup_kill9", "drain")
+#: query_kill9: the spark topology's query process group killed (SIGKILL), started again from its
+#: checkpoint after the hold.
+SPARK_FAULT_KINDS = ("query_kill9",)
 
 #: The values each dimension takes (the coverage of a set of seeds is checked against these).
 DIMENSIONS: dict[str, tuple] = {
@@ -62,6 +68,8 @@ class Fault:
 
     def describe(self) -> str:
         target = f"consumer {self.node}" if self.kind == "consumer_drop" else f"node {self.node}"
+        if self.kind == "query_kill9":
+            target = "the spark query"
         return f"t+{self.at:.1f}s {self.kind} {target} (held {self.hold:.1f}s)"
 
 
@@ -90,6 +98,8 @@ class Plan:
     lock: str = "none"
     # drain only: seconds after each start at which the drainer is killed (then run again)
     drain_kills: tuple[float, ...] = ()
+    # spark only: the query's maxMessagesPerBatch (0: everything available in one batch)
+    batch_limit: int = 0
 
     @property
     def nodes(self) -> int:
@@ -125,6 +135,8 @@ class Plan:
             work += f" failback={self.failback} lock={self.lock}"
         if self.topology == "drain":
             work += f" drainer killed after {', '.join(f'{k:.2f}s' for k in self.drain_kills)}"
+        if self.topology == "spark":
+            work += f" query maxMessagesPerBatch={self.batch_limit or 'unlimited'}"
         return f"seed {self.seed}: {head}\n  {work}\n  faults: {faults}"
 
     def as_dict(self) -> dict:
@@ -158,7 +170,7 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
     kinds = ["kill9", "sigterm", "consumer_drop", "disk_full"]
     if nodes > 1:
         kinds += ["link_cut", "link_freeze"]
-    failback, lock, drain_kills = False, "none", ()
+    failback, lock, drain_kills, batch_limit = False, "none", (), 0
     faults = []
     if topology == "replication":
         failback = rng.random() < 0.5
@@ -169,6 +181,14 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
         kinds = ["kill9", "sigterm", "consumer_drop"]
         drain_kills = tuple(round(rng.uniform(0.15, 0.8), 2) for _ in range(rng.randint(1, 4)))
         faults.append(Fault("drain", round(rng.uniform(0.2, 0.6) * duration, 2), 0, 0.0))
+    elif topology == "spark":
+        # the consumer is a Spark query (one): the faults kill it or the broker
+        kinds = ["kill9", "kill9", "sigterm", "query_kill9"]
+        # (a broker restart skips the rest of a queue's block of 10,000 sequence numbers, and the
+        # limit counts numbers: a small one crawls over the gap in empty batches)
+        batch_limit = rng.choice((500, 2000, 0))
+        faults.append(Fault("query_kill9", round(rng.uniform(0.1, 0.85) * duration, 2), 0,
+                            round(rng.uniform(0.2, 1.5), 2)))
     for _ in range(rng.choice((1, 1, 2, 3)) - (topology == "drain")):
         kind = rng.choice(kinds)
         if kind == "disk_full" and any(f.kind == "disk_full" for f in faults):
@@ -181,6 +201,10 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
             hold *= 3  # past the ZooKeeper session (2 s): the backup tries the lock while the live holds it
         faults.append(Fault(kind, round(rng.uniform(0.1, 0.85) * duration, 2), node, round(hold, 2)))
     faults.sort(key=lambda f: f.at)
+    if topology == "spark":  # what the Spark source reads: queues of persistent, plain messages; no BLOCK
+        destination, persistent, feature, churn = "queue", True, "plain", False
+        limit = "PAGE" if limit == "BLOCK" else limit
+        consumers, subscriptions = 0, 0
     return Plan(seed, protocol, ack, persistent, size, limit, feature, destination, topology, churn,
                 duplicate_ids, producers, consumers, subscriptions, messages, duration, tuple(faults),
-                failback, lock, drain_kills)
+                failback, lock, drain_kills, batch_limit)

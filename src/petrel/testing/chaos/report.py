@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from petrel.testing.chaos.plan import FAULT_KINDS, HA_FAULT_KINDS
+from petrel.testing.chaos.plan import FAULT_KINDS, HA_FAULT_KINDS, SPARK_FAULT_KINDS
 from petrel.testing.chaos.runner import RunResult
 
 __all__ = ["Totals", "print_table"]
@@ -31,7 +31,7 @@ class Totals:
 
     def rows(self) -> list[tuple[str, str]]:
         rows = [("runs", str(len(self.results))), ("runs failed", str(len(self.failed)))]
-        for kind in FAULT_KINDS + HA_FAULT_KINDS:
+        for kind in FAULT_KINDS + HA_FAULT_KINDS + SPARK_FAULT_KINDS:
             label = f"faults: {kind}"
             value = str(self.faults[kind])
             if self.skipped[kind]:

@@ -21,6 +21,7 @@ from petrel.testing.chaos.ledger import Ledger, Verdict
 from petrel.testing.chaos.drain import DrainPair
 from petrel.testing.chaos.pair import SharedStorePair
 from petrel.testing.chaos.replication import LiveDisk, ReplicationPair
+from petrel.testing.chaos.spark import SparkQuery, spark_available
 from petrel.testing.chaos.plan import EXTRA_TOPOLOGIES, LARGE_THRESHOLD, Plan, make_plan
 from petrel.testing.chaos.timeline import Timeline
 from petrel.testing.chaos.workload import QUEUE, TOPIC, Ports, Workload, streams_of
@@ -309,12 +310,15 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
     workdir = Path(workdir)
     problems: list[str] = []
     brokers = _Brokers(plan, workdir, timeline)
-    injector = None
+    injector = query = None
     try:
         brokers.start()
+        if plan.topology == "spark":
+            query = _start_query(plan, brokers, workdir, timeline)
         workload = Workload(plan, ledger, timeline, brokers.ports(), brokers.consumer_ports())
         injector = Injector(brokers.nodes, brokers.proxies, brokers.disks, workload, timeline, brokers.drain)
         injector.drain_kills = plan.drain_kills
+        injector.query = query
         workload.start_consumers()
         if plan.nodes > 1 and plan.destination == "queue":
             for c in workload.consumers:
@@ -338,7 +342,8 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
                             "a hang?")
         if brokers.drain is not None:
             problems += brokers.drain.wait()  # the consumers read what the drainer brings to the target
-        _settle(workload)
+        if query is None:
+            _settle(workload)
         workload.stop()
         problems += workload.errors()
         injector.heal_all()
@@ -355,10 +360,13 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
         if isinstance(brokers.pair, ReplicationPair):
             brokers.pair.wait_ready()  # every restarted process is back as the backup, in sync
             timeline.note(f"the pair settled: {brokers.pair.states()}")
-        problems += drain(brokers, ledger, timeline)
-        timeline.note("restart every broker")
-        brokers.restart()
-        problems += drain(brokers, ledger, timeline, timeout=60)
+        if query is not None:
+            problems += _finish_query(plan, query, brokers, ledger, timeline)
+        else:
+            problems += drain(brokers, ledger, timeline)
+            timeline.note("restart every broker")
+            brokers.restart()
+            problems += drain(brokers, ledger, timeline, timeout=60)
     except Exception as exc:  # noqa: BLE001 - reported with the seed
         where = [f for f in traceback.extract_tb(exc.__traceback__) if "/petrel/" in f.filename][-1]
         problems.append(f"run aborted: {exc!r} ({Path(where.filename).name}:{where.lineno} in {where.name})")
@@ -366,6 +374,8 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
     finally:
         if isinstance(brokers.pair, ReplicationPair):
             problems += brokers.pair.two_lives
+        if query is not None:
+            query.stop()
         try:
             brokers.close()
         except Exception as exc:  # noqa: BLE001
@@ -378,6 +388,35 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
     if result.ok:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def _start_query(plan: Plan, brokers: _Brokers, workdir: Path, timeline: Timeline) -> SparkQuery:
+    """The spark topology's consumer: the queue made, the query process started and ready (its
+    JVM up) before the first send."""
+    missing = spark_available()
+    if missing:
+        raise RuntimeError(f"the spark topology needs pyspark: {missing}")
+    node = brokers.nodes[0]
+    with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
+        conn.create_queue(QUEUE, QUEUE, "ANYCAST", exists_ok=True)
+    query = SparkQuery(workdir, f"tcp://127.0.0.1:{node.port}", QUEUE, timeline, max_per_batch=plan.batch_limit)
+    query.start()
+    query.wait_ready()
+    timeline.note("the spark query is ready")
+    return query
+
+
+def _finish_query(plan: Plan, query: SparkQuery, brokers: _Brokers, ledger: Ledger, timeline: Timeline) -> list[str]:
+    """The query's last run and its output into the ledger; what the queue still holds is its
+    last batch (in the output already), so it is counted, not drained."""
+    problems = query.finish()
+    problems += query.feed(ledger, QUEUE, str(plan.seed) if plan.duplicate_ids else None)
+    held = {q["name"]: q["message_count"] for q in _queues(brokers.nodes[0]) if not q["name"].startswith("$")}
+    timeline.note(f"after the query: {query.starts} query processes, {query.kills} killed; the broker holds {held}")
+    for dead in DEAD_ENDS:
+        if held.get(dead):
+            problems.append(f"{held[dead]} messages in {dead}")
+    return problems
 
 
 def _inject(plan: Plan, injector: Injector, t0: float, brokers: _Brokers, timeline: Timeline) -> None:
