@@ -43,6 +43,14 @@ def bridge_dup_id(node_id: str, message_id: int) -> str:
     return f"{node_id}:{message_id}"
 
 
+def migration_dup_id(node_id: str, queue_id: int, seq: int) -> str:
+    """The duplicate ID of one queue's message that a migration moves (scale-down, the drainer,
+    `petrel spark recover`): the origin node, and the queue's sequence number, which a message
+    keeps for good (its message id does not: a paged message gets a new one when it leaves its
+    page, and a drain killed before that reached the disk would send it again under another)."""
+    return f"{node_id}:{seq}@{queue_id}"
+
+
 def bridge_dup_sender(dup_id: str) -> str:
     """The node that sent a bridged copy (see `bridge_dup_id`)."""
     return dup_id.rpartition(":")[0]

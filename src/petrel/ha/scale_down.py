@@ -42,7 +42,15 @@ from petrel.codec.core.cluster import (
 )
 from petrel.core.queue import Consumer
 from petrel.core.message import DUPLICATE_ID
-from petrel.core.remote import INSTANCE, KEY_SEPARATOR, MIGRATED_DELIVERY_COUNT, ROUTE_TO, SYNC_FIRST, bridge_dup_id
+from petrel.core.remote import (
+    INSTANCE,
+    KEY_SEPARATOR,
+    MIGRATED_DELIVERY_COUNT,
+    ROUTE_TO,
+    SYNC_FIRST,
+    bridge_dup_id,
+    migration_dup_id,
+)
 
 if TYPE_CHECKING:
     from petrel.core.queue import MessageReference, Queue
@@ -275,7 +283,7 @@ class Migration:
         bridged = self._for_target(ref.queue)
         if message.large is None and not bridged:
             # one ID per copy: a message in two queues (two subscriptions) moves twice, once for each
-            dup = f"{bridge_dup_id(self.broker.node_id, message.id)}@{ref.queue.id}"
+            dup = migration_dup_id(self.broker.node_id, ref.queue.id, ref.seq)
             self._add_to_batch(rt, [ref.queue.name], Migrated(
                 message.address, message.durable, message.priority, message.expiration, message.timestamp,
                 message.scheduled, properties, message.body, ref.delivery_count, dup))
@@ -291,7 +299,7 @@ class Migration:
             dup = bridge_dup_id(self.broker.node_id, message.id)
         else:
             keys = [ref.queue.name]
-            dup = f"{bridge_dup_id(self.broker.node_id, message.id)}@{ref.queue.id}"
+            dup = migration_dup_id(self.broker.node_id, ref.queue.id, ref.seq)
         if message.large is None:
             link.send(Forward(*head, message.body, False, keys, dup))
             return

@@ -5,7 +5,7 @@ speaks the drainer's migration protocol (``petrel.ha.scale_down``) over one CORE
 MIGRATION_BEGIN with the cluster credentials and the *origin* node ID (the data directory's
 ``server.lock``), MIGRATE_QUEUE to create the queue as it was there, then MIGRATE_BATCH frames
 (large bodies as FORWARD + SEND_CHUNK, streamed from ``large-messages/``). Each message
-carries the drainer's duplicate ID, ``<origin node>:<message id>@<queue id>``, which the
+carries the drainer's duplicate ID, ``<origin node>:<seq>@<queue id>``, which the
 target keeps in its ``MIGRATION.<origin>`` cache: a message the drainer (or an earlier
 recover) already moved is dropped there, so nothing arrives twice.
 
@@ -29,7 +29,7 @@ from petrel.codec.core import Connected, CreateSession, Error, Result, SendConfi
 from petrel.codec.core.cluster import Forward, MigrateBatch, Migrated, MigrateQueue, MigrationBegin
 from petrel.core.message import DUPLICATE_ID, Message, decode_message
 from petrel.core.recovery import QUEUE_ATTRIBUTES
-from petrel.core.remote import INSTANCE, MIGRATED_DELIVERY_COUNT, bridge_dup_id
+from petrel.core.remote import INSTANCE, MIGRATED_DELIVERY_COUNT, bridge_dup_id, migration_dup_id
 from petrel.storage.file_store import unpack
 from petrel.storage.journal.records import decode_raw
 
@@ -49,11 +49,6 @@ _PAGE_HEAD = struct.Struct("<II")  # a page record: u32 length, u32 crc32
 
 class MigrateFailed(Exception):
     """The target could not be reached, refused the migration or a message, or went silent."""
-
-
-def migration_dup_id(origin: str, message_id: int, queue_id: int) -> str:
-    """The drainer's duplicate ID of one copy (one queue's reference) of a message."""
-    return f"{bridge_dup_id(origin, message_id)}@{queue_id}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +74,7 @@ class MessageRef:
     file: str  # relative to data_dir
     offset: int
     message_id: int
+    seq: int  # in its queue: with the origin and the queue, the message's duplicate ID
     delivery_count: int = 0
 
 
@@ -321,7 +317,7 @@ async def _migrate(target: str, origin: str, user: str, password: str, queue: Qu
             properties = dict(message.properties)
             if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
                 properties.setdefault(INSTANCE, bridge_dup_id(origin, message.id))
-            dup = migration_dup_id(origin, message.id, queue.queue_id)
+            dup = migration_dup_id(origin, queue.queue_id, ref.seq)
             if message.large is None:
                 batch.append(Migrated(message.address, message.durable, message.priority, message.expiration,
                                       message.timestamp, message.scheduled, properties, message.body,

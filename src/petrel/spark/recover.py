@@ -228,7 +228,7 @@ def _sender(target: str, user: str, password: str, nodes: dict[str, str], specs:
             return iter(())
         first = rows[0]
         spec = specs[(first.data_dir, first.queue_id)]
-        refs = (MessageRef(r.data_dir, r.source, r.file, r.offset, r.message_id, r.delivery_count or 0)
+        refs = (MessageRef(r.data_dir, r.source, r.file, r.offset, r.message_id, r.seq, r.delivery_count or 0)
                 for r in rows)
         sent = migrate_chunk(target, nodes[first.data_dir], user, password, spec, refs, timeout=timeout)
         return iter([(first.data_dir, first.queue_id, sent.confirmed)])
