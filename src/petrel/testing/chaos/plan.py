@@ -23,12 +23,14 @@ TOPOLOGIES = ("single", "cluster")
 #: A topology a run gets only when asked for (``make_plan(seed, topology="pair")``), so that the
 #: seeds drawn before it keep their plans: a shared-store primary and backup serving as one node,
 #: every fault that hits "the node" hitting whichever of the two is live.
-EXTRA_TOPOLOGIES = ("pair", "replication", "drain", "spark")
+EXTRA_TOPOLOGIES = ("pair", "replication", "drain", "spark", "spark-sink")
 #: replication: a primary and a backup with a data directory each (`replication.ReplicationPair`),
 #: serving as one node; drain: a broker killed mid-run and emptied by ``petrel drain`` into
 #: another broker, the clients moving over to that one (`drain.DrainPair`); spark: one broker whose
 #: consumer is a Spark streaming query into Parquet, killed and restarted from its checkpoint
-#: (`spark.SparkQuery`): queues only, persistent sends, plain messages, no limit or PAGE.
+#: (`spark.SparkQuery`): queues only, persistent sends, plain messages, no limit or PAGE; spark-sink:
+#: the other way round, a Spark query publishing files of rows into the queue through the sink
+#: (the producers' messages are its rows), killed and restarted alike, the queue drained at the end.
 #: kill9/sigterm: a broker killed (or stopped) and started again; link_cut/link_freeze: one
 #: node's cluster links reset or silent for a while; consumer_drop: a consumer's connection
 #: dropped between receiving a batch and acknowledging it; disk_full: the data directory's
@@ -100,6 +102,8 @@ class Plan:
     drain_kills: tuple[float, ...] = ()
     # spark only: the query's maxMessagesPerBatch (0: everything available in one batch)
     batch_limit: int = 0
+    # spark-sink only: rows per broker transaction (the sink's chunkSize)
+    sink_chunk: int = 0
 
     @property
     def nodes(self) -> int:
@@ -137,7 +141,14 @@ class Plan:
             work += f" drainer killed after {', '.join(f'{k:.2f}s' for k in self.drain_kills)}"
         if self.topology == "spark":
             work += f" query maxMessagesPerBatch={self.batch_limit or 'unlimited'}"
+        if self.topology == "spark-sink":
+            work += f" query: {self.rows_per_file} rows per file (micro-batch), chunkSize={self.sink_chunk}"
         return f"seed {self.seed}: {head}\n  {work}\n  faults: {faults}"
+
+    @property
+    def rows_per_file(self) -> int:
+        """spark-sink: the rows of one input file, so of one micro-batch."""
+        return self.batch_limit or 1000  # drawn for spark-sink
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -170,7 +181,7 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
     kinds = ["kill9", "sigterm", "consumer_drop", "disk_full"]
     if nodes > 1:
         kinds += ["link_cut", "link_freeze"]
-    failback, lock, drain_kills, batch_limit = False, "none", (), 0
+    failback, lock, drain_kills, batch_limit, sink_chunk = False, "none", (), 0, 0
     faults = []
     if topology == "replication":
         failback = rng.random() < 0.5
@@ -181,7 +192,7 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
         kinds = ["kill9", "sigterm", "consumer_drop"]
         drain_kills = tuple(round(rng.uniform(0.15, 0.8), 2) for _ in range(rng.randint(1, 4)))
         faults.append(Fault("drain", round(rng.uniform(0.2, 0.6) * duration, 2), 0, 0.0))
-    elif topology == "spark":
+    elif topology in ("spark", "spark-sink"):
         # the consumer is a Spark query (one): the faults kill it or the broker
         kinds = ["kill9", "kill9", "sigterm", "query_kill9"]
         # (a broker restart skips the rest of a queue's block of 10,000 sequence numbers, and the
@@ -201,10 +212,13 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
             hold *= 3  # past the ZooKeeper session (2 s): the backup tries the lock while the live holds it
         faults.append(Fault(kind, round(rng.uniform(0.1, 0.85) * duration, 2), node, round(hold, 2)))
     faults.sort(key=lambda f: f.at)
-    if topology == "spark":  # what the Spark source reads: queues of persistent, plain messages; no BLOCK
+    if topology == "spark-sink":  # the rows in 3 to 10 files (micro-batches)
+        sink_chunk = rng.choice((10, 50, 200))
+        batch_limit = max(10, producers * messages // rng.choice((3, 6, 10)))
+    if topology in ("spark", "spark-sink"):  # what the Spark source reads: queues of persistent, plain messages; no BLOCK
         destination, persistent, feature, churn = "queue", True, "plain", False
         limit = "PAGE" if limit == "BLOCK" else limit
         consumers, subscriptions = 0, 0
     return Plan(seed, protocol, ack, persistent, size, limit, feature, destination, topology, churn,
                 duplicate_ids, producers, consumers, subscriptions, messages, duration, tuple(faults),
-                failback, lock, drain_kills, batch_limit)
+                failback, lock, drain_kills, batch_limit, sink_chunk)

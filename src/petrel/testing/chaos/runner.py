@@ -11,13 +11,13 @@ from __future__ import annotations
 import shutil
 import traceback
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from petrel.client import Connection
 from petrel.testing.chaos.channels import body_mid
 from petrel.testing.chaos.faults import DiskMount, Injector
-from petrel.testing.chaos.ledger import Ledger, Verdict
+from petrel.testing.chaos.ledger import Ledger, Verdict, message_id
 from petrel.testing.chaos.drain import DrainPair
 from petrel.testing.chaos.pair import SharedStorePair
 from petrel.testing.chaos.replication import LiveDisk, ReplicationPair
@@ -313,9 +313,10 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
     injector = query = None
     try:
         brokers.start()
-        if plan.topology == "spark":
-            query = _start_query(plan, brokers, workdir, timeline)
-        workload = Workload(plan, ledger, timeline, brokers.ports(), brokers.consumer_ports())
+        if plan.topology in ("spark", "spark-sink"):
+            query = _start_query(plan, brokers, workdir, timeline, ledger)
+        workload = Workload(replace(plan, producers=0) if plan.topology == "spark-sink" else plan, ledger, timeline,
+                            brokers.ports(), brokers.consumer_ports())
         injector = Injector(brokers.nodes, brokers.proxies, brokers.disks, workload, timeline, brokers.drain)
         injector.drain_kills = plan.drain_kills
         injector.query = query
@@ -360,7 +361,9 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
         if isinstance(brokers.pair, ReplicationPair):
             brokers.pair.wait_ready()  # every restarted process is back as the backup, in sync
             timeline.note(f"the pair settled: {brokers.pair.states()}")
-        if query is not None:
+        if query is not None and query.sink_chunk:
+            problems += _finish_sink(plan, query, brokers, ledger, timeline)
+        elif query is not None:
             problems += _finish_query(plan, query, brokers, ledger, timeline)
         else:
             problems += drain(brokers, ledger, timeline)
@@ -390,18 +393,25 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
     return result
 
 
-def _start_query(plan: Plan, brokers: _Brokers, workdir: Path, timeline: Timeline) -> SparkQuery:
+def _start_query(plan: Plan, brokers: _Brokers, workdir: Path, timeline: Timeline, ledger: Ledger) -> SparkQuery:
     """The spark topology's consumer: the queue made, the query process started and ready (its
-    JVM up) before the first send."""
+    JVM up) before the first send. spark-sink: the query is the producer, its input files written
+    (every row sent, confirmed once the query has run to the end)."""
     missing = spark_available()
     if missing:
         raise RuntimeError(f"the spark topology needs pyspark: {missing}")
     node = brokers.nodes[0]
     with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
         conn.create_queue(QUEUE, QUEUE, "ANYCAST", exists_ok=True)
-    query = SparkQuery(workdir, f"tcp://127.0.0.1:{node.port}", QUEUE, timeline, max_per_batch=plan.batch_limit)
+    query = SparkQuery(workdir, f"tcp://127.0.0.1:{node.port}", QUEUE, timeline, max_per_batch=plan.batch_limit,
+                       sink_chunk=plan.sink_chunk)
     query.start()
     query.wait_ready()
+    if plan.sink_chunk:  # after the query's first pass (an empty input): read from the next one
+        mids = _sink_rows(plan)
+        for mid in mids:
+            ledger.sent(mid, (QUEUE,))
+        query.write_input(mids, plan.rows_per_file, plan.body_size)
     timeline.note("the spark query is ready")
     return query
 
@@ -412,10 +422,44 @@ def _finish_query(plan: Plan, query: SparkQuery, brokers: _Brokers, ledger: Ledg
     problems = query.finish()
     problems += query.feed(ledger, QUEUE, str(plan.seed) if plan.duplicate_ids else None)
     held = {q["name"]: q["message_count"] for q in _queues(brokers.nodes[0]) if not q["name"].startswith("$")}
-    timeline.note(f"after the query: {query.starts} query processes, {query.kills} killed; the broker holds {held}")
+    timeline.note(f"after the query: {query.starts} query processes, {query.kills} killed "
+                  f"({query.mid_batch} mid-batch); the broker holds {held}")
     for dead in DEAD_ENDS:
         if held.get(dead):
             problems.append(f"{held[dead]} messages in {dead}")
+    return problems
+
+
+def _sink_rows(plan: Plan) -> list[str]:
+    return [message_id(p, i) for p in range(plan.producers) for i in range(plan.messages)]
+
+
+def _finish_sink(plan: Plan, query: SparkQuery, brokers: _Brokers, ledger: Ledger, timeline: Timeline) -> list[str]:
+    """The sink query's last run; then every row is confirmed, and the queue drained must hold
+    each exactly once."""
+    problems = query.finish()
+    if not problems:
+        ledger.confirmed(_sink_rows(plan))
+
+    class Found:  # what `_drain_queue` takes, in order
+        def __init__(self) -> None:
+            self.mids: list[str] = []
+
+        def drained(self, stream, mid):
+            self.mids.append(mid)
+
+        def ack_confirmed(self, stream, mids):
+            pass
+
+    found = Found()
+    node = brokers.nodes[0]
+    with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
+        _drain_queue(conn, QUEUE, QUEUE, found)
+    query.count_drained(ledger, QUEUE, found.mids)
+    held = {q["name"]: q["message_count"] for q in _queues(node) if not q["name"].startswith("$")}
+    timeline.note(f"after the sink query: {query.starts} query processes, {query.kills} killed "
+                  f"({query.mid_batch} mid-batch); {len(found.mids)} drained; the broker holds {held}")
+    problems += [f"{n} messages left in {name}" for name, n in held.items() if n]
     return problems
 
 

@@ -10,6 +10,11 @@ wrote); `feed` gives the ledger every row: a message's first row is its delivery
 acknowledgement, any further row of it a DUPLICATE; a confirmed message without a row is LOST.
 What the queue still holds afterwards is the last batch (its cursor moves one batch late) and is
 not drained: it is in the output already.
+
+The ``spark-sink`` topology turns it round: the query writes JSON files of rows into the queue
+through ``writeStream.format("petrel")`` (its duplicate IDs from the query, batch, partition and
+row), killed and restarted the same way; after its last run the queue is drained and each row
+must be there exactly once (`count_drained`).
 """
 
 from __future__ import annotations
@@ -46,16 +51,23 @@ def spark_available() -> str | None:
 class SparkQuery:
     """The query process: `start`, `kill9` (the fault), `finish` (the last run), `result`."""
 
-    def __init__(self, workdir: Path, url: str, queue: str, timeline: Timeline, *, max_per_batch: int = 0) -> None:
+    def __init__(self, workdir: Path, url: str, queue: str, timeline: Timeline, *, max_per_batch: int = 0,
+                 sink_chunk: int = 0) -> None:
+        """`sink_chunk`: the sink's rows per broker transaction (0: the query is the source)."""
         self.dir = Path(workdir) / "spark"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.url, self.queue, self.timeline = url, queue, timeline
         self.max_per_batch = max_per_batch
+        self.sink_chunk = sink_chunk
+        self.input = self.dir / "input"
+        if sink_chunk:
+            self.input.mkdir(exist_ok=True)  # empty until the query is ready
         self.finish_file = self.dir / "finish"
         self.result_file = self.dir / "result.json"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self.kills = 0
+        self.mid_batch = 0  # kills that came between a batch's offsets and its commit
         self.failures: list[str] = []  # exits the harness did not cause
 
     def command(self) -> list[str]:
@@ -63,7 +75,19 @@ class SparkQuery:
         return [sys.executable, "-m", "petrel.testing.chaos.spark_job", "--url", self.url, "--queue", self.queue,
                 "--output", str(d / "output"), "--checkpoint", str(d / "checkpoint"), "--scratch", str(d / "scratch"),
                 "--finish", str(self.finish_file), "--result", str(self.result_file),
-                "--max-per-batch", str(self.max_per_batch)]
+                "--max-per-batch", str(self.max_per_batch)] + (
+                    ["--mode", "sink", "--input", str(self.input), "--chunk", str(self.sink_chunk)]
+                    if self.sink_chunk else [])
+
+    def write_input(self, mids: list[str], per_file: int, body_size: int) -> None:
+        """The sink's input: JSON files of `per_file` rows (one micro-batch each)."""
+        self.input.mkdir(parents=True, exist_ok=True)
+        for n, at in enumerate(range(0, len(mids), per_file)):
+            lines = [json.dumps({"body": f"{mid}|" + "x" * max(body_size - len(mid) - 1, 0)})
+                     for mid in mids[at:at + per_file]]
+            tmp = self.dir / f"part-{n:05d}.json"
+            tmp.write_text("\n".join(lines) + "\n")
+            tmp.replace(self.input / tmp.name)
 
     def _log(self, n: int, kind: str) -> Path:
         return self.dir / f"query-{n}.{kind}"
@@ -98,8 +122,9 @@ class SparkQuery:
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         def ready() -> bool:
             if not self.running():
+                failed = [e["error"] for e in self.events() if e.get("event") == "failed"]
                 raise RuntimeError(f"the spark query exited {self.proc.returncode if self.proc else '?'} "
-                                   f"before it was ready: {self._stderr_tail()}")
+                                   f"before it was ready: {failed[-1] if failed else self._stderr_tail()}")
             return any(e.get("event") == "ready" for e in self.events())
         wait_for(ready, timeout, 0.1, message=f"the spark query was not ready in {timeout:.0f}s")
 
@@ -108,12 +133,22 @@ class SparkQuery:
         if not self.running():
             self.timeline.note("query_kill9: the spark query is not running")
             return
-        runs = [e for e in self.events() if e.get("event") == "run"]
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
         self.kills += 1
-        self.timeline.note(f"spark query process {self.starts - 1} killed after {len(runs)} runs "
-                           f"({sum(e['batches'] for e in runs)} batches, {sum(e['rows'] for e in runs)} rows)")
+        planned, done = self.batches()
+        if planned > done:
+            self.mid_batch += 1
+        state = f"mid-batch (batch {planned - 1} planned, not committed)" if planned > done else \
+            f"between batches ({done} committed)"
+        self.timeline.note(f"spark query process {self.starts - 1} killed {state}")
+
+    def batches(self) -> tuple[int, int]:
+        """(micro-batches planned, committed) by the checkpoint's offset and commit logs."""
+        def count(kind: str) -> int:
+            d = self.dir / "checkpoint" / kind
+            return sum(1 for p in d.iterdir() if p.name.isdigit()) if d.is_dir() else 0
+        return count("offsets"), count("commits")
 
     def _reap(self) -> None:
         """Record an exit the harness did not cause (a failed query)."""
@@ -144,9 +179,12 @@ class SparkQuery:
                     self.timeline.note(f"spark query process {n}: {len(runs)} runs: " + ", ".join(
                         f"{e['batches']} batches {e['rows']} rows {e['seconds']}s" for e in runs))
                 done = [e for e in self.events() if e.get("event") == "done"]
-                if done:
+                if done and self.sink_chunk:
+                    self.timeline.note("spark sink query finished")
+                elif done:
                     self.timeline.note(f"spark query finished: {done[-1]['rows']} rows read back through Spark, "
-                                       f"{done[-1]['raw_rows']} rows in {done[-1]['files']} Parquet files")
+                                       f"{done[-1]['raw_rows']} rows in {done[-1]['files']} Parquet files "
+                                       f"({done[-1].get('torn_files', 0)} unreadable)")
                 return list(self.failures)
             self._reap()
             if len(self.failures) >= MAX_FAILURES:
@@ -173,6 +211,17 @@ class SparkQuery:
             if dup_id != want and len(problems) < 5:
                 problems.append(f"row {node}/{seq} of {mid}: dup_id {dup_id!r}, sent with {want!r}")
         return problems
+
+    @staticmethod
+    def count_drained(ledger: Ledger, stream: str, mids: list[str]) -> None:
+        """What a drain of the sink's queue found into the ledger: a row's first copy is its
+        delivery and acknowledgement, any further copy a DUPLICATE."""
+        seen: set[str] = set()
+        for mid in mids:
+            ledger.delivered(stream, mid)
+            if mid not in seen:
+                seen.add(mid)
+                ledger.ack_confirmed(stream, [mid])
 
     def stop(self) -> None:
         if self.running():
