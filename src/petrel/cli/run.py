@@ -48,8 +48,5 @@ def run(ctx: click.Context, config_file: Path | None, **flags: object) -> None:
         from petrel.server.broker import run as run_broker
     except ImportError as exc:
         raise PetrelError(f"the broker cannot be loaded: {exc}") from None
-    from petrel.server import heap
-
-    heap.tune_process()  # this process is the broker
     code = run_broker(config)
     ctx.exit(code if isinstance(code, int) else 0)

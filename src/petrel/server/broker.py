@@ -421,7 +421,9 @@ async def serve(config: BrokerConfig) -> int:
 
 
 def run(config: BrokerConfig) -> int:
-    """Run a broker in the foreground until SIGTERM/SIGINT; returns the exit code."""
+    """Run a broker in the foreground until SIGTERM/SIGINT; returns the exit code. The broker
+    owns the process: its garbage collector is tuned for it (`petrel.server.heap`)."""
+    heap.tune_process()
     try:
         import uvloop
 
