@@ -168,8 +168,10 @@ def test_chaos_seed(seed, tmp_path):
 # with SIGKILL at random moments and started again from its checkpoint, the broker killed or stopped
 # too; the output read back through Spark must hold every confirmed message exactly once. 9004: CORE
 # transacted sends, paging, the query killed twice and the broker twice; 9001: STOMP with large
-# messages, the broker killed, then the query.
+# messages, the broker killed, then the query. topology="spark-sink": the query publishes files of rows
+# through writeStream.format("petrel") instead; 9106: killed mid-batch twice, the broker killed twice.
 SPARK_SEEDS = [9004, 9001]
+SPARK_SINK_SEEDS = [9106]
 
 
 def test_the_spark_seeds_cover_both_protocols_and_the_query_kill():
@@ -182,10 +184,11 @@ def test_the_spark_seeds_cover_both_protocols_and_the_query_kill():
 
 @pytest.mark.spark
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("seed", SPARK_SEEDS)
-def test_chaos_spark_seed(seed, tmp_path):
+@pytest.mark.parametrize("topology, seed", [("spark", s) for s in SPARK_SEEDS]
+                         + [("spark-sink", s) for s in SPARK_SINK_SEEDS])
+def test_chaos_spark_seed(topology, seed, tmp_path):
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install petrel[spark])")
     pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install petrel[spark])")
-    result = _run(seed, "spark", tmp_path)
+    result = _run(seed, topology, tmp_path)
     assert result.ok, result.report()
     assert result.verdict.confirmed > 0 and result.injected.get("query_kill9", 0) >= 1
