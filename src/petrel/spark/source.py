@@ -23,7 +23,8 @@ Options
                              position, or its earliest message.
     ``endingOffsets``        batch reads only: ``latest`` (default) or JSON like the above
     ``maxMessagesPerBatch``  at most this many sequence numbers per micro-batch, split fairly
-                             across the queues (default: everything available)
+                             across the queues, counted per queue from the first that holds a
+                             message (default: everything available)
     ``messagesPerPartition`` sequence numbers per Spark task (default 10000)
     ``subscription``         the cursor's name (default ``spark``; give every query reading
                              the same queue its own)
@@ -424,9 +425,29 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if limit is None:
             limit = self.getDefaultReadLimit()
         budget = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
-        end = advance({k: v for k, v in start.items() if k not in reset},
-                      {k: v for k, v in available.items() if k in start}, budget)
+        kept = {k: v for k, v in start.items() if k not in reset}
+        upto = {k: v for k, v in available.items() if k in start}
+        if budget is not None:
+            kept = {**kept, **self._first_held(kept, upto)}
+        end = advance(kept, upto, budget)
         return sorted_offsets({**end, **joined, **reset})
+
+    def _first_held(self, start: dict[str, int], upto: dict[str, int]) -> dict[str, int]:
+        """Per queue with numbers to read, the first one that holds a message (``upto`` when
+        none does): the budget counts from there. A broker restart skips the rest of a queue's
+        reservation of sequence numbers (thousands); counted as if held, those made a limited
+        query crawl over the gap in empty batches."""
+        out = {}
+        for k, lo in start.items():
+            hi = upto.get(k, lo)
+            if hi <= lo:
+                continue
+            node, queue = split_key(k)
+            got = self.nodes.call(node, lambda c, q=queue, lo=lo, hi=hi: c.browse_range(q, lo, hi, 1))
+            first = got.messages[0].seq if got.messages else max(got.next_seq, lo)
+            if first > lo:
+                out[k] = min(first, hi)
+        return out
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._latest is None else dict(self._latest)
