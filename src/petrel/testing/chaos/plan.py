@@ -195,8 +195,8 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
     elif topology in ("spark", "spark-sink"):
         # the consumer is a Spark query (one): the faults kill it or the broker
         kinds = ["kill9", "kill9", "sigterm", "query_kill9"]
-        # (a broker restart skips the rest of a queue's block of 10,000 sequence numbers, and the
-        # limit counts numbers: a small one crawls over the gap in empty batches)
+        # (a broker restart skips the rest of a queue's block of 10,000 sequence numbers: with a
+        # limit the query crossed that gap in empty batches until 598ac96, one per limit)
         batch_limit = rng.choice((500, 2000, 0))
         faults.append(Fault("query_kill9", round(rng.uniform(0.1, 0.85) * duration, 2), 0,
                             round(rng.uniform(0.2, 1.5), 2)))
