@@ -1,5 +1,6 @@
-"""The Spark consumer of the ``spark`` chaos topology, a process of its own so the harness can
-``kill -9`` it (its whole process group: the driver, the JVM, the Python workers) at any moment:
+"""The Spark query of the ``spark`` (and ``spark-sink``) chaos topology, a process of its own so
+the harness can ``kill -9`` it (its process group: the driver, the JVM, the Python workers) at any
+moment:
 
     python -m petrel.testing.chaos.spark_job --url tcp://127.0.0.1:PORT --queue chaos.q \
         --output DIR --checkpoint DIR --scratch DIR --finish FILE --result FILE [--max-per-batch N]
