@@ -65,8 +65,10 @@ def fill(url: str, count: int, size: int, queue: str = QUEUE) -> None:
             session.flush()
 
 
-def own_client(url: str, out: Path) -> int:
-    """browse_range page by page into one Parquet file (pyarrow), like the source's tasks do."""
+def own_client(url: str, out: Path, window: int) -> int:
+    """browse_range page by page into one Parquet file (pyarrow), like the source's tasks do:
+    ranges of ``window`` sequence numbers (the broker's browse_range gathers its whole
+    [from, to) range before it cuts a page, so one range up to the tail costs O(backlog) a page)."""
     import pyarrow.parquet as pq
 
     from petrel.spark.source import arrow_schema, record_batch
@@ -76,7 +78,7 @@ def own_client(url: str, out: Path) -> int:
         seqs = conn.queue_seqs(QUEUE)
         lo = seqs.earliest_seq
         while lo < seqs.tail_seq:
-            got = conn.browse_range(QUEUE, lo, seqs.tail_seq, 1000)
+            got = conn.browse_range(QUEUE, lo, min(lo + window, seqs.tail_seq), 1000)
             if got.messages:
                 writer.write_batch(record_batch(conn.node_id, QUEUE, got.messages))
                 n += len(got.messages)
@@ -210,7 +212,7 @@ def main() -> None:
                     print(f"budget: {run} source run(s)", flush=True)
                     break
             t = time.monotonic()
-            n_own = own_client(url, scratch / f"own-{run}.parquet")
+            n_own = own_client(url, scratch / f"own-{run}.parquet", args.per_partition)
             own_s = time.monotonic() - t
             alone = s1(url, args.s1_count) if args.s1_count else {}
             cpu = cpu_seconds(broker.proc.pid)
