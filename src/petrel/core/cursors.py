@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -181,13 +182,17 @@ class SeqIndex:
         elif start > 4096 and start * 2 > len(seqs):
             self.seqs, self.start = seqs[start:], 0
 
-    def between(self, lo: int, hi: int) -> list[MessageReference]:
-        """The references held with lo <= seq < hi, in sequence order."""
+    def between(self, lo: int, hi: int) -> Iterator[MessageReference]:
+        """The references held with lo <= seq < hi, in sequence order, as they are read (a
+        reader that wants the first few of a long range pays for those only)."""
         self.trim()
         seqs, refs = self.seqs, self.refs
         i = bisect.bisect_left(seqs, lo, self.start)
         j = bisect.bisect_left(seqs, hi, i)
-        return [r for r in (refs[s] for s in seqs[i:j]) if r.state != DONE]
+        for s in itertools.islice(seqs, i, j):
+            r = refs[s]
+            if r.state != DONE:
+                yield r
 
     def first(self, now: int) -> int | None:
         """The lowest sequence number held (and not expired)."""
@@ -286,8 +291,12 @@ class SeqCursors:
             raise CursorInvalid(f"max must be positive, not {max_messages}")
         now = self.now()
         tail = queue.next_seq
-        found = [HeldMessage(r.seq, r.message, r.delivery_count) for r in SeqIndex.of(queue).between(from_seq, to_seq)
-                 if not r.message.expired(now)]
+        found = []  # the first max_messages + 1 held in memory: enough to cut the page and know what follows
+        for r in SeqIndex.of(queue).between(from_seq, to_seq):
+            if not r.message.expired(now):
+                found.append(HeldMessage(r.seq, r.message, r.delivery_count))
+                if len(found) > max_messages:
+                    break
         found += self._paged(queue, from_seq, to_seq, max_messages + 1)
         found.sort(key=_seq)
         out = found[:max_messages]
@@ -430,7 +439,7 @@ class SeqCursors:
         # one may just have moved): the caller depages once this one is committed.
         paging, queue.paging = queue.paging, False
         try:
-            for ref in SeqIndex.of(queue).between(0, below):
+            for ref in list(SeqIndex.of(queue).between(0, below)):  # (taking them changes the index)
                 if ref.state == DELIVERING:
                     queue.acknowledge(ref, tx_id)
                 elif ref.state in (AVAILABLE, SCHEDULED):
