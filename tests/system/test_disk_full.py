@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import connect
-from petrel.testing.process import BrokerProcess, wait_for
+from petrel.testing.process import OWN_DISK_LIMIT, BrokerProcess, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -45,7 +45,7 @@ def tmpfs(tmp_path):
 
 
 def make_broker(tmp_path: Path, mnt: Path, settings: str) -> BrokerProcess:
-    b = BrokerProcess(tmp_path / "b", http=True, settings=settings)
+    b = BrokerProcess(tmp_path / "b", http=True, settings=settings, env=OWN_DISK_LIMIT)
     b.data_dir = mnt / "data"  # the log and config stay off the small file system
     text = b.config_path.read_text().splitlines()
     b.config_path.write_text("\n".join(f'data_dir = "{b.data_dir}"' if line.startswith("data_dir") else line

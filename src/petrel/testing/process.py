@@ -13,6 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+#: What the brokers of a test run inherit (set by petrel.testing.pytest_plugin): no limit on the
+#: disk's use, so that a host disk over the default 90 % does not block every test's producers.
+#: A test of the limit passes ``env=OWN_DISK_LIMIT``: its configuration (or the default) applies.
+HOST_DISK = {"PETREL_MAX_DISK_USAGE": "100"}
+OWN_DISK_LIMIT: dict[str, str | None] = dict.fromkeys(HOST_DISK)
+
 PORTS = (20000, 32000)  # below the ephemeral range
 _handed_out: set[int] = set()
 
@@ -88,7 +94,11 @@ class BrokerProcess:
 
     def start(self, *extra_args: str, wait: bool = True) -> BrokerProcess:
         env = dict(os.environ)
-        env.update(self.env)
+        for name, value in self.env.items():  # None: not inherited
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "petrel", "run", "--config", str(self.config_path), *extra_args],

@@ -26,7 +26,7 @@ from petrel.testing.chaos.plan import EXTRA_TOPOLOGIES, LARGE_THRESHOLD, Plan, m
 from petrel.testing.chaos.timeline import Timeline
 from petrel.testing.chaos.workload import QUEUE, TOPIC, Ports, Workload, streams_of
 from petrel.testing.cluster import backlog, make_cluster, start_all, stop_all, wait_bindings, wait_connected
-from petrel.testing.process import BrokerProcess, free_port, wait_for
+from petrel.testing.process import OWN_DISK_LIMIT, BrokerProcess, free_port, wait_for
 from petrel.testing.proxy import TcpProxy
 
 __all__ = ["RunResult", "replay_command", "run_plan", "run_seed"]
@@ -95,6 +95,13 @@ def _settings(plan: Plan) -> str:
     return text
 
 
+def _own_disk_limit(node) -> None:
+    """A node whose data directory is a small tmpfs has the broker's own disk limit (the fault
+    fills the disk over it), not the test run's none (`petrel.testing.process.HOST_DISK`)."""
+    for proc in getattr(node, "nodes", (node,)):
+        proc.env.update(OWN_DISK_LIMIT)
+
+
 class _Brokers:
     """The plan's brokers, their link proxies and tmpfs mounts."""
 
@@ -126,6 +133,7 @@ class _Brokers:
                 why = disk.mount()
                 if why is None:
                     self.disks[0] = disk
+                    _own_disk_limit(self.pair)
                 else:
                     timeline.note(f"disk_full will be skipped: {why}")
         elif plan.topology == "drain":
@@ -153,6 +161,7 @@ class _Brokers:
                 why = disk.mount()
                 if why is None:
                     self.disks[fault.node] = disk
+                    _own_disk_limit(self.nodes[fault.node])
                 else:
                     timeline.note(f"disk_full will be skipped: {why}")
 
