@@ -56,6 +56,7 @@ __all__ = [
     "NON_CONFIG_PREFIXES",
     "NON_CONFIG_VARIABLES",
     "RELOADABLE",
+    "env_settable",
     "load_config",
 ]
 
@@ -346,6 +347,11 @@ class BrokerConfig(BaseModel):
 # Fields that environment variables may not set.
 _NOT_FROM_ENV = frozenset({"address_settings", "connectors", "broadcast_groups", "discovery_groups",
                            "cluster_connections", "grouping_handler", "ha_policy"})
+
+
+def env_settable() -> frozenset[str]:
+    """The top-level settings a ``PETREL_<SETTING>`` variable may set."""
+    return frozenset(BrokerConfig.model_fields) - _NOT_FROM_ENV
 
 
 def load_config(

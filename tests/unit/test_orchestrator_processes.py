@@ -5,6 +5,7 @@ its files by whoever looks later (exit code, "failed" event, killed)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from petrel.orchestrator import drains
-from petrel.orchestrator.processes import find_broker_process, pid_listening_on
+from petrel.config import load_config
+from petrel.orchestrator.processes import child_environment, find_broker_process, pid_listening_on
 from petrel.orchestrator.state import Node
 from petrel.orchestrator.tracking import track_nodes
 from petrel.orchestrator.state import ClusterState
@@ -150,3 +152,19 @@ def test_messages_left_for_a_node_that_left_are_reported(tmp_path):
         assert stranded(state, {"tcp://127.0.0.1:300": "node-1"}) == []  # nobody left: nothing asked
     finally:
         server.shutdown()
+
+
+def test_a_node_gets_the_shared_settings_of_the_environment_not_its_own_nor_a_clients(monkeypatch) -> None:
+    for var in [v for v in os.environ if v.startswith("PETREL_")]:
+        monkeypatch.delenv(var)
+    given = {"PETREL_MAX_DISK_USAGE": "95", "PETREL_JOURNAL_FILE_SIZE": "1048576",  # every node's alike
+             "PETREL_PORT": "5000", "PETREL_DATA_DIR": "/x", "PETREL_NAME": "n", "PETREL_PORT_OFFSET": "1",  # each its own
+             "PETREL_URL": "tcp://h:1", "PETREL_USER": "u",  # a client's, no broker setting
+             "PETREL_LOG_LEVEL": "DEBUG", "PETREL_TEST_DEADLINE": "1", "OTHER": "kept"}
+    for var, value in given.items():
+        monkeypatch.setenv(var, value)
+    env = child_environment()
+    assert {k: v for k, v in env.items() if k in given} == {
+        "PETREL_MAX_DISK_USAGE": "95", "PETREL_JOURNAL_FILE_SIZE": "1048576", "PETREL_LOG_LEVEL": "DEBUG",
+        "PETREL_TEST_DEADLINE": "1", "OTHER": "kept"}
+    assert load_config(None, env=env).max_disk_usage == 95  # what passes is a setting the broker takes

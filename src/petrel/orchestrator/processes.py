@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from petrel.config import ENV_PREFIX, env_settable
 from petrel.errors import PetrelError
 from petrel.orchestrator.state import HOST, Node
 
@@ -127,11 +128,20 @@ def log_tail(path: str, lines: int = 3) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
 
+#: The settings `petrel cluster up` writes into each node's broker.toml (`broker_toml`): the
+#: environment's would override them on every node alike (a shared PETREL_PORT: the nodes collide).
+NODE_SETTINGS = frozenset({"name", "data_dir", "persistence_enabled", "host", "port", "port_offset", "stomp_port",
+                           "http_port", "cluster_user", "cluster_password"})
+
+
 def child_environment() -> dict[str, str]:
-    """This environment without the PETREL_* settings, which would override every node's
-    broker.toml alike (a shared PETREL_PORT would make the nodes collide)."""
+    """This environment for a node (or a drainer) of the cluster: of its PETREL_* variables, the
+    settings every node may share (``PETREL_MAX_DISK_USAGE``, say) and those of the logging and
+    the tooling; not the ones that are each node's own (`NODE_SETTINGS`), nor a client's
+    (``PETREL_URL``), which a broker would refuse as no setting of its."""
+    shared = {ENV_PREFIX + key.upper() for key in env_settable() - NODE_SETTINGS}
     keep = ("PETREL_LOG_LEVEL", "PETREL_LOG_FORMAT", "PETREL_TEST_", "PETREL_BENCH_")
-    return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_") or k.startswith(keep)}
+    return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_") or k.startswith(keep) or k in shared}
 
 
 def wait_exec(proc: subprocess.Popen, arg: str, timeout: float = 5.0) -> None:
