@@ -244,3 +244,30 @@ def test_a_crash_between_the_appends_of_a_diverted_send_keeps_both_or_neither(tm
         assert copies in ([], [b"the one"])
         assert known == bool(copies), f"crash after {k} appends: duplicate ID {known}, copies {copies}"
     assert outcomes[-1] == (True, [b"the one"])
+
+
+def test_a_crash_before_an_auto_created_queue_is_written_keeps_no_duplicate_id(tmp_path):
+    """The two journals have a writer each: a send that auto-creates its queue can have its
+    message and duplicate ID written (not confirmed: that waits for both) when the queue's record
+    is not yet. Recovery then has a message for no queue; its duplicate ID must go with it, or the
+    client's resend is dropped (seen once in a full run: test_10k_durable_sends_survive_kill9_and_restart)."""
+    office, store = open_office(tmp_path / "data")
+    flush(store)
+    shutil.copytree(tmp_path / "data" / "bindings", tmp_path / "bindings-before")
+    assert send(office, "orders", b"the one", dup="d-1").outcome == SendOutcome.ROUTED  # auto-creates orders
+    assert send(office, "orders", b"without an ID").outcome == SendOutcome.ROUTED
+    flush(store)
+    store.close()
+    shutil.copytree(tmp_path / "data", tmp_path / "crash")  # the disk at the crash:
+    shutil.rmtree(tmp_path / "crash" / "bindings")  # the journal written, the queue's record not
+    shutil.copytree(tmp_path / "bindings-before", tmp_path / "crash" / "bindings")
+
+    office, store = open_office(tmp_path / "crash")
+    assert "orders" not in office.queues
+    assert send(office, "orders", b"the one", dup="d-1").outcome == SendOutcome.ROUTED  # the resend is taken
+    flush(store)
+    store.close()
+    office, store = open_office(tmp_path / "crash")  # and the forgotten ID stays forgotten
+    assert drain(office, "orders") == [b"the one"]
+    assert send(office, "orders", b"the one", dup="d-1").outcome == SendOutcome.DUPLICATE
+    store.close()

@@ -63,10 +63,17 @@ class Recovery:
             )
         per_queue: dict[int, list[MessageReference]] = {}
         dead_large = []
+        unsent: set[tuple[str, str]] = set()  # (address, duplicate ID) of messages with no queue here
         for message, refs in recovered.messages:
             live = [r for r in refs if r.queue_id in self.queues_by_id]
             message.ref_count = len(live)
             if not live:
+                if refs and message.duplicate_id is not None:
+                    # Unacknowledged, for queues that are not here: their records were not written
+                    # when the message's were (two journals, two writers), so its send was never
+                    # confirmed (that waits for both) and the client sends it again: its ID goes.
+                    # (Or the queue was deleted and the message with it: a resend is taken then.)
+                    unsent.add((message.address, message.duplicate_id))
                 self.store.delete_message(0, message.id)
                 if message.large is not None:
                     dead_large.append(message.large)
@@ -98,6 +105,8 @@ class Recovery:
             queue.page_cursor = cursor
             queue.page_backlog = self.store.count_pages(queue_id, cursor)
             queue.paging = queue.page_backlog > 0
+        if unsent:
+            recovered.duplicate_ids = self._forget_unsent(recovered.duplicate_ids, unsent)
         for record_id, address, dup_id in recovered.duplicate_ids:
             cache = self._dup_cache(address, self.settings_for(address))
             evicted = cache.add(dup_id, record_id)
@@ -111,4 +120,18 @@ class Recovery:
                 queue.seq_reserved = queue.next_seq + SEQ_RESERVATION
                 self.store.reserve_queue_seq(queue.id, queue.seq_reserved)
         self.recover_seq_cursors(recovered.seq_cursors)  # core/cursors.py
+
+    def _forget_unsent(self, entries: list[tuple[int, str, str]],
+                       unsent: set[tuple[str, str]]) -> list[tuple[int, str, str]]:
+        """``entries`` (record id, address, duplicate ID) without those of ``unsent``, whose
+        records are deleted (a record of a batch of IDs only once none of it is kept)."""
+        kept = [e for e in entries if (e[1], e[2]) not in unsent]
+        still = {record_id for record_id, _, _ in kept}
+        for record_id in {record_id for record_id, address, dup_id in entries if (address, dup_id) in unsent}:
+            if record_id not in still:
+                self.store.delete_duplicate_id(0, record_id)
+        log.warning("forgot %d duplicate IDs of sends whose queue was not written before a crash (never "
+                    "confirmed: their resends are taken)", len(entries) - len(kept),
+                    extra={"event": "recovery.unsent_ids"})
+        return kept
 
