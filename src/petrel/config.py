@@ -61,8 +61,10 @@ __all__ = [
 ]
 
 ENV_PREFIX = "PETREL_"
-#: PETREL_ variables that are not settings (read by the CLI and the tooling).
-NON_CONFIG_VARIABLES = frozenset({"PETREL_LOG_LEVEL", "PETREL_LOG_FORMAT", "PETREL_CONFIG"})
+#: PETREL_ variables that are not settings (read by the CLI and the tooling): a user who exports
+#: the client commands' (``petrel producer --url``...) can still start a broker in that shell.
+NON_CONFIG_VARIABLES = frozenset({"PETREL_LOG_LEVEL", "PETREL_LOG_FORMAT", "PETREL_CONFIG", "PETREL_URL",
+                                  "PETREL_USER", "PETREL_PASSWORD", "PETREL_MANAGEMENT_URL"})
 #: Prefixes reserved for test and benchmark tooling.
 NON_CONFIG_PREFIXES = ("PETREL_TEST_", "PETREL_BENCH_")
 #: Top-level fields a running broker may reload.

@@ -195,6 +195,12 @@ def test_unknown_petrel_variable_is_an_error() -> None:
     assert "PETREL_ZZZ" in message
 
 
+def test_the_client_commands_variables_do_not_stop_a_broker() -> None:
+    env = {"PETREL_URL": "tcp://h:61616", "PETREL_USER": "u", "PETREL_PASSWORD": "p",
+           "PETREL_MANAGEMENT_URL": "http://h:8161", "PETREL_PORT": "7000"}
+    assert load_config(None, env=env).port == 7000
+
+
 def test_address_settings_cannot_come_from_the_environment() -> None:
     assert "can only be set in the config file" in error_of(None, env={"PETREL_ADDRESS_SETTINGS": "{}"})
 
