@@ -55,6 +55,7 @@ from stompbench import procstat  # noqa: E402
 from stompbench.frames import body_of  # noqa: E402
 from stompbench.metrics import percentile  # noqa: E402
 from stompbench.workloads import ConsumerSpec, ProducerSpec  # noqa: E402
+from stompbench.report import figure as _fmt  # noqa: E402
 from core_clients import CONNECT_TIMEOUT, CoreConsumer, CoreProducer, now_ns, worker_main  # noqa: E402
 
 from petrel.testing.process import BrokerProcess, wait_for  # noqa: E402
@@ -414,12 +415,6 @@ def run_layout(layout: Layout, variants: list[Variant], warm: Variant | None, ar
     return out
 
 
-def _fmt(v: float | None, digits: int = 1) -> str:
-    if v is None:
-        return "–"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
 def describe(f: dict) -> str:

@@ -59,6 +59,7 @@ from stompbench.frames import body_of  # noqa: E402
 from stompbench.metrics import Measurement, add_broker_figures, medians, summarise  # noqa: E402
 from stompbench.runner import Group, split  # noqa: E402
 from stompbench.workloads import Counts, Phase, ProducerSpec, Workload, build, warmup  # noqa: E402
+from stompbench.report import figure as _fmt  # noqa: E402
 from core_clients import CONNECT_TIMEOUT, CoreConsumer, CoreProducer, now_ns, worker_main  # noqa: E402
 
 log = logging.getLogger("core_rows")
@@ -317,12 +318,6 @@ def best_peers(payload: dict) -> tuple[dict[str, tuple[float, str, int]], dict[s
 # -- report ----------------------------------------------------------------------------------------
 
 
-def _fmt(v: float | None, digits: int = 1) -> str:
-    if v is None:
-        return "–"
-    if v >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}f}" if v >= 10 else f"{v:.2f}"
 
 
 def _median(values) -> float | None:

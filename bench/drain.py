@@ -54,6 +54,7 @@ if str(BENCH_DIR) not in sys.path:
 
 from stompbench import procstat  # noqa: E402
 from stompbench.workloads import Phase, ProducerSpec  # noqa: E402
+from stompbench.report import figure as _fmt  # noqa: E402
 from core_clients import now_ns  # noqa: E402
 from core_rows import run_phase  # noqa: E402
 
@@ -327,12 +328,6 @@ def _free_base() -> int:
 # -- report ----------------------------------------------------------------------------------------
 
 
-def _fmt(v, digits: int = 1) -> str:
-    if v is None:
-        return "–"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
 def _med(values):

@@ -5,17 +5,12 @@ from __future__ import annotations
 import statistics
 
 from stompbench.metrics import Measurement
+from stompbench.report import figure as _fmt
 
 ZK_SESSION_MS = 2000
 GOALS = {"failover": "median < 1 s", "cost": ">= 0.6× alone", "rabbitmq": ">= 2× RabbitMQ S2"}
 
 
-def _fmt(v: float | None, digits: int = 1) -> str:
-    if v is None:
-        return "–"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
 def _median(values) -> float | None:

@@ -12,6 +12,16 @@ BEGIN = "<!-- stompbench:results:begin -->"
 END = "<!-- stompbench:results:end -->"
 
 
+def figure(v: float | None, digits: int = 1) -> str:
+    """A figure for a table cell: "–" when missing, thousands without decimals from 100 up,
+    ``digits`` decimals from 10 up, two below."""
+    if v is None:
+        return "–"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
 def fmt(metric: str, value: float | None) -> str:
     if value is None:
         return "–"
