@@ -60,6 +60,7 @@ class Reporter:
         self.config = config
         self.until = until
         self.stopped = False
+        self.session: pytest.Session | None = None
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -74,9 +75,8 @@ class Reporter:
         dsession = self.config.pluginmanager.get_plugin("dsession")  # xdist's controller
         if dsession is not None:
             dsession.shouldstop = why
-        session = getattr(self, "session", None)
-        if session is not None:
-            session.shouldstop = why
+        if self.session is not None:
+            self.session.shouldstop = why
 
     def _say(self, line: str, **markup: bool) -> None:
         """``line`` on a line of its own, between the progress characters."""
