@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from petrel.cluster.config import (
     DEFAULT_CLUSTER_PASSWORD,
@@ -45,9 +45,11 @@ from petrel.cluster.config import (
     GroupingHandlerModel,
     parse_connector,
 )
+from petrel.core.names import name_problem
 from petrel.core.settings import AddressSettingsRepository
 from petrel.errors import ConfigError
 from petrel.ha.config import HaPolicyModel
+from petrel.security.config import SecurityModel, SecuritySettings
 
 __all__ = [
     "AddressSettingsModel",
@@ -153,13 +155,20 @@ class AddressSettingsModel(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
+def _valid_name(name: str | None) -> str | None:
+    problem = None if name is None else name_problem(name)
+    if problem is not None:
+        raise ValueError(f"invalid name: {problem}")
+    return name
+
+
 class QueueModel(BaseModel):
     """A ``[[queues]]`` entry: a queue created at start if it does not exist (Artemis ``<queue>``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1)
-    address: str | None = Field(None, description="defaults to the queue name")
+    name: Annotated[str, AfterValidator(_valid_name)] = Field(min_length=1)
+    address: Annotated[str | None, AfterValidator(_valid_name)] = Field(None, description="defaults to the queue name")
     routing_type: RoutingType = "ANYCAST"
     durable: bool = True
     filter: str | None = None
@@ -198,6 +207,13 @@ class BrokerConfig(BaseModel):
     port: Port = Field(61616, description="acceptor for all protocols, detected from the first bytes (-1 = off, 0 = any free port)")
     stomp_port: Port = Field(61613, description="STOMP-only acceptor (-1 = off, 0 = any free port)")
     http_port: Port = Field(8161, description="management API and console (-1 = off, 0 = any free port)")
+    http_host: str = Field(
+        "127.0.0.1", description="interface the management API listens on (only this host by default; "
+        '"0.0.0.0" opens it to the network)')
+    management_metrics_open: bool = Field(
+        False, description="serve /metrics without credentials (with security enabled it needs the view permission)")
+    management_token_ttl: int = Field(
+        3600, ge=1, description="seconds a management bearer token (POST /api/v1/tokens) stays valid")
     max_frame_size: int = Field(
         100 * MIB, ge=1, description="largest STOMP frame accepted, in bytes (bodies over "
         "min_large_message_size are streamed to disk, never held whole)")
@@ -262,6 +278,13 @@ class BrokerConfig(BaseModel):
         None, description="clustered message grouping: LOCAL on one node, REMOTE on the others")
     ha_policy: HaPolicyModel = Field(
         default_factory=HaPolicyModel, description="live-backup pairing: shared_store, replication or live_only")
+    security_enabled: bool = Field(
+        True, description="check logins and per-address permissions (false: anyone who reaches a port may do anything)")
+    security: SecurityModel = Field(
+        default_factory=SecurityModel, description="the users file, anonymous access, certificate users")
+    security_settings: SecuritySettings = Field(
+        default_factory=dict, description='per address pattern: permission -> roles, e.g. '
+        '[security_settings."orders.#"] send = ["app"] (most specific pattern wins)')
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:
@@ -348,7 +371,8 @@ class BrokerConfig(BaseModel):
 
 # Fields that environment variables may not set.
 _NOT_FROM_ENV = frozenset({"address_settings", "connectors", "broadcast_groups", "discovery_groups",
-                           "cluster_connections", "grouping_handler", "ha_policy"})
+                           "cluster_connections", "grouping_handler", "ha_policy", "security",
+                           "security_settings"})
 
 
 def env_settable() -> frozenset[str]:
@@ -404,6 +428,10 @@ def load_config(
         # from the file, or the default while a file is used: next to the file
         from_file = path is not None and sources.get("data_dir", (str(path),))[0] == str(path)
         data_dir = (base_dir if from_file else Path.cwd()) / data_dir
+    users_file = config.security.users_file
+    if users_file is not None and not users_file.expanduser().is_absolute():  # next to the file
+        security = config.security.model_copy(update={"users_file": base_dir / users_file})
+        return config.model_copy(update={"data_dir": data_dir, "security": security})
     return config.model_copy(update={"data_dir": data_dir})
 
 
@@ -482,7 +510,8 @@ def _describe(exc: ValidationError, sources: Mapping[str, tuple[str, bool]], def
         loc = tuple(error["loc"])
         kind = error["type"]
         if kind == "extra_forbidden":
-            model: type[BaseModel] = BrokerConfig if len(loc) == 1 else AddressSettingsModel
+            model: type[BaseModel] = (BrokerConfig if len(loc) == 1 else SecurityModel if loc[0] == "security"
+                                      else AddressSettingsModel)
             message = "unknown setting" + _suggest(str(loc[-1]), model)
         else:
             message = error["msg"]

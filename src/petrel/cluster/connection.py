@@ -94,7 +94,7 @@ class ClusterConnection:
         if not self.connector:
             self.connector = _own_connector(self.broker)
         http = self.broker.ports.get("http")
-        self.http = f"http://{_client_host(config.host)}:{http}" if http else None
+        self.http = f"http://{_client_host(config.http_host)}:{http}" if http else None
         if config.cluster_user == DEFAULT_CLUSTER_USER or config.cluster_password == DEFAULT_CLUSTER_PASSWORD:
             log.warning("cluster_user/cluster_password are left at their defaults: any node knowing them can "
                         "join this cluster; set the same secret on every node", extra={"event": "cluster.insecure"})

@@ -92,6 +92,7 @@ def broker_toml_template(cr: BrokerResource) -> str:
         'host = "0.0.0.0"',
         f"port = {CORE_PORT}",
         f"http_port = {HTTP_PORT}",
+        'http_host = "0.0.0.0"  # the kubelet probes /health on the pod IP',
         f"cluster_user = {json.dumps(CLUSTER_USER)}",
         "# cluster_password: PETREL_CLUSTER_PASSWORD, from the Secret",
         f"persistence_enabled = {'true' if cr.persistence_enabled else 'false'}",

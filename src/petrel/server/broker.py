@@ -77,7 +77,7 @@ class Broker:
             from petrel.management.server import ManagementServer
 
             self.management = ManagementServer(self)
-            self.ports["http"] = await self.management.start(config.host, http_port)
+            self.ports["http"] = await self.management.start(config.http_host, http_port)
         self.activation = activation_for(self)
         active = False
         try:
@@ -158,7 +158,7 @@ class Broker:
         self.started_at = time.time()
         log.info(
             "Petrel %s started: %s", __version__,
-            ", ".join(f"{k} on {config.host}:{v}" for k, v in self.ports.items()),
+            ", ".join(f"{k} on {config.http_host if k == 'http' else config.host}:{v}" for k, v in self.ports.items()),
             extra={"event": "broker.started"},
         )
 
