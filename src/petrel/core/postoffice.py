@@ -25,6 +25,7 @@ from petrel.core.recovery import SEQ_RESERVATION, Recovery
 from petrel.core.duplicates import DuplicateDetection, DuplicateIdCache
 from petrel.core.limits import AddressFull, MemoryLimits
 from petrel.core.message import LargeBody, Message, RoutingType, now_ms
+from petrel.core.names import check_name
 from petrel.core.outcome import SendOutcome, SendResult
 from petrel.core.queue import Consumer, MessageReference, Queue
 from petrel.core.remote import RemoteBinding
@@ -106,8 +107,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                 address.routing_types |= missing
                 self.store.update_address(self._address_record(address))
             return address
-        if not name:
-            raise RoutingError("an address needs a name")
+        check_name("address", name)
         address = Address(self.store.next_id(), name, routing_types, auto_created)
         self.addresses[name] = address
         self.store.add_address(self._address_record(address))
@@ -147,6 +147,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         group_buckets) default to the address settings' `default_*` values."""
         if name in self.queues:
             raise RoutingError(f"queue {name!r} already exists")
+        check_name("queue", name, temporary=temporary)
         selector = compile_selector(filter) if filter else None
         attrs = self._queue_attributes(address, attributes)
         addr = self.addresses.get(address)

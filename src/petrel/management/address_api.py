@@ -7,6 +7,7 @@ from http import HTTPStatus
 from aiohttp import web
 
 from petrel.core.address import Address
+from petrel.core.errors import RoutingError
 from petrel.management.errors import bad_request, conflict, not_found
 from petrel.management.keys import BROKER
 from petrel.management.params import json_body, query_bool, routing_type, text_field
@@ -43,7 +44,10 @@ async def create_address(request: web.Request) -> web.Response:
     types = {routing_type(k, "routing_types") for k in kinds}
     if name in office.addresses:
         raise conflict(f"address {name!r} already exists")
-    address = office.create_address(name, types)
+    try:
+        address = office.create_address(name, types)
+    except RoutingError as exc:  # an invalid name (petrel.core.names)
+        raise bad_request(str(exc)) from None
     return web.json_response(address_view(address, detail=True), status=HTTPStatus.CREATED)
 
 
