@@ -27,7 +27,7 @@ def broker(tmp_path_factory):
 def http(b: BrokerProcess, method: str, path: str, body: dict | None = None) -> tuple[int, dict | str]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(f"http://127.0.0.1:{b.http_port}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
+                                 headers={"Content-Type": "application/json"} if method != "GET" else {})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             status, raw, ctype = resp.status, resp.read(), resp.headers.get_content_type()

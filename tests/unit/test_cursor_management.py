@@ -28,7 +28,7 @@ async def running(tmp_path):
 
 
 async def call(http, method: str, path: str, expect: int):
-    async with http.request(method, path) as resp:
+    async with http.request(method, path, headers={"Content-Type": "application/json"}) as resp:
         body = await resp.json()
         assert resp.status == expect, (method, path, resp.status, body)
         return body

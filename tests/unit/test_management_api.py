@@ -47,6 +47,8 @@ def in_broker(**settings):
 
 
 async def call(http: aiohttp.ClientSession, method: str, path: str, expect: int, **kwargs):
+    if method != "GET" and "json" not in kwargs and "data" not in kwargs:
+        kwargs.setdefault("headers", {"Content-Type": "application/json"})  # operations take JSON only
     async with http.request(method, path, **kwargs) as resp:
         body = await resp.json()
         assert resp.status == expect, (method, path, resp.status, body)

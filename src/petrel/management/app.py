@@ -11,6 +11,7 @@ from aiohttp import web
 
 from petrel.core.selector import SelectorError
 from petrel.management import address_api, broker_api, cluster_api, cursor_api, ha_api, message_api, queue_api
+from petrel.management.crosssite import cross_site
 from petrel.management.errors import ApiError
 from petrel.management.keys import BROKER, SERVER
 from petrel.management.metrics import CONTENT_TYPE
@@ -120,7 +121,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def create_app(server: ManagementServer) -> web.Application:
-    app = web.Application(middlewares=[json_errors, serving_only], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[json_errors, cross_site, serving_only], client_max_size=MAX_BODY)
     app[BROKER] = server.broker
     app[SERVER] = server
     for table in (routes, broker_api.routes, address_api.routes, queue_api.routes, message_api.routes,

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from petrel.management.errors import ApiError, not_found
 from petrel.management.keys import BROKER, SERVER
+from petrel.management.params import json_body
 from petrel.management.usage import disk_usage, journals, rss_bytes
 from petrel.management.views import connection_view, consumer_view, uptime
 
@@ -66,11 +67,8 @@ async def scale_down(request: web.Request) -> web.Response:
     if not broker.config.ha_policy.is_live_only:
         raise ApiError(HTTPStatus.CONFLICT, f"a {broker.config.ha_policy.kind} broker does not scale down: its "
                                             "backup takes over when it stops (set failover_on_shutdown)")
-    try:
-        body = await request.json() if request.can_read_body else {}
-    except ValueError:
-        raise ApiError(HTTPStatus.BAD_REQUEST, "the body must be JSON: {\"target\": \"tcp://host:port\"}") from None
-    target = (body or {}).get("target") if isinstance(body, dict) else None
+    body = await json_body(request)  # {"target": "tcp://host:port"} or {}
+    target = body.get("target")
     if target is not None:
         from petrel.cluster.config import parse_connector
 

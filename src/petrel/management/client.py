@@ -72,7 +72,7 @@ class ManagementClient:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Accept", "application/json")
-        if data is not None:
+        if data is not None or method != "GET":  # the server takes operations only as JSON
             req.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:

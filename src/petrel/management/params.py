@@ -15,18 +15,40 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
+#: Deepest nesting of arrays and objects a body may have (the API's bodies need 3).
+MAX_DEPTH = 32
+
+
 async def json_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object; an empty body is ``{}``."""
+    """The request's JSON object; an empty body is ``{}``. Malformed or too deeply nested: 400."""
     raw = await request.read()
     if not raw.strip():
         return {}
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise bad_request(f"request body is nested too deeply (at most {MAX_DEPTH} levels)") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad_request(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
+    if _depth_over(body, MAX_DEPTH):
+        raise bad_request(f"request body is nested too deeply (at most {MAX_DEPTH} levels)")
     return body
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether `value` nests arrays and objects deeper than `limit` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    return False
 
 
 def text_field(body: dict[str, Any], name: str, *, required: bool = False, default: str | None = None) -> str | None:
