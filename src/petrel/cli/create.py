@@ -31,7 +31,7 @@ ACTIVE = ("name", "data_dir", "port_offset")
 DATA_SUBDIRS = ("journal", "bindings")
 #: Settings that are TOML tables: written after the plain keys (address settings and the cluster).
 TABLES = ("address_settings", "connectors", "broadcast_groups", "discovery_groups", "cluster_connections",
-          "grouping_handler", "ha_policy")
+          "grouping_handler", "ha_policy", "security", "security_settings")
 CLUSTER_EXAMPLE = """\
 # A cluster (see the README): every node names how the others reach it and at least one
 # seed; set cluster_password above to the same secret on every node.
@@ -54,6 +54,24 @@ HA_EXAMPLE = """\
 #   failover_on_shutdown = false      # a graceful stop hands over to the backup
 #   check_for_live_server = true      # a returning primary syncs from its backup, then takes over
 #   lock_manager = { type = "zookeeper", connect_string = "zk1:2181,zk2:2181,zk3:2181" }
+"""
+
+
+SECURITY_EXAMPLE = """\
+# Security (see the README): who may connect, and what each role may do per address.
+#
+# [security]
+#   users_file = "data/users.toml"    # users, roles and scrypt hashes; edit with `petrel user`
+#   allow_anonymous = false           # true: clients without credentials get anonymous_role
+#   anonymous_role = "anonymous"
+#   certificate_users = { "CN=app,O=Example" = "app" }   # TLS client certificate -> user
+#   login_failure_delay = 1000        # ms a failed login waits before it is refused
+#
+# [security_settings."orders.#"]      # the most specific pattern wins, with no inheritance;
+#   send = ["app"]                    # without a "#" table, "#" grants everything to role admin
+#   consume = ["app", "audit"]        # send consume browse createAddress deleteAddress
+#   createAddress = ["app"]           # createDurableQueue deleteDurableQueue createNonDurableQueue
+#   createDurableQueue = ["app"]      # deleteNonDurableQueue manage view edit
 """
 
 
@@ -129,6 +147,7 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
                   "# failover_on_shutdown = false, allow_failback = true, check_for_live_server = false",
                   "# (replication) group_name, lock_manager = { type = \"zookeeper\", connect_string = \"...\" }",
                   ""]
+    lines.append(SECURITY_EXAMPLE)
     if cluster is None:
         lines.append(CLUSTER_EXAMPLE)
     else:

@@ -20,6 +20,7 @@ from petrel.core.message import now_ms
 from petrel.core.limits import MemoryLimits
 from petrel.core.postoffice import PostOffice
 from petrel.errors import PetrelError
+from petrel.security import Security
 from petrel.storage.disk import DiskWatch
 from petrel.storage.large import LargeMessageStore, reconcile
 from petrel.storage.store import NullStore
@@ -64,6 +65,7 @@ class Broker:
         self.office: PostOffice | None = None
         self.management = None  # the management HTTP server, when http_port >= 0
         self.cluster = None  # the ClusterConnection, when cluster_connections is configured
+        self.security = Security.from_config(config)  # logins and permission checks
 
     # -- lifecycle -------------------------------------------------------------------------
 
