@@ -9,12 +9,14 @@ import socket
 import pytest
 
 from petrel.cluster.beacon import Announcement, encode
+from petrel.cluster.beacon_auth import BeaconKey, seal
 from petrel.cluster.config import BroadcastGroupModel, DiscoveryGroupModel
 from petrel.cluster.discovery import BroadcastGroup, DiscoveryGroup
 from petrel.testing.udp import discovery_group, udp_port
 
 GROUP = discovery_group()  # multicast on loopback, or its broadcast address where that fails
 LOOP = "127.0.0.1"
+KEY = BeaconKey.derive("petrel-test", "test-cluster-secret")
 
 
 async def until(condition, timeout: float = 5.0, message: str = "condition not met"):
@@ -40,12 +42,12 @@ class Node:
         self.broadcast = BroadcastGroup(
             BroadcastGroupModel(name="bg", group_address=address, group_port=port,
                                 broadcast_period=period, local_bind_address=local),
-            announcement(node_id, *connectors))
+            announcement(node_id, *connectors), key=KEY)
         self.discovery = DiscoveryGroup(
             DiscoveryGroupModel(name="dg", group_address=address, group_port=port,
                                 refresh_timeout=refresh, initial_wait_timeout=initial_wait,
                                 local_bind_address=local),
-            node_id, self.changes.append)
+            node_id, self.changes.append, key=KEY)
 
     async def start(self) -> Node:
         await self.discovery.start()
@@ -160,8 +162,8 @@ def test_duplicate_node_id_is_warned_once(caplog):
         listener = await Node("a", GROUP, port).start()
         twin1 = BroadcastGroup(BroadcastGroupModel(name="bg", group_address=GROUP, group_port=port,
                                                    broadcast_period=30, local_bind_address=LOOP),
-                               announcement("twin", unique="first"))
-        twin2 = BroadcastGroup(twin1.model, announcement("twin", unique="second"))
+                               announcement("twin", unique="first"), key=KEY)
+        twin2 = BroadcastGroup(twin1.model, announcement("twin", unique="second"), key=KEY)
         await twin1.start()
         await twin2.start()
         try:
@@ -192,11 +194,11 @@ def test_restart_with_a_new_unique_id_is_not_a_duplicate(caplog):
         listener = await Node("a", GROUP, port).start()
         model = BroadcastGroupModel(name="bg", group_address=GROUP, group_port=port,
                                     broadcast_period=30, local_bind_address=LOOP)
-        first = BroadcastGroup(model, announcement("b", unique="run1"))
+        first = BroadcastGroup(model, announcement("b", unique="run1"), key=KEY)
         await first.start()
         await until(lambda: "b" in listener.discovery.entries)
         await first.stop()
-        second = BroadcastGroup(model, announcement("b", unique="run2"))
+        second = BroadcastGroup(model, announcement("b", unique="run2"), key=KEY)
         await second.start()
         try:
             await until(lambda: listener.discovery.entries["b"].unique_id == "b-run2")
@@ -217,7 +219,7 @@ def test_another_broker_with_our_own_node_id_is_a_duplicate(caplog):
     async def main():
         port = udp_port()
         me = await Node("a", GROUP, port, period=30).start()
-        impostor = BroadcastGroup(me.broadcast.model, announcement("a", unique="other"))
+        impostor = BroadcastGroup(me.broadcast.model, announcement("a", unique="other"), key=KEY)
         await impostor.start()
         try:
             await until(lambda: [r for r in caplog.records if r.levelno == logging.WARNING],
@@ -239,8 +241,8 @@ def test_malformed_datagrams_are_logged_at_debug_and_ignored(caplog):
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 s.sendto(b"garbage", (LOOP, port))
-                s.sendto(encode(announcement("b"))[:-3], (LOOP, port))
-                s.sendto(encode(announcement("c")), (LOOP, port))
+                s.sendto(seal(KEY, encode(announcement("b"))[:-3]), (LOOP, port))
+                s.sendto(seal(KEY, encode(announcement("c"))), (LOOP, port))
             await until(lambda: "c" in a.discovery.entries)
         finally:
             await a.stop()
@@ -260,9 +262,9 @@ def test_unicast_address():
         c = BroadcastGroup(BroadcastGroupModel(name="bg", group_address=LOOP, group_port=port,
                                                broadcast_period=50, local_bind_address=LOOP,
                                                local_bind_port=udp_port()),
-                           announcement("c"))
+                           announcement("c"), key=KEY)
         b = BroadcastGroup(BroadcastGroupModel(name="bg", group_address=LOOP, group_port=port,
-                                               broadcast_period=50), announcement("b"))
+                                               broadcast_period=50), announcement("b"), key=KEY)
         await c.start()
         await b.start()
         try:
@@ -301,7 +303,7 @@ def test_ipv6_unicast():
         port = udp_port()
         listener = await Node("a", "::1", port, local=None).start()
         talker = BroadcastGroup(BroadcastGroupModel(name="bg", group_address="::1", group_port=port,
-                                                    local_bind_address="::1"), announcement("b"))
+                                                    local_bind_address="::1"), announcement("b"), key=KEY)
         await talker.start()
         try:
             await until(lambda: "b" in listener.discovery.entries)
@@ -316,7 +318,7 @@ def test_wait_initial_times_out_when_nobody_announces():
         port = udp_port()
         dg = DiscoveryGroup(DiscoveryGroupModel(name="dg", group_address=GROUP, group_port=port,
                                                 initial_wait_timeout=200, local_bind_address=LOOP),
-                            "a", lambda entries: None)
+                            "a", lambda entries: None, key=KEY)
         with pytest.raises(RuntimeError, match="start"):
             await dg.wait_initial()
         loop = asyncio.get_running_loop()
@@ -358,10 +360,10 @@ def test_failing_on_change_does_not_stop_discovery(caplog):
             raise RuntimeError("boom")
 
         dg = DiscoveryGroup(DiscoveryGroupModel(name="dg", group_address=GROUP, group_port=port,
-                                                local_bind_address=LOOP), "a", on_change)
+                                                local_bind_address=LOOP), "a", on_change, key=KEY)
         await dg.start()
         talkers = [BroadcastGroup(BroadcastGroupModel(name="bg", group_address=GROUP, group_port=port,
-                                                      local_bind_address=LOOP), announcement(n))
+                                                      local_bind_address=LOOP), announcement(n), key=KEY)
                    for n in ("b", "c")]
         try:
             for t in talkers:
@@ -395,11 +397,11 @@ def test_stop_is_idempotent_and_restartable():
 def test_bad_addresses_say_what_to_fix():
     async def main():
         bg = BroadcastGroup(BroadcastGroupModel(name="bg", group_address=GROUP, group_port=udp_port(),
-                                                local_bind_address="::1"), announcement("a"))
+                                                local_bind_address="::1"), announcement("a"), key=KEY)
         with pytest.raises(ValueError, match="same family"):
             await bg.start()
         dg = DiscoveryGroup(DiscoveryGroupModel(name="dg", group_address="no-such-host.invalid",
-                                                group_port=udp_port()), "a", lambda e: None)
+                                                group_port=udp_port()), "a", lambda e: None, key=KEY)
         with pytest.raises(OSError, match="does not resolve"):
             await dg.start()
     run(main())

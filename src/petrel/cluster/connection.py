@@ -112,7 +112,7 @@ class ClusterConnection:
         from petrel.cluster.discovery import DiscoveryGroup
 
         model = next(g for g in self.broker.config.discovery_groups if g.name == self.model.discovery_group)
-        self.discovery = DiscoveryGroup(model, self.node_id, self._discovered)
+        self.discovery = DiscoveryGroup(model, self.node_id, self._discovered, key=await self._beacon_key())
         await self.discovery.start()
 
     async def _start_broadcast(self, group) -> None:
@@ -121,9 +121,18 @@ class ClusterConnection:
 
         config = self.broker.config
         connectors = tuple(config.connector_url(c) for c in group.connectors) or (self.connector,)
-        broadcast = BroadcastGroup(group, Announcement(self.node_id, self.unique_id, self.name, connectors, self.http))
+        broadcast = BroadcastGroup(group, Announcement(self.node_id, self.unique_id, self.name, connectors, self.http),
+                                   key=await self._beacon_key())
         await broadcast.start()
         self.broadcasts.append(broadcast)
+
+    async def _beacon_key(self):
+        """The key announcements are sealed with (PBKDF2 of the cluster credentials, off the loop)."""
+        from petrel.cluster.beacon_auth import BeaconKey
+
+        config = self.broker.config
+        return await asyncio.get_running_loop().run_in_executor(
+            None, BeaconKey.derive, config.cluster_user, config.cluster_password)
 
     async def stop(self) -> None:
         for bridge in self.bridges:

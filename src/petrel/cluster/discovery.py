@@ -7,7 +7,8 @@ Artemis's ``BroadcastGroupImpl`` and ``DiscoveryGroupImpl``, on asyncio datagram
   multicast group (``231.7.7.7``), a broadcast address (``255.255.255.255``) or a unicast
   address alike.
 - A :class:`DiscoveryGroup` listens on that address and port, keeps the newest announcement of
-  every other node, drops a node not heard from for ``refresh_timeout`` ms, and calls
+  every other node (only authentic ones: sealed with the cluster's key, see
+  :mod:`petrel.cluster.beacon_auth`; others are dropped and logged once per sender), drops a node not heard from for ``refresh_timeout`` ms, and calls
   ``on_change(entries)`` when a node appears, changes what it announces, or is dropped.
 
 Several brokers on one host can listen on one group port (``SO_REUSEADDR``/``SO_REUSEPORT``).
@@ -28,7 +29,8 @@ import socket
 import struct
 from collections.abc import Callable
 
-from petrel.cluster.beacon import Announcement, decode, encode
+from petrel.cluster.beacon import MAX_PACKET, Announcement, decode, encode
+from petrel.cluster.beacon_auth import BeaconKey, BeaconRefused, ReplayGuard, open_sealed, seal
 from petrel.cluster.config import BroadcastGroupModel, DiscoveryGroupModel
 
 __all__ = ["BroadcastGroup", "DiscoveryGroup"]
@@ -73,12 +75,25 @@ async def _local_address(local: str | None, family: int, what: str) -> str | Non
 # --- broadcasting -------------------------------------------------------------------------
 
 
-class BroadcastGroup:
-    """Announce `announcement` to the group every ``model.broadcast_period`` ms."""
+#: What sealing adds to an announcement (petrel.cluster.beacon_auth).
+_SEAL_BYTES = len(seal(BeaconKey(b"size"), b""))
 
-    def __init__(self, model: BroadcastGroupModel, announcement: Announcement) -> None:
+
+def _encode(announcement: Announcement) -> bytes:
+    packet = encode(announcement)
+    if len(packet) + _SEAL_BYTES > MAX_PACKET:
+        raise ValueError(f"announcement of node {announcement.node_id!r} is {len(packet) + _SEAL_BYTES} bytes "
+                         f"sealed, over the {MAX_PACKET}-byte UDP limit: announce fewer connectors")
+    return packet
+
+
+class BroadcastGroup:
+    """Announce `announcement` to the group every ``model.broadcast_period`` ms, sealed with `key`."""
+
+    def __init__(self, model: BroadcastGroupModel, announcement: Announcement, *, key: BeaconKey) -> None:
         self.model = model
-        self._packet = encode(announcement)  # fail here, not in the timer, if it cannot be sent
+        self._key = key
+        self._packet = _encode(announcement)  # fail here, not in the timer, if it cannot be sent
         self.announcement = announcement
         self._sock: socket.socket | None = None
         self._target: tuple | None = None
@@ -91,7 +106,7 @@ class BroadcastGroup:
 
     def update(self, announcement: Announcement) -> None:
         """Announce `announcement` from now on (sent at once when running)."""
-        self._packet = encode(announcement)
+        self._packet = _encode(announcement)
         self.announcement = announcement
         if self._sock is not None:
             self._send()
@@ -133,7 +148,7 @@ class BroadcastGroup:
 
     def _send(self) -> None:
         try:
-            self._sock.sendto(self._packet, self._target)
+            self._sock.sendto(seal(self._key, self._packet), self._target)  # a new time and nonce each
         except BlockingIOError:
             log.debug("broadcast group %s: send buffer full, announcement skipped", self.model.name)
         except OSError as exc:
@@ -191,10 +206,18 @@ class _Receiver(asyncio.DatagramProtocol):
 
 
 class DiscoveryGroup:
-    """The other nodes heard on the group: ``entries`` maps node id to newest announcement."""
+    """The other nodes heard on the group: ``entries`` maps node id to newest announcement.
 
-    def __init__(self, model: DiscoveryGroupModel, own_node_id: str, on_change: OnChange) -> None:
+    Only announcements sealed with `key` count; the rest are dropped, with a warning once per
+    sender and kind of fault (then at debug level)."""
+
+    def __init__(self, model: DiscoveryGroupModel, own_node_id: str, on_change: OnChange, *,
+                 key: BeaconKey) -> None:
         self.model = model
+        self._key = key
+        self._replays = ReplayGuard()
+        self._refused: set[tuple[str, str]] = set()  # (sender host, reason) already warned about
+        self.refused_count = 0  # datagrams dropped as not authentic (or replayed)
         self.own_node_id = own_node_id
         self.on_change = on_change
         self.entries: dict[str, Announcement] = {}
@@ -260,7 +283,10 @@ class DiscoveryGroup:
 
     def _received(self, data: bytes, addr: tuple) -> None:
         try:
-            a = decode(data)
+            a = decode(open_sealed(self._key, data, self._replays))
+        except BeaconRefused as exc:
+            self._refuse(exc, addr)
+            return
         except ValueError as exc:
             log.debug("discovery group %s: ignored a datagram from %s: %s", self.model.name, addr, exc)
             return
@@ -283,6 +309,19 @@ class DiscoveryGroup:
             log.info("discovery group %s: node %s now announces %s", self.model.name, a.node_id,
                      ", ".join(a.connectors) or "(no connectors)", extra={"event": "cluster.node_changed"})
             self._notify()
+
+    def _refuse(self, exc: BeaconRefused, addr: tuple) -> None:
+        self.refused_count += 1
+        host = str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
+        key = (host, exc.reason)
+        if exc.reason == "foreign" or key in self._refused or len(self._refused) >= 1024:
+            log.debug("discovery group %s: dropped a datagram from %s: %s", self.model.name, addr, exc)
+            return
+        self._refused.add(key)
+        log.warning("discovery group %s: dropped an announcement from %s: %s; no bridge is opened to "
+                    "it (every node needs the same cluster_user and cluster_password; further ones from "
+                    "there are logged at debug level)", self.model.name, host, exc,
+                    extra={"event": "cluster.beacon_refused"})
 
     def _check_unique_id(self, a: Announcement, addr: object) -> None:
         """Warn once when two live processes announce one node id.
