@@ -71,9 +71,11 @@ class Broker:
 
     async def start(self) -> None:
         """Start as the HA policy says: live at once, or a backup waiting in the background."""
+        from petrel.cluster.credentials import check_cluster_password
         from petrel.ha.activation import activation_for
 
         config = self.config
+        check_cluster_password(config)  # not the well-known default, when security is on
         http_port = config.listen_http_port()
         if http_port >= 0:
             from petrel.management.server import ManagementServer
