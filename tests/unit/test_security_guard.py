@@ -119,12 +119,14 @@ def test_disabled_security_lets_everything_through(tmp_path: Path) -> None:
     assert not (tmp_path / "users.toml").exists()
 
 
-def test_prepare_creates_the_admin_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_prepare_creates_the_admin_once(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                        capsys: pytest.CaptureFixture) -> None:
     sec = Security.from_config(BrokerConfig(data_dir=tmp_path / "data"))
-    password = sec.prepare()
+    with caplog.at_level(logging.INFO, logger="petrel.security"):
+        password = sec.prepare()
     assert password and len(password) >= 16
-    err = capsys.readouterr().err
-    assert err.count(password) == 1 and 'user "admin"' in err and "users.toml" in err
+    assert caplog.text.count(password) == 1 and 'user "admin"' in caplog.text and "users.toml" in caplog.text
+    assert capsys.readouterr().err.count(password) <= 1
     admin = sec.login("admin", password, "r")
     assert admin.roles == frozenset({"admin"})
     sec.check(admin, "manage", "anything")
@@ -132,6 +134,17 @@ def test_prepare_creates_the_admin_once(tmp_path: Path, capsys: pytest.CaptureFi
     again = Security.from_config(BrokerConfig(data_dir=tmp_path / "data"))
     assert again.prepare() is None and capsys.readouterr().err == ""
     assert again.login("admin", password, "r").user == "admin"
+
+
+def test_prepare_shows_the_password_when_the_log_hides_warnings(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logger = logging.getLogger("petrel.security")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        password = Security.from_config(BrokerConfig(data_dir=tmp_path)).prepare()
+    finally:
+        logger.setLevel(level)
+    assert capsys.readouterr().err.count(password) == 1
 
 
 def test_certificate_users_map_to_users_file_roles(tmp_path: Path) -> None:

@@ -78,7 +78,8 @@ class Security:
 
     def prepare(self) -> str | None:
         """Read the users file; with none yet, create it with user ``admin`` and a generated
-        password, shown once on stderr and in the log (returned too). Nothing when disabled."""
+        password, shown once in the log (on stderr if the log level hides warnings) and
+        returned. Nothing when disabled."""
         if not self.enabled or self.users.path is None:
             return None
         self.users.reload()
@@ -95,8 +96,10 @@ class Security:
         line = (f'created the users file {self.users.path} with user "admin" (role admin) and password '
                 f'"{password}"; it is shown only this once: change it with '
                 f"`petrel user reset admin --user-file {self.users.path}`")
-        print(f"Petrel: {line}", file=sys.stderr, flush=True)
-        log.warning("%s", line, extra={"event": "security.admin_created"})
+        if log.isEnabledFor(logging.WARNING):  # `petrel run` logs to stderr
+            log.warning("%s", line, extra={"event": "security.admin_created"})
+        else:  # a log level that hides it: shown anyway
+            print(f"Petrel: {line}", file=sys.stderr, flush=True)
         return password
 
     # -- logins -----------------------------------------------------------------------------

@@ -76,6 +76,7 @@ class Broker:
 
         config = self.config
         check_cluster_password(config)  # not the well-known default, when security is on
+        self.security.prepare()  # the users file; on first start, an admin with a generated password
         http_port = config.listen_http_port()
         if http_port >= 0:
             from petrel.management.server import ManagementServer

@@ -18,6 +18,11 @@ from pathlib import Path
 #: A test of the limit passes ``env=OWN_DISK_LIMIT``: its configuration (or the default) applies.
 HOST_DISK = {"PETREL_MAX_DISK_USAGE": "100"}
 OWN_DISK_LIMIT: dict[str, str | None] = dict.fromkeys(HOST_DISK)
+#: Also set by the plugin: the test run's brokers check no logins or permissions (the product
+#: default is secure). A test of security passes ``env=OWN_SECURITY``: the configuration's (or
+#: the default's) security applies.
+TEST_SECURITY = {"PETREL_SECURITY_ENABLED": "false"}
+OWN_SECURITY: dict[str, str | None] = dict.fromkeys(TEST_SECURITY)
 
 PORTS = (20000, 32000)  # below the ephemeral range
 _handed_out: set[int] = set()

@@ -13,7 +13,9 @@ reports (the xdist controller, or pytest itself without xdist):
   ``PETREL_MAX_DISK_USAGE=100`` (unless the environment sets it), so a machine whose disk is
   over the default 90 % in use does not block every producer of every test until its timeout
   (a CI machine did: the run ended at its time limit). A test of the disk limit sets its own, on
-  a small tmpfs (``BrokerProcess(env=OWN_DISK_LIMIT)``).
+  a small tmpfs (``BrokerProcess(env=OWN_DISK_LIMIT)``);
+- **brokers without security**: they inherit ``PETREL_SECURITY_ENABLED=false`` (secure is the
+  product's default); a test of security starts its brokers with ``env=OWN_SECURITY``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 
 import pytest
 
-from petrel.testing.process import HOST_DISK
+from petrel.testing.process import HOST_DISK, TEST_SECURITY
 
 DEADLINE_ENV = "PETREL_TEST_DEADLINE"
 
@@ -92,7 +94,7 @@ class Reporter:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, value in HOST_DISK.items():
+    for name, value in (HOST_DISK | TEST_SECURITY).items():
         os.environ.setdefault(name, value)
     if _is_controller(config):
         config.pluginmanager.register(Reporter(config, deadline()), "petrel-reporter")
