@@ -50,6 +50,8 @@ def name_problem(name: str, *, limit: int = MAX_NAME_BYTES) -> str | None:
 
 def check_name(kind: str, name: str, *, temporary: bool = False) -> None:
     """Raise `InvalidName` unless ``name`` may be created as a ``kind`` ("queue", "address")."""
+    if not name:
+        raise InvalidName(f"an {kind} needs a name" if kind[0] in "aeiou" else f"a {kind} needs a name")
     problem = name_problem(name, limit=MAX_NAME_BYTES * 2 if temporary else MAX_NAME_BYTES)
     if problem is not None:
         shown = name if len(name) <= 60 else name[:57] + "..."
