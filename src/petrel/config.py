@@ -49,6 +49,7 @@ from petrel.core.names import name_problem
 from petrel.core.settings import AddressSettingsRepository
 from petrel.errors import ConfigError
 from petrel.ha.config import HaPolicyModel
+from petrel.server.limits import LimitSettings
 from petrel.security.config import SecurityModel, SecuritySettings
 
 __all__ = [
@@ -193,7 +194,7 @@ class DivertModel(BaseModel):
     routing_type: Literal["STRIP", "PASS", "ANYCAST", "MULTICAST"] = "STRIP"
 
 
-class BrokerConfig(BaseModel):
+class BrokerConfig(LimitSettings):
     """Everything one broker reads at start-up (validated, immutable)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -221,7 +222,7 @@ class BrokerConfig(BaseModel):
         100 * KIB, ge=1, description="bytes; a larger body is a large message: kept in its own file under "
         "large-messages/, not in memory or the journal")
     stomp_heartbeat_min: int = Field(
-        0, ge=0, description="ms; fastest heart-beat the server agrees to, whatever a client asks (0 = no floor)")
+        1000, ge=0, description="ms; fastest heart-beat the server agrees to, whatever a client asks (0 = no floor)")
     stomp_heartbeat: tuple[NonNegative, NonNegative] = Field(
         (10000, 10000), description="ms; heart-beats the server offers in CONNECTED: [send every, expect every]")
     connection_ttl: int = Field(

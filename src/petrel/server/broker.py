@@ -26,6 +26,7 @@ from petrel.storage.large import LargeMessageStore, reconcile
 from petrel.storage.store import NullStore
 from petrel.server import heap
 from petrel.server.connection import Connection
+from petrel.server.limits import ConnectionLimits
 
 log = logging.getLogger("petrel.server")
 
@@ -46,6 +47,7 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.connections: set[Connection] = set()
+        self.limits = ConnectionLimits(config)  # max_connections, handshake_timeout, unfinished frames
         self.servers: list[asyncio.AbstractServer] = []
         self.ports: dict[str, int] = {}
         self.node_id = ""

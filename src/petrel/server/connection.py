@@ -108,6 +108,8 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if not self.broker.limits.admit(self):  # max_connections, open files (petrel.server.limits)
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -122,6 +124,7 @@ class Connection(asyncio.Protocol):
         adapter = self.adapter
         if adapter is not None:
             adapter.data_received(data)
+            self.broker.limits.account(self)  # unfinished frames' bytes (petrel.server.limits)
             return
         self._head += data
         kind = detect(self._head)
@@ -134,6 +137,7 @@ class Connection(asyncio.Protocol):
         self.adapter = self.broker.make_adapter(kind, self)
         head, self._head = self._head, b""
         self.adapter.data_received(head)
+        self.broker.limits.account(self)
 
     def eof_received(self) -> bool:
         return False
@@ -148,6 +152,7 @@ class Connection(asyncio.Protocol):
         """The broker forgets the connection: its adapter cleans up (once)."""
         self._drop_backlog()
         self.broker.connections.discard(self)
+        self.broker.limits.release(self)
         adapter, self.adapter = self.adapter, None
         if adapter is not None:
             try:

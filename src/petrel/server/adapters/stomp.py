@@ -38,6 +38,7 @@ from petrel.server.adapters.stomp_large import LargeSends
 from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.stomp_render import receipt_bytes
 from petrel.server.adapters.stomp_subscriptions import Subscription, SubscriptionFrames
+from petrel.server.limits import watch_silence
 
 if TYPE_CHECKING:
     from petrel.server.broker import Broker
@@ -183,6 +184,9 @@ class StompAdapter(SubscriptionFrames):
             send_every, _ = negotiate_heartbeat((cx, cy), (sx, expect_every))
             reply["heart-beat"] = f"{sx},{expect_every}"
             self._start_heartbeat(send_every, expect_every)
+        if not self._hb_recv:  # no heart-beats from the client: connection_ttl applies, as in Artemis
+            watch_silence(self.conn, self.broker.config.connection_ttl, lambda: self._last_read,
+                          lambda: self._blocked or self._held, "connection_ttl, no heart-beats agreed")
         self.conn.write(self.codec.send(Frame("CONNECTED", reply)))
         self.receipt(frame)
 
@@ -404,4 +408,3 @@ class StompAdapter(SubscriptionFrames):
         if tx is None:
             raise StompError(f"transaction {name!r} is not open (send BEGIN first)")
         return tx
-
