@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from petrel.cluster.internal_names import internal_name_problem
 from petrel.codec.stomp.frames import Frame
 from petrel.core.message import RoutingType
 from petrel.core.postoffice import RoutingError
@@ -71,6 +72,8 @@ class SubscriptionFrames:
         )
         client_id = headers.get("client-id") or self.client_id
         name, routing_type = parse_destination(dest)
+        if (refused := internal_name_problem(self, name)) is not None:  # the cluster's $.petrel.* queues
+            raise StompError(refused)
         try:
             existing_queue = self.office.queues.get(name)
             if routing_type == RoutingType.ANYCAST and existing_queue is not None:

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from petrel.cluster.internal_names import internal_write_problem
 from petrel.codec.core import (
     Ack,
     Browse,
@@ -411,6 +412,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
             raise Fatal(ErrorCode.PROTOCOL, f"no session {e.session} on this connection")
         if session.large is not None:
             raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
+        if (refused := internal_write_problem(self, e.address, e.properties)) is not None:  # $.petrel.*, _PETREL_*
+            raise Fatal(ErrorCode.UNAUTHORIZED, refused)
         if self.office.grouping is not None and wait_for_group(
                 self, e.address, e.properties, ROUTING[e.routing_type + 1] if -1 <= e.routing_type <= 1 else None,
                 lambda: self.on_send(e),

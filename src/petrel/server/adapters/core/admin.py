@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from petrel.cluster.internal_names import internal_name_problem
 from petrel.codec.core import (
     Browse,
     Browsed,
@@ -29,6 +30,8 @@ __all__ = ["AdminFrames", "queue_info"]
 
 class AdminFrames:
     def on_create_address(self, e: CreateAddress) -> None:
+        if (refused := internal_name_problem(self, e.name)) is not None:  # the cluster's $.petrel.* names
+            raise RequestFailed(ErrorCode.UNAUTHORIZED, refused)
         try:
             types = {RoutingType(r) for r in e.routing_types} or {RoutingType.MULTICAST}
         except ValueError:
@@ -37,12 +40,16 @@ class AdminFrames:
         self.reply(Result(e.corr), sync=True)
 
     def on_delete_address(self, e: DeleteAddress) -> None:
+        if (refused := internal_name_problem(self, e.name)) is not None:  # the cluster's $.petrel.* names
+            raise RequestFailed(ErrorCode.UNAUTHORIZED, refused)
         if e.name not in self.office.addresses:
             raise RequestFailed(ErrorCode.NOT_FOUND, f"address {e.name!r} does not exist")
         self.office.delete_address(e.name)
         self.reply(Result(e.corr), sync=True)
 
     def on_create_queue(self, e: CreateQueue) -> None:
+        if (refused := internal_name_problem(self, e.name, e.address)) is not None:  # the cluster's $.petrel.* names
+            raise RequestFailed(ErrorCode.UNAUTHORIZED, refused)
         office = self.office
         if e.name in office.queues:
             if not e.exists_ok:
@@ -63,6 +70,8 @@ class AdminFrames:
         self.reply(Result(e.corr, 0, "", queue_info(queue)), sync=True)
 
     def on_delete_queue(self, e: DeleteQueue) -> None:
+        if (refused := internal_name_problem(self, e.name)) is not None:  # the cluster's $.petrel.* names
+            raise RequestFailed(ErrorCode.UNAUTHORIZED, refused)
         if e.name not in self.office.queues:
             raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.name!r} does not exist")
         self.office.delete_queue(e.name)

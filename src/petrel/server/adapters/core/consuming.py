@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from petrel.cluster.internal_names import internal_name_problem
 from petrel.codec.core import (
     CREDIT_OVERHEAD,
     Ack,
@@ -45,6 +46,8 @@ class ConsumerFrames:
         session = self._session(e.session)
         if e.consumer in session.consumers:
             raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"consumer {e.consumer} already exists on the session")
+        if (refused := internal_name_problem(self, e.queue.rpartition("::")[2], e.address)) is not None:  # the cluster's $.petrel.* names
+            raise RequestFailed(ErrorCode.UNAUTHORIZED, refused)
         office = self.office
         selector = compile_selector(e.filter) if e.filter else None
         if e.queue:

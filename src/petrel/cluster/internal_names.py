@@ -1,0 +1,51 @@
+"""The cluster's own names, which clients may not write: ``$.petrel.*`` and ``_PETREL_*``.
+
+The cluster keeps messages in transit in internal queues (``$.petrel.sf.<cluster>.<node>``,
+the store-and-forward queues) and steers them with message properties named ``_PETREL_*``
+(`petrel.core.remote`: the binding keys a copy is routed to on the next hop, the send it
+belongs to). A client that sent to those addresses, consumed or deleted those queues, or set
+those properties could route messages to any node's queues, forge duplicates or swallow
+messages in transit. Only the cluster's own subject (`petrel.security.subject.INTERNAL`) may;
+the cluster's bridges, replication and scale-down use their own frames, so in practice no
+client connection ever does.
+
+The adapters call `internal_write_problem` (a send) and `internal_name_problem` (creating,
+deleting or consuming a queue or address), and refuse with the text they return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from petrel.core.redistribution import INTERNAL_PREFIX
+
+__all__ = ["INTERNAL_PREFIX", "RESERVED_PROPERTY_PREFIX", "internal_name_problem", "internal_write_problem"]
+
+#: Message properties the cluster sets (petrel.core.remote: ROUTE_TO, SYNC_FIRST, INSTANCE...).
+RESERVED_PROPERTY_PREFIX = "_PETREL_"
+
+
+def _internal(adapter: object) -> bool:
+    subject = getattr(adapter, "subject", None)  # set by the adapter's login (petrel.security)
+    return subject is not None and subject.internal
+
+
+def internal_name_problem(adapter: object, *names: str | None) -> str | None:
+    """Why the adapter's client may not create, delete or consume `names`; None when it may."""
+    for name in names:
+        if name and name.startswith(INTERNAL_PREFIX) and not _internal(adapter):
+            return (f"{name!r} is internal to the cluster (names starting with {INTERNAL_PREFIX!r} are the "
+                    "broker's own): clients may not send to, create, delete or consume it")
+    return None
+
+
+def internal_write_problem(adapter: object, address: str, properties: Iterable[str] | None) -> str | None:
+    """Why the adapter's client may not send to `address` with these property names; None when it may."""
+    if address.startswith(INTERNAL_PREFIX):
+        return internal_name_problem(adapter, address)
+    if properties:
+        for key in properties:
+            if key.startswith(RESERVED_PROPERTY_PREFIX) and not _internal(adapter):
+                return (f"message property {key!r} is reserved for the cluster (names starting with "
+                        f"{RESERVED_PROPERTY_PREFIX!r}): give it another name")
+    return None
