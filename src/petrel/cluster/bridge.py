@@ -80,6 +80,7 @@ class Bridge:
         self.model = cluster.model
         self.connector = connector
         self.node_id: str | None = None
+        self.peer_unique_id = ""  # the peer's process, as its JOIN answer said
         self.http: str | None = None
         self.state = "idle"  # idle, connecting, joining, up, retrying, refused, failed, stopped
         self.connected = False  # the post office skips remote bindings of a bridge that is not
@@ -240,6 +241,7 @@ class Bridge:
             value = event.value or {}
             node_id = value.get("node_id", "")
             size = value.get("id_cache_size")
+            self.peer_unique_id = str(value.get("unique_id") or "")
             self.peer_cache_size = size if isinstance(size, int) and not isinstance(size, bool) else None
             if not self.cluster.bridge_identified(self, node_id):
                 self.stop()
@@ -437,6 +439,7 @@ class Bridge:
     def describe(self) -> dict:
         return {
             "node_id": self.node_id,
+            "unique_id": self.peer_unique_id or None,  # the peer's process
             "connector": self.connector,
             "state": self.state,
             "connected": self.connected,

@@ -38,10 +38,11 @@ log = logging.getLogger("petrel.cluster")
 class _Peer:
     """A node that joined us: what it should hear about, and changes not yet sent."""
 
-    __slots__ = ("node_id", "max_hops", "connector", "http", "upserts", "removed")
+    __slots__ = ("node_id", "unique_id", "max_hops", "connector", "http", "upserts", "removed")
 
     def __init__(self, join: ClusterJoin) -> None:
         self.node_id = join.node_id
+        self.unique_id = join.unique_id  # its process: new at every start
         self.max_hops = join.max_hops
         self.connector = join.connector
         self.http = join.http
@@ -429,12 +430,16 @@ class ClusterConnection:
         """Where this node's backup will serve if it takes over (a replicating pair), or None."""
         return getattr(self.broker.activation, "backup_connector", None)
 
-    def sees_node(self, node_id: str) -> bool:
-        """Whether ``node_id`` is alive in this node's view: a link to it or from it is up now."""
+    def sees_node(self, node_id: str, unique_id: str = "") -> bool:
+        """Whether ``node_id`` is alive in this node's view: a link to it or from it is up now.
+
+        With ``unique_id``, only a link to or from that process of it counts: a backup that took
+        over runs under its live's node ID, and a link to it says nothing of the old live."""
         bridge = self.by_node.get(node_id)
-        if bridge is not None and bridge.connected:
+        if bridge is not None and bridge.connected and (not unique_id or bridge.peer_unique_id == unique_id):
             return True
-        return any(p.node_id == node_id for p in self.peers.values())
+        return any(p.node_id == node_id and (not unique_id or p.unique_id == unique_id)
+                   for p in self.peers.values())
 
     @property
     def largest_size(self) -> int:
@@ -497,6 +502,7 @@ class ClusterConnection:
         return {
             "name": self.name,
             "node_id": self.node_id,
+            "unique_id": self.unique_id,  # this process: new at every start
             "connector": self.connector,
             "message_load_balancing": self.model.message_load_balancing,
             "max_hops": self.model.max_hops,
@@ -508,7 +514,8 @@ class ClusterConnection:
                 for m in self._members()
             ],
             "bridges": [b.describe() for b in self.bridges],
-            "peers": [{"node_id": p.node_id, "connector": p.connector, "max_hops": p.max_hops}
+            "peers": [{"node_id": p.node_id, "unique_id": p.unique_id, "connector": p.connector,
+                       "max_hops": p.max_hops}
                       for p in self.peers.values()],
             "discovered": sorted(self.discovery.entries) if self.discovery is not None else [],
             "remote_bindings": [

@@ -1,7 +1,9 @@
 """Quorum votes: a backup that lost its live asks the other lives whether the live is gone.
 
 A voter says "gone" when the node is absent from its own view (no cluster link to it or
-from it is up). The backup takes over only on a majority of the largest cluster seen
+from it is up). A live that lost its backup asks the same about itself, naming its process:
+then only a link to that process counts, not one to its backup that took over under the same
+node ID. The backup takes over only on a majority of the largest cluster seen
 (Artemis's rule: 2 of 3, 3 of 4 or 5); with no other lives to ask it cannot tell a dead live
 from a cut link, and says so.
 """
@@ -36,8 +38,9 @@ class Ballot:
 
 
 class _Voter:
-    def __init__(self, node_id: str, user: str, password: str) -> None:
+    def __init__(self, node_id: str, user: str, password: str, unique_id: str = "") -> None:
         self.node_id = node_id
+        self.unique_id = unique_id
         self.user = user
         self.password = password
         self.answer: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -45,7 +48,7 @@ class _Voter:
     def link_event(self, link: PeerLink, event: object) -> None:
         kind = type(event)
         if kind is Connected:
-            link.send(ReplicaVote(1, self.node_id, self.user, self.password))
+            link.send(ReplicaVote(1, self.node_id, self.user, self.password, self.unique_id))
         elif kind is ReplicaVoteAnswer and not self.answer.done():
             self.answer.set_result(event)
         elif kind is Error and not self.answer.done():
@@ -59,8 +62,9 @@ class _Voter:
         pass
 
 
-async def _ask_one(connector: str, node_id: str, user: str, password: str, timeout: float) -> Ballot:
-    voter = _Voter(node_id, user, password)
+async def _ask_one(connector: str, node_id: str, user: str, password: str, timeout: float,
+                   unique_id: str = "") -> Ballot:
+    voter = _Voter(node_id, user, password, unique_id)
     link = None
     try:
         link = await open_link(voter, connector, user=user, password=password, ttl_ms=int(timeout * 1000),
@@ -74,8 +78,11 @@ async def _ask_one(connector: str, node_id: str, user: str, password: str, timeo
             link.close("vote done")
 
 
-async def ask(connectors: list[str], node_id: str, user: str, password: str, timeout: float) -> list[Ballot]:
-    """Ask every connector at once; one ballot each (``gone`` None when it did not answer)."""
+async def ask(connectors: list[str], node_id: str, user: str, password: str, timeout: float,
+              *, unique_id: str = "") -> list[Ballot]:
+    """Ask every connector at once; one ballot each (``gone`` None when it did not answer).
+    ``unique_id``: about that process of ``node_id`` only (a live asking about itself)."""
     if not connectors:
         return []
-    return list(await asyncio.gather(*(_ask_one(c, node_id, user, password, timeout) for c in connectors)))
+    return list(await asyncio.gather(*(_ask_one(c, node_id, user, password, timeout, unique_id)
+                                       for c in connectors)))

@@ -149,8 +149,9 @@ class _Replicated(LockManagerSide, BackupSide, _Base):
                         extra={"event": "ha.vote"})
             replicator.release_waiters()
             return
+        # about this process: its backup, if it took over, runs under the same node ID
         ballots = await quorum.ask(voters, self.broker.node_id, config.cluster_user, config.cluster_password,
-                                   self.policy.quorum_vote_wait / 1000)
+                                   self.policy.quorum_vote_wait / 1000, unique_id=cluster.unique_id)
         seen = sum(1 for b in ballots if b.gone is False)
         if seen >= quorum.votes_needed(size):
             log.warning("lost the backup; %d other lives still see this node: it goes on alone", seen,

@@ -72,13 +72,17 @@ class ReplicaStopping(Event, frozen=True, array_like=True):
 
 
 class ReplicaVote(Event, frozen=True, array_like=True):
-    """A backup that lost its live asks another live: is ``node_id`` gone from your view?"""
+    """A backup that lost its live asks another live: is ``node_id`` gone from your view?
+
+    A live that lost its backup asks about itself, naming its process (``unique_id``, new at
+    every start): a link to its backup, which took over under the same node ID, is not one to it."""
 
     TYPE: ClassVar[int] = 0x64
     corr: int
     node_id: str
     user: str
     password: str
+    unique_id: str = ""  # "": any process of node_id
 
 
 class ReplicaVoteAnswer(Event, frozen=True, array_like=True):

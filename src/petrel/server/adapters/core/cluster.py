@@ -62,7 +62,7 @@ class ClusterFrames:
         # in order: the answer, then the members and bindings peer_joined sends
         # with the size of the duplicate-ID cache for its copies: its bridge keeps at most half
         # of that in flight, so that every copy it may send again is still recognised here
-        self.cluster_send(Result(e.corr, 0, "", {"node_id": self.broker.node_id,
+        self.cluster_send(Result(e.corr, 0, "", {"node_id": self.broker.node_id, "unique_id": cluster.unique_id,
                                                  "id_cache_size": self.office.bridge_cache_size(e.node_id)}))
         cluster.peer_joined(self, e)
 

@@ -59,7 +59,7 @@ class ReplicationFrames:
         if cluster is None:
             self.reply(ReplicaVoteAnswer(e.corr, False, 0))
             return
-        seen = cluster.sees_node(e.node_id)
+        seen = cluster.sees_node(e.node_id, e.unique_id)
         self.reply(ReplicaVoteAnswer(e.corr, not seen, cluster.largest_size))
 
     def replica_connection_lost(self: CoreAdapter) -> None:
