@@ -26,6 +26,7 @@ from petrel.core.duplicates import DuplicateDetection, DuplicateIdCache
 from petrel.core.limits import AddressFull, MemoryLimits
 from petrel.core.message import LargeBody, Message, RoutingType, now_ms
 from petrel.core.names import check_name
+from petrel.core.quotas import AutoCreateQuota
 from petrel.core.outcome import SendOutcome, SendResult
 from petrel.core.queue import Consumer, MessageReference, Queue
 from petrel.core.remote import RemoteBinding
@@ -93,6 +94,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self.large_holders: dict[str, int] = {}
         self._large_in_tx: dict[int, list[LargeBody]] = {}
         self.init_cluster()
+        self.quota = AutoCreateQuota()  # max_auto_created_queues/addresses (set by the broker)
 
     def settings_for(self, address: str) -> AddressSettings:
         return self.settings.match(address)
@@ -108,8 +110,10 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                 self.store.update_address(self._address_record(address))
             return address
         check_name("address", name)
+        self.quota.check_address(self, name, auto_created)
         address = Address(self.store.next_id(), name, routing_types, auto_created)
         self.addresses[name] = address
+        self.quota.added(address)
         self.store.add_address(self._address_record(address))
         log.debug("address created: %s %s", name, routing_types)
         return address
@@ -121,6 +125,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         for queue in list(address.queues):
             self.delete_queue(queue.name)
         del self.addresses[name]
+        self.quota.removed(address)
         self.store.delete_address(address.id)
 
     @staticmethod
@@ -148,6 +153,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         if name in self.queues:
             raise RoutingError(f"queue {name!r} already exists")
         check_name("queue", name, temporary=temporary)
+        self.quota.check_queue(self, name, auto_created or temporary)
         selector = compile_selector(filter) if filter else None
         attrs = self._queue_attributes(address, attributes)
         addr = self.addresses.get(address)
@@ -196,6 +202,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self.queues[queue.name] = queue
         self.queues_by_id[queue.id] = queue
         address.bind(queue)
+        self.quota.added(queue)
         if self.observer is not None:
             self.observer.binding_added(queue)
 
@@ -232,6 +239,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         queue.deleted = True
         del self.queues[name]
         del self.queues_by_id[queue.id]
+        self.quota.removed(queue)
         address = self.addresses.get(queue.address)
         if address is not None:
             address.unbind(queue)
@@ -247,6 +255,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         if address is not None and not address.queues and address.auto_created:
             if self.settings_for(address.name).auto_delete_addresses:
                 del self.addresses[address.name]
+                self.quota.removed(address)
                 self.store.delete_address(address.id)
 
     def queue_idle_check(self, queue: Queue) -> None:

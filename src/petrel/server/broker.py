@@ -19,6 +19,7 @@ from petrel.config import BrokerConfig
 from petrel.core.message import now_ms
 from petrel.core.limits import MemoryLimits
 from petrel.core.postoffice import PostOffice
+from petrel.core.quotas import AutoCreateQuota
 from petrel.errors import PetrelError
 from petrel.security import Security
 from petrel.storage.disk import DiskWatch
@@ -136,6 +137,7 @@ class Broker:
                 limits=MemoryLimits(global_max_size(config), config.producer_flow_control_bytes),
                 large=self.large,
             )
+            self.office.quota = AutoCreateQuota(config.max_auto_created_queues, config.max_auto_created_addresses)
             self.office.recover(recovered)
             del recovered
             heap.settle()

@@ -20,6 +20,7 @@ session without heart-beats).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import resource
 import time
@@ -31,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from petrel.server.connection import Connection
 
-__all__ = ["HANDSHAKE_MAX_BYTES", "ConnectionLimits", "LimitSettings", "handshaken", "open_files_budget",
+__all__ = ["HANDSHAKE_MAX_BYTES", "ConnectionLimits", "LimitSettings", "capped", "handshaken", "open_files_budget",
            "refuse", "watch_silence"]
 
 log = logging.getLogger("petrel.server.limits")
@@ -58,10 +59,13 @@ class LimitSettings(BaseModel):
         256 * MIB, ge=-1, description="bytes all connections' unfinished frames may hold together; the "
         "connection that would go over gets a protocol error and is closed (-1 = no limit)")
     max_auto_created_queues: int = Field(
-        10000, ge=-1, description="auto-created queues the broker holds at most; a send or subscribe that "
-        "would create one more is refused (-1 = no limit)")
+        10000, ge=-1, description="auto-created and temporary queues the broker holds at most; a send or "
+        "subscribe that would create one more is refused (-1 = no limit)")
     max_auto_created_addresses: int = Field(
         10000, ge=-1, description="auto-created addresses the broker holds at most (-1 = no limit)")
+    metrics_max_queues: int = Field(
+        5000, ge=-1, description="queues (and addresses) /metrics gives series of, durable ones first, then by "
+        "name; petrel_queue_series_omitted counts the rest (-1 = all)")
 
 
 def open_files_budget() -> int:
@@ -74,6 +78,13 @@ def open_files_budget() -> int:
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return 1 << 30
     return max(soft - max(64, soft // 10), 16)
+
+
+def capped(things: list, limit: int) -> list:
+    """At most `limit` queues or addresses (-1: all): durable before temporary, then by name."""
+    if limit < 0 or len(things) <= limit:
+        return things
+    return heapq.nsmallest(limit, things, key=lambda t: (bool(getattr(t, "temporary", False)), t.name))
 
 
 def handshaken(adapter: Any) -> bool:
