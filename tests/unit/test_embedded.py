@@ -25,7 +25,8 @@ def stomp_roundtrip(port: int) -> bytes:
 
 def test_async_broker_context_manager(tmp_path):
     async def main():
-        async with petrel.Broker(data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1) as b:
+        async with petrel.Broker(data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1,
+                                 security_enabled=False) as b:
             port = b.ports["all"]
             data = await asyncio.get_running_loop().run_in_executor(None, stomp_roundtrip, port)
             assert b"MESSAGE" in data and data.endswith(b"hi\x00")
@@ -35,10 +36,12 @@ def test_async_broker_context_manager(tmp_path):
 
 
 def test_sync_embedded_broker(tmp_path):
-    with petrel.EmbeddedBroker(data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1) as b:
+    with petrel.EmbeddedBroker(data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1,
+                               security_enabled=False) as b:
         data = stomp_roundtrip(b.ports["all"])
         assert data.endswith(b"hi\x00")
         assert b.call(lambda: b.broker.office.queues["e"].messages_added) == 2
     # the data directory is released: a second broker can open it
-    with petrel.EmbeddedBroker(data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1) as b2:
+    with petrel.EmbeddedBroker(data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1,
+                               security_enabled=False) as b2:
         assert "e" in b2.call(lambda: list(b2.broker.office.queues))

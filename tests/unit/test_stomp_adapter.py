@@ -43,7 +43,8 @@ def frames_of(data: bytes, version: str) -> list[Frame]:
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 def test_message_headers_round_trip_with_special_characters(tmp_path, version):
     async def main():
-        config = BrokerConfig(max_disk_usage=100, data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1)
+        config = BrokerConfig(max_disk_usage=100, data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1,
+                              security_enabled=False)
         async with Broker(config) as broker:
             out = Capture()
             consumer = broker.make_adapter("stomp", out)

@@ -39,6 +39,9 @@ from petrel.server.adapters.stomp_large import LargeSends
 from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.stomp_render import receipt_bytes
 from petrel.server.adapters.stomp_subscriptions import Subscription, SubscriptionFrames
+from petrel.security.errors import NotAuthorized
+from petrel.server.access import Access
+from petrel.server.adapters.stomp_login import log_in
 from petrel.server.limits import watch_silence
 
 if TYPE_CHECKING:
@@ -79,6 +82,12 @@ class StompAdapter(SubscriptionFrames):
         self._hb_recv: float = 0
         self._hb_timer = None
         self._blocked = False
+        self.access = Access(broker.security)  # who logged in, what it may do (CONNECT's login/passcode)
+        self._login_task = None
+
+    @property
+    def subject(self):
+        return self.access.subject
 
     # -- input -----------------------------------------------------------------------------
 
@@ -107,7 +116,7 @@ class StompAdapter(SubscriptionFrames):
                     break
         except RemoteProtocolError as exc:
             self.error(exc.message, getattr(exc, "hint", None) or {})
-        except StompError as exc:
+        except (StompError, NotAuthorized) as exc:
             self.error(str(exc))
         except Exception as exc:  # never let one client take the broker down
             log.exception("internal error handling a frame from %s", self.conn.peer)
@@ -117,6 +126,8 @@ class StompAdapter(SubscriptionFrames):
 
     def handle(self, frame: Frame) -> None:
         command = frame.command
+        if not self.connected and self.access.enabled and command not in ("CONNECT", "STOMP"):
+            raise StompError(f"{command} before CONNECT: log in first (login and passcode headers)")
         if command == "SEND":
             self.on_send(frame)
         elif command == "ACK" or command == "NACK":
@@ -160,6 +171,9 @@ class StompAdapter(SubscriptionFrames):
     # -- frames ----------------------------------------------------------------------------
 
     def on_connect(self, frame: Frame) -> None:
+        if self.access.enabled and self.access.subject is None:
+            log_in(self, frame)  # handles this frame again once logged in
+            return
         headers = frame.headers
         version = self.codec.negotiate(headers.get("accept-version"))
         if version is None:
@@ -201,6 +215,7 @@ class StompAdapter(SubscriptionFrames):
         if not dest:
             raise StompError("SEND needs a destination header")
         name, routing_type = parse_destination(dest)
+        self.access.send(self.office, name, routing_type)
         if (refused := internal_write_problem(self, name, headers)) is not None:  # $.petrel.*, _PETREL_*
             raise StompError(refused)
         now = now_ms()
@@ -411,3 +426,4 @@ class StompAdapter(SubscriptionFrames):
         if tx is None:
             raise StompError(f"transaction {name!r} is not open (send BEGIN first)")
         return tx
+

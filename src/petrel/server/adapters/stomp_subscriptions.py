@@ -74,6 +74,8 @@ class SubscriptionFrames:
         name, routing_type = parse_destination(dest)
         if (refused := internal_name_problem(self, name)) is not None:  # the cluster's $.petrel.* queues
             raise StompError(refused)
+        self.access.subscribe(self.office, name, routing_type, filter=selector_text,
+                              durable_queue=f"{client_id}.{durable_name}" if durable_name and client_id else None)
         try:
             existing_queue = self.office.queues.get(name)
             if routing_type == RoutingType.ANYCAST and existing_queue is not None:
@@ -141,6 +143,7 @@ class SubscriptionFrames:
             client_id = headers.get("client-id") or self.client_id
             qname = f"{client_id}.{durable_name}"
             if qname in self.office.queues:
+                self.access.delete_queue(self.office.queues[qname])
                 try:
                     self.office.delete_queue(qname)
                 except RoutingError as exc:
