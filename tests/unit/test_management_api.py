@@ -17,7 +17,7 @@ from petrel.server.broker import Broker
 
 @contextlib.asynccontextmanager
 async def running(tmp_path, **settings):
-    config = BrokerConfig(max_disk_usage=100, data_dir=tmp_path / "data", host="127.0.0.1", port=0, stomp_port=-1, http_port=0,
+    config = BrokerConfig(max_disk_usage=100, security_enabled=False, data_dir=tmp_path / "data", host="127.0.0.1", port=0, stomp_port=-1, http_port=0,
                           message_expiry_scan_period=-1, **settings)
     broker = Broker(config)
     await broker.start()

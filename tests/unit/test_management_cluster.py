@@ -21,7 +21,7 @@ from petrel.testing.proxy import TcpProxy
 def config(path, port: int, peer: int, **cc_settings) -> BrokerConfig:
     cc = ClusterConnectionModel(connector=f"tcp://127.0.0.1:{port}", static_connectors=[f"tcp://127.0.0.1:{peer}"],
                                 retry_interval=50, max_retry_interval=200, **cc_settings)
-    return BrokerConfig(max_disk_usage=100, data_dir=path, name=path.name, host="127.0.0.1", port=port, stomp_port=-1, http_port=0,
+    return BrokerConfig(max_disk_usage=100, security_enabled=False, data_dir=path, name=path.name, host="127.0.0.1", port=port, stomp_port=-1, http_port=0,
                         message_expiry_scan_period=-1, cluster_user="petrel-test", cluster_password="s3cret-pair",
                         cluster_connections=[cc], address_settings={"#": {"redistribution_delay": 0}})
 
@@ -236,7 +236,7 @@ def test_metrics_follow_forwarding_redistribution_and_duplicates(tmp_path):
 
 def test_a_broker_outside_a_cluster_answers_404(tmp_path):
     async def main():
-        config = BrokerConfig(max_disk_usage=100, data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=0,
+        config = BrokerConfig(max_disk_usage=100, security_enabled=False, data_dir=tmp_path, host="127.0.0.1", port=0, stomp_port=-1, http_port=0,
                               message_expiry_scan_period=-1)
         async with petrel.Broker(config) as broker:
             async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{broker.ports['http']}") as http:

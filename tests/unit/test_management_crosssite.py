@@ -18,7 +18,7 @@ JSON = {"Content-Type": "application/json"}
 @contextlib.asynccontextmanager
 async def running(tmp_path):
     config = BrokerConfig(max_disk_usage=100, data_dir=tmp_path / "data", host="127.0.0.1", port=0, stomp_port=-1,
-                          http_port=0, message_expiry_scan_period=-1, **_security_off())
+                          http_port=0, message_expiry_scan_period=-1, security_enabled=False)
     broker = Broker(config)
     await broker.start()
     try:
@@ -26,10 +26,6 @@ async def running(tmp_path):
             yield broker, http
     finally:
         await broker.stop()
-
-
-def _security_off() -> dict:
-    return {"security_enabled": False} if "security_enabled" in BrokerConfig.model_fields else {}
 
 
 async def status_of(http, method: str, path: str, **kwargs) -> tuple[int, dict]:

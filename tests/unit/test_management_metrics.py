@@ -39,7 +39,7 @@ def message(o: PostOffice, address: str, body: bytes, **kw) -> Message:
 
 @contextlib.asynccontextmanager
 async def running(path, **settings):
-    config = BrokerConfig(max_disk_usage=100, data_dir=path, host="127.0.0.1", port=0, stomp_port=-1, http_port=0,
+    config = BrokerConfig(max_disk_usage=100, security_enabled=False, data_dir=path, host="127.0.0.1", port=0, stomp_port=-1, http_port=0,
                           message_expiry_scan_period=-1, **settings)
     async with Broker(config) as broker:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{broker.ports['http']}") as http:

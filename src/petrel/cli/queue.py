@@ -37,8 +37,19 @@ INTERNAL_PREFIX = "$.petrel."
 OPERATIONS = ("CONTAINS", "NOT_CONTAINS", "EQUALS", "GREATER_THAN", "LESS_THAN")
 
 
+def _remember(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    ctx.meta[f"petrel.management.{param.name}"] = value
+    return value
+
+
 def client_options(fn: Callable) -> Callable:
-    """--url and --port-offset, shared by the commands that talk to the management API."""
+    """--url, --port-offset, --user and --password, shared by the commands that talk to the
+    management API (the credentials reach `make_client` through the click context)."""
+    fn = click.option("--password", envvar="PETREL_PASSWORD", default=None, expose_value=False, callback=_remember,
+                      help="Password of --user (env PETREL_PASSWORD).")(fn)
+    fn = click.option("--user", envvar="PETREL_USER", default=None, expose_value=False, callback=_remember,
+                      help="User for the management API, HTTP basic authentication (env PETREL_USER); "
+                           "reads need the view permission, changes manage.")(fn)
     fn = click.option("--port-offset", type=click.IntRange(0, 65535), default=0, show_default=True,
                       help="Added to the default URL's port (8161), as for `petrel run --port-offset`.")(fn)
     fn = click.option("--url", envvar="PETREL_MANAGEMENT_URL", default=None, metavar="URL",
@@ -48,7 +59,10 @@ def client_options(fn: Callable) -> Callable:
 
 
 def make_client(url: str | None, port_offset: int) -> ManagementClient:
-    return ManagementClient(url or default_url(port_offset))
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    return ManagementClient(url or default_url(port_offset), user=meta.get("petrel.management.user"),
+                            password=meta.get("petrel.management.password"))
 
 
 def quote(name: str) -> str:
@@ -233,7 +247,7 @@ def _fetch_members(client: ManagementClient, members: list[dict[str, Any]],
         elif not member.get("http"):
             return f"no management URL known (is its http_port off?) for node {member['node_id']}"
         else:
-            api = ManagementClient(member["http"], timeout=MEMBER_TIMEOUT)
+            api = client.at(member["http"], timeout=MEMBER_TIMEOUT)  # with the same credentials
         try:
             health = api.get("/health")
             return {"name": health.get("name"), "queues": api.get("/api/v1/queues", name=contains or None)["queues"],

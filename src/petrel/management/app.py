@@ -1,4 +1,5 @@
-"""The aiohttp application: JSON errors, /health, /metrics, the OpenAPI document and /api/v1."""
+"""The aiohttp application: JSON errors, cross-site checks, authentication, /health, /metrics, the
+OpenAPI document and /api/v1."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from petrel.core.selector import SelectorError
-from petrel.management import address_api, broker_api, cluster_api, cursor_api, ha_api, message_api, queue_api
+from petrel.management import address_api, auth, broker_api, cluster_api, cursor_api, ha_api, message_api, queue_api
+from petrel.management.auth import Tokens, authenticate
 from petrel.management.crosssite import cross_site
 from petrel.management.errors import ApiError
-from petrel.management.keys import BROKER, SERVER
+from petrel.management.keys import BROKER, SERVER, TOKENS
 from petrel.management.metrics import CONTENT_TYPE
 from petrel.management.openapi import document
 from petrel.management.views import uptime
@@ -28,8 +30,11 @@ log = logging.getLogger("petrel.management")
 MAX_BODY = 1 << 20
 
 
-def error_response(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def error_response(status: int, message: str, headers: list[tuple[str, str]] | None = None) -> web.Response:
+    response = web.json_response({"error": message}, status=status)
+    for name, value in headers or ():
+        response.headers.add(name, value)
+    return response
 
 
 @web.middleware
@@ -38,7 +43,7 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as exc:
-        return error_response(exc.status, exc.message)
+        return error_response(exc.status, exc.message, exc.headers)
     except SelectorError as exc:
         return error_response(HTTPStatus.BAD_REQUEST, str(exc))
     except web.HTTPException as exc:
@@ -59,7 +64,7 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
 
 
 #: Routes that answer while the broker does not serve (a backup waiting, a node starting).
-ALWAYS = ("/health", "/metrics", "/api/v1/ha", "/api/v1/openapi.json")
+ALWAYS = ("/health", "/metrics", "/api/v1/ha", "/api/v1/openapi.json", "/api/v1/tokens")
 
 
 @web.middleware
@@ -121,10 +126,12 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def create_app(server: ManagementServer) -> web.Application:
-    app = web.Application(middlewares=[json_errors, cross_site, serving_only], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[json_errors, cross_site, authenticate, serving_only],
+                          client_max_size=MAX_BODY)
     app[BROKER] = server.broker
     app[SERVER] = server
-    for table in (routes, broker_api.routes, address_api.routes, queue_api.routes, message_api.routes,
+    app[TOKENS] = Tokens(server.broker.config.management_token_ttl)
+    for table in (routes, auth.routes, broker_api.routes, address_api.routes, queue_api.routes, message_api.routes,
                   cluster_api.routes, ha_api.routes, cursor_api.routes):
         app.router.add_routes(table)
     return app

@@ -6,6 +6,7 @@ Standard library only, so commands that use it start fast. Every failure is a
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import urllib.error
@@ -15,7 +16,7 @@ from typing import Any
 
 from petrel.errors import PetrelError, UsageError
 
-__all__ = ["DEFAULT_HTTP_PORT", "ManagementClient", "ManagementError", "default_url"]
+__all__ = ["DEFAULT_HTTP_PORT", "ManagementClient", "ManagementError", "basic_authorization", "default_url"]
 
 DEFAULT_HTTP_PORT = 8161
 
@@ -46,12 +47,22 @@ def _reason(exc: BaseException) -> str:
 
 
 class ManagementClient:
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 30.0, user: str | None = None,
+                 password: str | None = None) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise UsageError(f"--url must be an http:// URL such as {default_url()}, not {url!r}")
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.user = user or None
+        #: HTTP basic credentials, sent with every request when a user is given
+        self.authorization = basic_authorization(user, password) if user else None
+
+    def at(self, url: str, *, timeout: float | None = None) -> ManagementClient:
+        """A client of another broker (a member of this one's cluster) with these credentials."""
+        other = ManagementClient(url, timeout=self.timeout if timeout is None else timeout)
+        other.user, other.authorization = self.user, self.authorization
+        return other
 
     def get(self, path: str, **query: object) -> dict[str, Any]:
         return self.request("GET", path, query=query)
@@ -72,6 +83,8 @@ class ManagementClient:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Accept", "application/json")
+        if self.authorization is not None:
+            req.add_header("Authorization", self.authorization)
         if data is not None or method != "GET":  # the server takes operations only as JSON
             req.add_header("Content-Type", "application/json")
         try:
@@ -83,7 +96,7 @@ class ManagementClient:
                 message = json.loads(raw)["error"]
             except (ValueError, KeyError, TypeError):
                 message = f"HTTP {exc.code} {exc.reason} from {self.url}"
-            raise ManagementError(str(message), exc.code) from None
+            raise ManagementError(_refusal(str(message), exc.code, self.user), exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             raise ManagementError(
                 f"cannot reach the broker at {self.url} ({_reason(exc)}); is it running?"
@@ -97,6 +110,25 @@ class ManagementClient:
         if not isinstance(value, dict):
             raise ManagementError(f"unexpected answer from {self.url} (HTTP {status})", status)
         return value
+
+
+def basic_authorization(user: str, password: str | None) -> str:
+    """The ``Authorization`` header value of HTTP basic credentials."""
+    return "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
+
+
+def _refusal(message: str, status: int, user: str | None) -> str:
+    """The server's message, with what to do next when it refused the credentials or the user."""
+    if status == 401:
+        if user is None:
+            return (f"the broker requires a login ({message.split(':')[0]}): give --user and --password, "
+                    "or set PETREL_USER and PETREL_PASSWORD")
+        return (f"the broker refused the login of user {user!r}: check --user and --password "
+                "(PETREL_USER, PETREL_PASSWORD)")
+    if status == 403 and "lacks permission" in message:
+        return (f"{message}; use a user with that permission, or grant it to one of the user's roles in "
+                "[security_settings] of the broker's config")
+    return message
 
 
 def _query_value(value: object) -> str:

@@ -8,10 +8,11 @@ __all__ = ["ApiError", "bad_request", "conflict", "not_found"]
 
 
 class ApiError(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
+    def __init__(self, status: HTTPStatus, message: str, *, headers: list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers or []  # e.g. WWW-Authenticate on a 401
 
 
 def bad_request(message: str) -> ApiError:

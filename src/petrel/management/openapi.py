@@ -272,6 +272,16 @@ def _paths() -> dict[str, Any]:
                                                             "moved"),
             body=_ref("MoveBody"), tag="messages",
             errors={"400": "bad input or filter", "404": "no such queue (source or target)"})},
+        "/api/v1/tokens": {
+            "post": _op("A bearer token for the user of this request's basic credentials, valid "
+                        "management_token_ttl seconds (kept in memory: a restart forgets it)",
+                        _json(_obj({"token": _STR, "token_type": _STR, "expires_in": _INT, "user": _NSTR}),
+                              "the token"), status="201", tag="auth",
+                        errors={"409": "security is disabled: no token is needed"}),
+            "delete": _op("Revoke the bearer token this request is made with",
+                          _json(_obj({"revoked": _BOOL}), "whether the token was known"), tag="auth",
+                          errors={"400": "no bearer token sent"}),
+        },
         "/api/v1/queues/{name}/cursors": {"parameters": [_NAME], "get": _op(
             "Named sequence cursors of the queue (replayable readers such as the Spark source) and the queue's "
             "earliest and tail sequence numbers on this node",
@@ -290,6 +300,28 @@ def _paths() -> dict[str, Any]:
     }
 
 
+#: Paths served without credentials (``/metrics`` too when management_metrics_open is set).
+_OPEN = ("/health",)
+_OPERATIONS = ("post", "put", "patch", "delete")
+
+
+def _secured(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every operation but the open ones says how it is refused: 401, 403, and 415 for changes."""
+    for path, item in paths.items():
+        for method, op in item.items():
+            if not isinstance(op, dict) or "responses" not in op:
+                continue
+            if path in _OPEN:
+                op["security"] = []
+                continue
+            op["responses"].setdefault("401", _error("no or bad credentials (security enabled)"))
+            op["responses"].setdefault("403", _error(
+                "the user lacks the permission: view for reads, manage for changes; or a foreign Origin"))
+            if method in _OPERATIONS:
+                op["responses"].setdefault("415", _error("the request is not Content-Type: application/json"))
+    return paths
+
+
 def document(version: str) -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
@@ -297,9 +329,16 @@ def document(version: str) -> dict[str, Any]:
             "title": "Petrel management API",
             "version": version,
             "description": "Broker status, the cluster, addresses, queues and their messages, connections and "
-                           "consumers. Every error is a JSON object {\"error\": message} with a 4xx or 5xx status.",
+                           "consumers. Every error is a JSON object {\"error\": message} with a 4xx or 5xx status. "
+                           "With security enabled, every path but /health needs HTTP basic credentials or a "
+                           "bearer token: the view permission for reads, manage for changes. Changes take "
+                           "Content-Type: application/json only; a foreign Origin is refused.",
         },
-        "paths": _paths(),
-        "components": {"schemas": _schemas()},
-        "tags": [{"name": t} for t in ("health", "broker", "cluster", "addresses", "queues", "messages")],
+        "paths": _secured(_paths()),
+        "components": {"schemas": _schemas(), "securitySchemes": {
+            "basic": {"type": "http", "scheme": "basic", "description": "a user of the broker's users file"},
+            "bearer": {"type": "http", "scheme": "bearer", "description": "a token from POST /api/v1/tokens"},
+        }},
+        "security": [{"basic": []}, {"bearer": []}],
+        "tags": [{"name": t} for t in ("health", "broker", "cluster", "addresses", "queues", "messages", "auth")],
     }

@@ -1,9 +1,16 @@
 """What the orchestrator asks a running broker over HTTP: ``/health``, ``/api/v1/cluster`` and
-``/api/v1/ha`` (standard library only; every failure is an answer, never an exception)."""
+``/api/v1/ha`` (standard library only; every failure is an answer, never an exception).
+
+``/health`` is open; the API logs in with the cluster user and password of the node's
+``broker.toml`` (the orchestrator wrote them), which a broker with security enabled takes as
+its own cluster's subject.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import urllib.error
 import urllib.request
 
@@ -31,9 +38,35 @@ def not_ready_reason(node: Node, timeout: float = 1.0) -> str | None:
         return "no answer from /health"
 
 
-def _get(node: Node, path: str, timeout: float) -> dict | None:
+def _authorization(config: str) -> str | None:
+    """HTTP basic credentials of the cluster user in the broker.toml at `config` (None: unreadable)."""
     try:
-        with urllib.request.urlopen(f"{node.http_url}{path}", timeout=timeout) as resp:
+        changed = os.stat(config).st_mtime_ns
+    except OSError:
+        return None
+    return _read_authorization(config, changed)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_authorization(config: str, changed: int) -> str | None:
+    from petrel.config import load_config
+    from petrel.errors import PetrelError
+    from petrel.management.client import basic_authorization
+
+    try:
+        settings = load_config(config, env={})
+    except PetrelError:
+        return None
+    return basic_authorization(settings.cluster_user, settings.cluster_password)
+
+
+def _get(node: Node, path: str, timeout: float) -> dict | None:
+    request = urllib.request.Request(f"{node.http_url}{path}")
+    authorization = _authorization(node.config) if node.config else None
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             view = json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
