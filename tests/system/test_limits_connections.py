@@ -233,3 +233,22 @@ def test_unfinished_frames_share_a_memory_budget(tmp_path):
         for s in attackers:
             s.close()
         _served(b)
+
+
+def test_a_client_that_does_not_read_is_closed_past_max_pending_writes_size(tmp_path):
+    with BrokerProcess(tmp_path / "b", settings=f"max_pending_writes_size = {1024 * 1024}\n") as b:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (the kernel holds little for us)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", b.stomp_port))
+        s.sendall(STOMP_CONNECT)
+        rid = "r" * 1000  # each frame earns a 1 KiB receipt, which this client never reads
+        frames = f"BEGIN\ntransaction:t\nreceipt:{rid}\n\n\x00ABORT\ntransaction:t\nreceipt:{rid}\n\n\x00".encode()
+        try:
+            for _ in range(20000):
+                s.sendall(frames)
+        except OSError:  # closed by the broker
+            pass
+        wait_for(lambda: "over max_pending_writes_size (1048576)" in b.log(), timeout=10)
+        s.close()
+        _served(b)

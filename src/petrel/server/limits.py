@@ -58,6 +58,10 @@ class LimitSettings(BaseModel):
     max_partial_frames_size: int = Field(
         256 * MIB, ge=-1, description="bytes all connections' unfinished frames may hold together; the "
         "connection that would go over gets a protocol error and is closed (-1 = no limit)")
+    max_pending_writes_size: int = Field(
+        128 * MIB, ge=-1, description="bytes waiting to be written to one client that does not read them; "
+        "over it the connection is closed as a slow client (-1 = no limit; cluster and replication links "
+        "are exempt)")
     max_auto_created_queues: int = Field(
         10000, ge=-1, description="auto-created and temporary queues the broker holds at most; a send or "
         "subscribe that would create one more is refused (-1 = no limit)")
@@ -143,6 +147,7 @@ class ConnectionLimits:
         self.max_connections = config.max_connections
         self.handshake_timeout = config.handshake_timeout / 1000
         self.max_partial = config.max_partial_frames_size
+        self.max_pending = config.max_pending_writes_size
         self.files_budget = open_files_budget()
         self.per_acceptor: dict[int, int] = {}  # local port -> open connections
         self.total = 0
@@ -245,6 +250,27 @@ class ConnectionLimits:
                   conn.peer, problem, event="limits.frames")
         refuse(conn, f"refused: {problem}")
         self.partial -= self._held.pop(conn, 0)  # the buffer goes with the connection
+
+
+    # -- pending writes -------------------------------------------------------------------------
+
+    def check_writes(self, conn: Connection) -> None:
+        """After a write while the client reads slower than the broker writes: close a client (not
+        a cluster or replication link) whose unread bytes are over ``max_pending_writes_size``."""
+        transport = conn.transport
+        if self.max_pending < 0 or transport is None or conn.closed:
+            return
+        pending = transport.get_write_buffer_size()
+        if pending <= self.max_pending:
+            return
+        adapter = conn.adapter
+        if any(getattr(adapter, name, None) is not None for name in ("cluster_peer", "replicator", "migration_source")):
+            return
+        self.refused += 1
+        self._log("writes", "closing slow clients that do not read what they are sent, e.g. %s: %d bytes "
+                  "unread, over max_pending_writes_size (%d)", conn.peer, pending, self.max_pending,
+                  event="limits.writes")
+        conn.close(after_flush=False)
 
 
 def watch_silence(conn: Connection, ttl_ms: int, last_read: Callable[[], float], paused: Callable[[], bool],
