@@ -51,6 +51,7 @@ from petrel.errors import ConfigError
 from petrel.ha.config import HaPolicyModel
 from petrel.server.limits import LimitSettings
 from petrel.security.config import SecurityModel, SecuritySettings
+from petrel.server import tls
 
 __all__ = [
     "AddressSettingsModel",
@@ -67,7 +68,8 @@ ENV_PREFIX = "PETREL_"
 #: PETREL_ variables that are not settings (read by the CLI and the tooling): a user who exports
 #: the client commands' (``petrel producer --url``...) can still start a broker in that shell.
 NON_CONFIG_VARIABLES = frozenset({"PETREL_LOG_LEVEL", "PETREL_LOG_FORMAT", "PETREL_CONFIG", "PETREL_URL",
-                                  "PETREL_USER", "PETREL_PASSWORD", "PETREL_MANAGEMENT_URL"})
+                                  "PETREL_USER", "PETREL_PASSWORD", "PETREL_MANAGEMENT_URL",
+                                  "PETREL_MANAGEMENT_CA"})
 #: Prefixes reserved for test and benchmark tooling.
 NON_CONFIG_PREFIXES = ("PETREL_TEST_", "PETREL_BENCH_")
 #: Top-level fields a running broker may reload.
@@ -286,6 +288,27 @@ class BrokerConfig(LimitSettings):
     security_settings: SecuritySettings = Field(
         default_factory=dict, description='per address pattern: permission -> roles, e.g. '
         '[security_settings."orders.#"] send = ["app"] (most specific pattern wins)')
+    # TLS (petrel.server.tls checks the files and builds the contexts)
+    ssl_enabled: bool = Field(
+        False, description="the all-protocols and STOMP acceptors speak TLS only (a plain-TCP client is refused)")
+    ssl_cert: Path | None = Field(None, description="PEM certificate (chain, leaf first) the broker presents")
+    ssl_key: Path | None = Field(None, description="PEM private key of ssl_cert")
+    ssl_key_password: str | None = Field(None, description="password of an encrypted ssl_key")
+    ssl_ca: Path | None = Field(
+        None, description="PEM CA certificates client certificates must chain to; cluster links to ssl:// "
+        "connectors trust them (default: the system's CAs)")
+    ssl_need_client_auth: bool = Field(
+        False, description="mutual TLS: refuse a client without a certificate signed by ssl_ca")
+    ssl_protocols: Annotated[list[Literal["TLSv1.2", "TLSv1.3"]], BeforeValidator(tls.split_versions)] = Field(
+        ["TLSv1.2", "TLSv1.3"], min_length=1, description="TLS versions accepted: TLSv1.2, TLSv1.3")
+    ssl_ciphers: str | None = Field(
+        None, description="OpenSSL cipher list for TLS 1.2 (default: Python's: forward-secret AEAD ciphers only)")
+    ssl_handshake_timeout: int = Field(
+        10000, ge=100, description="ms a client has to finish its TLS handshake before it is dropped")
+    ssl_verify_host: bool = Field(
+        True, description="cluster links check that a peer's certificate names the host they connect to")
+    http_ssl_enabled: bool = Field(
+        False, description="HTTPS on the management port, with ssl_cert and ssl_key")
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:
@@ -297,6 +320,7 @@ class BrokerConfig(LimitSettings):
                 raise ValueError(
                     f"{field}: {port} + port_offset {self.port_offset} is above 65535")
         self._check_cluster()
+        tls.check(self)
         if self.ha_policy.replication and not self.cluster_connections:
             raise ValueError("ha_policy: replication finds the other half of its pair through "
                              "[[cluster_connections]]; add one (static_connectors or a discovery_group)")

@@ -120,7 +120,8 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
         if field in active:
             lines.append(f"{field} = {toml_value(active[field])}")
         else:
-            lines.append(f"# {field} = {toml_value(info.get_default(call_default_factory=True))}")
+            default = info.get_default(call_default_factory=True)
+            lines.append(f"# {field} = {'<unset>' if default is None else toml_value(default)}")
         lines.append("")
 
     lines += [

@@ -30,6 +30,7 @@ from petrel.client.cursors import CursorRequests
 from petrel.client.failover import ReconnectPlan
 from petrel.client.reconnect import Reconnecting
 from petrel.client.session import AsyncSession
+from petrel.client.tls import client_context
 from petrel.client.transport import Transport
 from petrel.client.url import ClientURL, Endpoint, option, parse_url
 from petrel.codec.errors import ProtocolError
@@ -111,6 +112,8 @@ class AsyncConnection(Reconnecting, AdminRequests, CursorRequests):
         #: Durable messages get an automatic duplicate id (default: on for failover URLs).
         self.auto_duplicate_id = self.url.is_failover if auto is None else bool(auto)
         self.connect_timeout = connect_timeout
+        # TLS (ssl:// endpoints): a file it cannot use is a ValueError here, not at the first connect
+        self._tls = client_context(self.url.options) if any(e.tls for e in self.url.endpoints) else None
         self.connection_id = uuid.uuid4().hex
         self.plan = ReconnectPlan(self.url, None if seed is None else __import__("random").Random(seed))
         # state

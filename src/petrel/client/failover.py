@@ -23,6 +23,8 @@ class ReconnectPlan:
         self.options: FailoverOptions = url.failover or FailoverOptions(max_reconnect_attempts=0,
                                                                         startup_max_reconnect_attempts=0)
         self.static: list[Endpoint] = list(url.endpoints)
+        #: brokers named without a scheme (topology, redirects) speak TLS when the URL's do
+        self.tls = any(e.tls for e in url.endpoints)
         self.discovered: list[Endpoint] = []
         self.redirect: Endpoint | None = None
         self.backups: dict[Endpoint, Endpoint] = {}  # a live -> its backup, from the topology
@@ -84,7 +86,7 @@ class ReconnectPlan:
         self.redirect = None
         if target:
             try:
-                self.redirect = parse_endpoint(target)
+                self.redirect = parse_endpoint(target, tls=self.tls)
             except ValueError:
                 self.redirect = None
 
@@ -93,7 +95,7 @@ class ReconnectPlan:
         out = {}
         for live, backup in pairs:
             try:
-                out[parse_endpoint(live)] = parse_endpoint(backup)
+                out[parse_endpoint(live, tls=self.tls)] = parse_endpoint(backup, tls=self.tls)
             except ValueError:
                 continue
         self.backups = out
@@ -112,7 +114,7 @@ class ReconnectPlan:
         found = []
         for text in connectors:
             try:
-                endpoint = parse_endpoint(text)
+                endpoint = parse_endpoint(text, tls=self.tls)
             except ValueError:
                 continue
             if endpoint not in self.static and endpoint not in found:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import TYPE_CHECKING
 
 from petrel import __version__
@@ -24,6 +25,7 @@ from petrel.client.errors import (
     FailoverInterrupted,
     TransactionRolledBack,
 )
+from petrel.client.tls import client_context, handshake_error, handshake_lost
 from petrel.client.transport import Transport
 from petrel.client.url import Endpoint
 from petrel.codec.core import (
@@ -55,8 +57,14 @@ class Reconnecting:
         handshake = loop.create_future()
         self._handshakes[proto] = handshake
         try:
-            await asyncio.wait_for(
-                loop.create_connection(lambda: proto, endpoint.host, endpoint.port), self.connect_timeout)
+            tls = self._tls_context() if endpoint.tls else None
+            try:
+                await asyncio.wait_for(
+                    loop.create_connection(lambda: proto, endpoint.host, endpoint.port, ssl=tls,
+                                           ssl_handshake_timeout=self.connect_timeout if tls else None),
+                    self.connect_timeout)
+            except ssl.SSLError as exc:
+                raise handshake_error(exc, endpoint) from None
             proto.send(Connect(
                 list(PROTOCOL_VERSIONS), list(CAPABILITIES), self.user, self.password, self.client_id,
                 self.connection_ttl, self.connection_id, f"petrel-python/{__version__}",
@@ -68,6 +76,12 @@ class Reconnecting:
         finally:
             self._handshakes.pop(proto, None)
         return proto, connected
+
+    def _tls_context(self: AsyncConnection) -> ssl.SSLContext:
+        """The URL's TLS context (`petrel.client.tls`), built once."""
+        if self._tls is None:
+            self._tls = client_context(self.url.options)
+        return self._tls
 
     async def _reconnect(self: AsyncConnection, *, startup: bool = False) -> None:
         plan = self.plan
@@ -206,8 +220,7 @@ class Reconnecting:
         handshake = self._handshakes.get(proto)
         if handshake is not None:
             if not handshake.done():
-                handshake.set_exception(
-                    ConnectionFailed(f"connection to {proto.endpoint} lost during the handshake"))
+                handshake.set_exception(handshake_lost(exc, proto.endpoint))
             return
         if proto is not self._transport:
             return

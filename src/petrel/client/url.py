@@ -1,4 +1,4 @@
-"""Client URLs: ``tcp://host:port`` and ``failover:(tcp://a:61616,tcp://b:61617)?options``.
+"""Client URLs: ``tcp://host:port``, ``ssl://host:port`` and ``failover:(tcp://a:61616,tcp://b:61617)?options``.
 
 Failover options keep ActiveMQ Classic's names and meanings:
 
@@ -26,7 +26,8 @@ us), ``clientFailureCheckPeriod`` (ms of silence before we consider the broker g
 ``confirmationWindowSize`` (bytes of unconfirmed sends), ``consumerWindowSize`` (bytes),
 ``user``, ``password``, ``clientID`` (or ``clientId``), ``autoDuplicateId``, and
 ``useTopologyForLoadBalancing`` (move to the cluster member next in turn; see `balance`).
-A plain ``tcp://`` URL never reconnects.
+A plain ``tcp://`` URL never reconnects. ``ssl://`` endpoints (or ``sslEnabled=true``) speak TLS;
+their options (``trustStorePath``, ``keyStorePath``, ``verifyHost``...) are in `petrel.client.tls`.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ DEFAULT_PORT = 61616
 class Endpoint:
     host: str
     port: int
+    tls: bool = False  # ssl://
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"tcp://{host}:{self.port}"
+        return f"{'ssl' if self.tls else 'tcp'}://{host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +106,16 @@ _FAILOVER = {
 }
 
 
-def parse_endpoint(text: str) -> Endpoint:
-    """``tcp://host:port``, ``host:port``, ``[v6]:port`` or ``host`` (port 61616)."""
+def parse_endpoint(text: str, *, tls: bool = False) -> Endpoint:
+    """``tcp://host:port``, ``ssl://host:port``, ``host:port``, ``[v6]:port`` or ``host`` (port
+    61616); without a scheme the endpoint speaks TLS when ``tls`` says so."""
     text = text.strip()
     scheme, sep, rest = text.partition("://")
     if not sep:
-        rest, scheme = text, "tcp"
-    if scheme not in ("tcp", "core"):
-        raise ValueError(f"unsupported transport {scheme!r} in {text!r} (use tcp://host:port)")
+        rest, scheme = text, "ssl" if tls else "tcp"
+    scheme = scheme.lower()
+    if scheme not in ("tcp", "core", "ssl", "tls"):
+        raise ValueError(f"unsupported transport {scheme!r} in {text!r} (use tcp://host:port or ssl://host:port)")
     rest = rest.split("?", 1)[0].rstrip("/")
     if rest.startswith("["):
         host, _, port_text = rest[1:].partition("]")
@@ -126,7 +130,7 @@ def parse_endpoint(text: str) -> Endpoint:
         raise ValueError(f"bad port in {text!r}") from None
     if not 0 < port < 65536:
         raise ValueError(f"port out of range in {text!r}")
-    return Endpoint(host, port)
+    return Endpoint(host, port, scheme in ("ssl", "tls"))
 
 
 def _split_list(inner: str) -> list[str]:
@@ -153,13 +157,26 @@ def parse_url(url: str) -> ClientURL:
             raise ValueError(f"no URIs in {url!r}")
         options = dict(parse_qsl(query[1:], keep_blank_values=True)) if query else {}
         failover, rest_options = _failover_options(options)
-        return ClientURL(endpoints, failover, rest_options)
+        return ClientURL(_ssl_enabled(endpoints, rest_options), failover, rest_options)
     base, _, query = url.partition("?")
     options = dict(parse_qsl(query, keep_blank_values=True)) if query else {}
     endpoints = tuple(parse_endpoint(u) for u in _split_list(base))
     if not endpoints:
         raise ValueError(f"no host in {url!r}")
-    return ClientURL(endpoints, None, {k: unquote(v) for k, v in options.items()})
+    options = {k: unquote(v) for k, v in options.items()}
+    return ClientURL(_ssl_enabled(endpoints, options), None, options)
+
+
+def _ssl_enabled(endpoints: tuple[Endpoint, ...], options: dict[str, str]) -> tuple[Endpoint, ...]:
+    """``sslEnabled=true`` (Artemis's option) makes every endpoint TLS."""
+    text = option(options, "sslEnabled")
+    if text is None:
+        return endpoints
+    try:
+        on = _bool(text)
+    except ValueError as exc:
+        raise ValueError(f"sslEnabled: {exc}") from None
+    return tuple(dataclasses.replace(e, tls=True) for e in endpoints) if on else endpoints
 
 
 def _failover_options(options: dict[str, str]) -> tuple[FailoverOptions, dict[str, str]]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,6 +38,9 @@ def default_url(port_offset: int = 0, host: str = "127.0.0.1") -> str:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
         exc = exc.reason if isinstance(exc.reason, BaseException) else exc
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"the broker's certificate is not trusted: {exc.verify_message}; give its CA in "
+                "PETREL_MANAGEMENT_CA=<PEM file>")
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, (TimeoutError, socket.timeout)):
@@ -48,7 +53,7 @@ def _reason(exc: BaseException) -> str:
 
 class ManagementClient:
     def __init__(self, url: str, *, timeout: float = 30.0, user: str | None = None,
-                 password: str | None = None) -> None:
+                 password: str | None = None, ca: str | None = None) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise UsageError(f"--url must be an http:// URL such as {default_url()}, not {url!r}")
@@ -57,11 +62,16 @@ class ManagementClient:
         self.user = user or None
         #: HTTP basic credentials, sent with every request when a user is given
         self.authorization = basic_authorization(user, password) if user else None
+        #: https: the broker's certificate must chain to ``ca`` (PEM; env PETREL_MANAGEMENT_CA), else
+        #: to the system's CAs
+        self.ssl = https_context(ca or os.environ.get("PETREL_MANAGEMENT_CA")) if parsed.scheme == "https" else None
 
     def at(self, url: str, *, timeout: float | None = None) -> ManagementClient:
         """A client of another broker (a member of this one's cluster) with these credentials."""
         other = ManagementClient(url, timeout=self.timeout if timeout is None else timeout)
         other.user, other.authorization = self.user, self.authorization
+        if other.ssl is not None and self.ssl is not None:
+            other.ssl = self.ssl  # the same CA
         return other
 
     def get(self, path: str, **query: object) -> dict[str, Any]:
@@ -88,7 +98,7 @@ class ManagementClient:
         if data is not None or method != "GET":  # the server takes operations only as JSON
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self.ssl) as resp:
                 return self._decode(resp.status, resp.read())
         except urllib.error.HTTPError as exc:
             raw = exc.read()
@@ -110,6 +120,14 @@ class ManagementClient:
         if not isinstance(value, dict):
             raise ManagementError(f"unexpected answer from {self.url} (HTTP {status})", status)
         return value
+
+
+def https_context(ca: str | None) -> ssl.SSLContext:
+    """The context for an https:// management URL; a CA file it cannot read is a UsageError."""
+    try:
+        return ssl.create_default_context(cafile=ca or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"management CA {ca}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def basic_authorization(user: str, password: str | None) -> str:

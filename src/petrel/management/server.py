@@ -38,7 +38,9 @@ class ManagementServer:
         """Listen on ``host:port`` (0 = any free port); returns the port bound."""
         runner = self._runner
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True, backlog=128)
+        tls = getattr(self.broker, "tls", None)  # HTTPS with http_ssl_enabled (petrel.server.tls)
+        site = web.TCPSite(runner, host, port, reuse_address=True, backlog=128,
+                           ssl_context=tls.http_context() if tls is not None else None)
         try:
             await site.start()
         except OSError as exc:

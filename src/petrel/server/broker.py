@@ -28,6 +28,7 @@ from petrel.storage.store import NullStore
 from petrel.server import heap
 from petrel.server.connection import Connection
 from petrel.server.limits import ConnectionLimits
+from petrel.server.tls import BrokerTls
 
 log = logging.getLogger("petrel.server")
 
@@ -68,6 +69,7 @@ class Broker:
         self.office: PostOffice | None = None
         self.management = None  # the management HTTP server, when http_port >= 0
         self.cluster = None  # the ClusterConnection, when cluster_connections is configured
+        self.tls = BrokerTls(config)  # TLS contexts: acceptors, management, cluster links
         self.security = Security.from_config(config)  # logins and permission checks
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -216,7 +218,7 @@ class Broker:
     async def _listen(self, name: str, port: int, protocols: tuple[str, ...]) -> None:
         loop = asyncio.get_running_loop()
         try:
-            server = await loop.create_server(
+            server = await self.tls.create_server(  # loop.create_server, or a TLS listener
                 lambda: Connection(self, protocols), self.config.host, port, reuse_address=True, backlog=1024
             )
         except OSError as exc:

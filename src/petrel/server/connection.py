@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from petrel.server.tls import peer_subject
+
 if TYPE_CHECKING:
     from petrel.server.broker import Broker
 
@@ -89,6 +91,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.adapter: Adapter | None = None
         self.peer = "?"
+        self.peer_subject: str | None = None  # TLS: the verified client certificate's subject (RFC 4514)
         self._head = b""
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -108,6 +111,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_subject = peer_subject(transport)
         if not self.broker.limits.admit(self):  # max_connections, open files (petrel.server.limits)
             return
         sock = transport.get_extra_info("socket")
@@ -198,8 +202,6 @@ class Connection(asyncio.Protocol):
             self._out.clear()
             self._out_bytes = 0
             self.transport.write(data)
-            if self.writing_paused:  # the client reads slower than we write
-                self.broker.limits.check_writes(self)
 
     def write_stream(self, head: bytes, body: BodySource, tail: bytes) -> None:
         """Write `head`, then `body` in chunks only as fast as the peer takes them, then `tail`.

@@ -1,0 +1,245 @@
+"""TLS with real certificates (made at run time) against real `petrel run` processes: STOMP with
+stomp.py, CORE with Petrel's client, mutual TLS, refusals (wrong CA, expired, no certificate,
+plain TCP, silent sockets) that never take the broker down, and management over HTTPS."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+import time
+import urllib.request
+
+import pytest
+import stomp
+
+from conftest import Listener
+from petrel.client import ConnectionFailed, Message, connect
+from petrel.management.client import ManagementClient, ManagementError
+from petrel.testing.certs import make_pki
+from petrel.testing.process import BrokerProcess, wait_for
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def tls_settings(pki, **extra: object) -> str:
+    values = {"ssl_enabled": True, "ssl_cert": pki.server.cert, "ssl_key": pki.server.key, "ssl_ca": pki.ca.cert,
+              "ssl_handshake_timeout": 2000, **extra}
+    lines = []
+    for key, value in values.items():
+        text = ("true" if value else "false") if isinstance(value, bool) else (
+            str(value) if isinstance(value, int) else json.dumps(str(value)))
+        lines.append(f"{key} = {text}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory, pki):
+    """TLS on both acceptors, client certificates optional (checked against the CA when sent)."""
+    b = BrokerProcess(tmp_path_factory.mktemp("tls") / "b", settings=tls_settings(pki), http=True)
+    b.start()
+    yield b
+    b.kill9()
+
+
+@pytest.fixture(scope="module")
+def mtls_broker(tmp_path_factory, pki):
+    """Mutual TLS: a client certificate signed by the CA is required."""
+    b = BrokerProcess(tmp_path_factory.mktemp("mtls") / "b", settings=tls_settings(pki, ssl_need_client_auth=True))
+    b.start()
+    yield b
+    b.kill9()
+
+
+def run(coro, timeout: float = 30.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def core_url(b: BrokerProcess, pki, host: str = "127.0.0.1", **options: object) -> str:
+    query = {"trustStorePath": pki.ca.cert, **options}
+    return f"ssl://{host}:{b.port}?" + "&".join(f"{k}={v}" for k, v in query.items())
+
+
+async def round_trip(url: str, queue: str, body: bytes = b"over TLS") -> bytes:
+    async with await connect(url) as conn:
+        session = await conn.session()
+        producer = session.producer(f"queue://{queue}")
+        await producer.send(Message(body, durable=True), wait=True)
+        consumer = await session.consumer(f"queue://{queue}")
+        message = await consumer.receive(10)
+        assert message is not None
+        return message.body
+
+
+def stomp_over_tls(port: int, pki, cert=None) -> tuple[stomp.Connection, Listener]:
+    conn = stomp.Connection([("127.0.0.1", port)], heartbeats=(0, 0), reconnect_attempts_max=1)
+    conn.set_ssl(for_hosts=[("127.0.0.1", port)], ca_certs=str(pki.ca.cert),
+                 cert_file=str(cert.cert) if cert else None, key_file=str(cert.key) if cert else None)
+    listener = Listener()
+    conn.set_listener("l", listener)
+    conn.connect(wait=True)
+    return conn, listener
+
+
+def handshake_failures(b: BrokerProcess) -> int:
+    return b.log().count("TLS handshake failed")
+
+
+def wait_logged(b: BrokerProcess, text: str) -> None:
+    wait_for(lambda: text in b.log(), 10, message=f"{text!r} not in the log:\n{b.log()}")
+
+
+# -- STOMP ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["stomp_port", "port"])
+def test_stomp_over_tls_with_stomp_py(tls_broker, pki, which):
+    conn, listener = stomp_over_tls(getattr(tls_broker, which), pki)
+    try:
+        conn.subscribe(f"/queue/tls.stomp.{which}", id="1", ack="auto")
+        conn.send(f"/queue/tls.stomp.{which}", "secret body", headers={"persistent": "true", "receipt": "r1"})
+        assert listener.receipts.get(timeout=10) == "r1"
+        assert listener.get().body == "secret body"
+    finally:
+        conn.disconnect()
+
+
+def test_stomp_with_a_client_certificate_under_mutual_tls(mtls_broker, pki):
+    conn, listener = stomp_over_tls(mtls_broker.stomp_port, pki, cert=pki.client)
+    try:
+        conn.send("/queue/tls.mutual", "hello", headers={"receipt": "r"})
+        assert listener.receipts.get(timeout=10) == "r"
+    finally:
+        conn.disconnect()
+
+
+# -- CORE -------------------------------------------------------------------------------------------
+
+
+def test_core_over_tls_with_petrels_client(tls_broker, pki):
+    assert run(round_trip(core_url(tls_broker, pki), "tls.core")) == b"over TLS"
+    # by name too: the certificate holds localhost
+    assert run(round_trip(core_url(tls_broker, pki, host="localhost"), "tls.core.name")) == b"over TLS"
+
+
+def test_core_failover_url_with_tls_endpoints(tls_broker, pki):
+    url = (f"failover:(ssl://127.0.0.1:{tls_broker.port},ssl://localhost:{tls_broker.port})"
+           f"?randomize=false&maxReconnectAttempts=0&trustStorePath={pki.ca.cert}")
+    assert run(round_trip(url, "tls.failover")) == b"over TLS"
+    # sslEnabled=true (Artemis's option) makes tcp:// endpoints TLS
+    url = f"tcp://127.0.0.1:{tls_broker.port}?sslEnabled=true&trustStorePath={pki.ca.cert}"
+    assert run(round_trip(url, "tls.enabled")) == b"over TLS"
+
+
+def test_mutual_tls_core_with_a_client_certificate(mtls_broker, pki):
+    url = core_url(mtls_broker, pki, keyStorePath=pki.client.cert, sslKey=pki.client.key)
+    assert run(round_trip(url, "tls.mutual.core")) == b"over TLS"
+
+
+def test_an_unknown_ca_is_a_clear_client_error(tls_broker, pki):
+    with pytest.raises(ConnectionFailed) as info:
+        run(round_trip(f"ssl://127.0.0.1:{tls_broker.port}", "never"))  # the system's CAs only
+    message = str(info.value)
+    assert "the broker's certificate is not trusted" in message and "trustStorePath" in message
+
+
+def test_a_certificate_for_another_host_is_refused_unless_verify_host_is_off(tmp_path, pki):
+    elsewhere = pki.ca.issue("elsewhere", "elsewhere", hosts=("elsewhere.example",))
+    settings = tls_settings(pki, ssl_cert=elsewhere.cert, ssl_key=elsewhere.key)
+    with BrokerProcess(tmp_path / "b", settings=settings) as b:
+        with pytest.raises(ConnectionFailed) as info:
+            run(round_trip(core_url(b, pki), "never"))
+        assert "not trusted" in str(info.value) and "verifyHost=false" in str(info.value)
+        assert run(round_trip(core_url(b, pki, verifyHost="false"), "tls.noverify")) == b"over TLS"
+
+
+def test_client_option_errors_name_the_option(tls_broker, pki, tmp_path):
+    with pytest.raises(ValueError, match="trustStorePath: no such file"):
+        run(round_trip(f"ssl://127.0.0.1:{tls_broker.port}?trustStorePath={tmp_path}/none.pem", "never"))
+    with pytest.raises(ValueError, match="keyStorePath"):
+        run(round_trip(core_url(tls_broker, pki, keyStorePath=pki.ca.cert), "never"))
+
+
+# -- refusals ---------------------------------------------------------------------------------------
+
+
+def test_no_client_certificate_when_one_is_required_is_refused(mtls_broker, pki):
+    before = handshake_failures(mtls_broker)
+    with pytest.raises(ConnectionFailed) as info:
+        run(round_trip(core_url(mtls_broker, pki), "never"))
+    assert "client certificate" in str(info.value)
+    wait_logged(mtls_broker, "no client certificate")
+    assert handshake_failures(mtls_broker) > before
+
+
+@pytest.mark.parametrize("which", ["stranger", "expired"])
+def test_a_client_certificate_from_another_ca_or_expired_is_refused(mtls_broker, pki, which):
+    cert = getattr(pki, which)
+    with pytest.raises(ConnectionFailed):
+        run(round_trip(core_url(mtls_broker, pki, keyStorePath=cert.cert, sslKey=cert.key), "never"))
+    wait_logged(mtls_broker, "expired" if which == "expired" else "unable to get local issuer certificate")
+    # STOMP too: the broker answers nothing and closes
+    assert stomp_refused(mtls_broker.stomp_port, pki, cert)
+
+
+def stomp_refused(port: int, pki, cert) -> bool:
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    context.load_cert_chain(cert.cert, cert.key)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+                sock.sendall(b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00")
+                return sock.recv(4096) == b""
+    except (ssl.SSLError, ConnectionError):
+        return True
+
+
+def test_an_expired_server_certificate_is_refused_by_the_client(tmp_path, pki):
+    settings = tls_settings(pki, ssl_cert=pki.expired_server.cert, ssl_key=pki.expired_server.key)
+    with BrokerProcess(tmp_path / "b", settings=settings) as b:
+        with pytest.raises(ConnectionFailed, match="expired"):
+            run(round_trip(core_url(b, pki), "never"))
+
+
+def test_plain_tcp_hello_to_a_tls_port_is_closed_and_the_broker_still_serves(tls_broker, pki):
+    for port in (tls_broker.port, tls_broker.stomp_port):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00")
+            assert sock.recv(4096) == b""  # closed, no STOMP answer
+    wait_logged(tls_broker, "not a TLS client")
+    with pytest.raises(ConnectionFailed):
+        run(round_trip(f"tcp://127.0.0.1:{tls_broker.port}", "never"))
+    assert run(round_trip(core_url(tls_broker, pki), "tls.after.plain")) == b"over TLS"
+
+
+def test_a_silent_socket_is_dropped_at_the_handshake_timeout(tls_broker, pki):
+    with socket.create_connection(("127.0.0.1", tls_broker.port), timeout=15) as sock:
+        started = time.monotonic()
+        assert sock.recv(1) == b""  # the broker closes it (ssl_handshake_timeout = 2 s)
+        assert time.monotonic() - started < 12
+    wait_logged(tls_broker, "no handshake in time")
+    assert run(round_trip(core_url(tls_broker, pki), "tls.after.silent")) == b"over TLS"
+
+
+# -- management over HTTPS -----------------------------------------------------------------------------
+
+
+def test_management_over_https(tmp_path, pki):
+    settings = tls_settings(pki, http_ssl_enabled=True, ssl_need_client_auth=True)
+    with BrokerProcess(tmp_path / "b", settings=settings, http=True) as b:
+        https = f"https://127.0.0.1:{b.http_port}"
+        context = ssl.create_default_context(cafile=str(pki.ca.cert))
+        # no client certificate needed on the management port: it has its own authentication
+        with urllib.request.urlopen(f"{https}/health", context=context, timeout=10) as r:
+            assert json.loads(r.read())["status"] == "ok"
+        assert ManagementClient(https, ca=str(pki.ca.cert)).get("/api/v1/broker")["name"]
+        with pytest.raises(ManagementError, match="certificate"):
+            ManagementClient(https).get("/api/v1/broker")  # the system's CAs do not know ours
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{b.http_port}/health", timeout=5)
