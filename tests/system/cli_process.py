@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from petrel.testing.process import HOST_DISK
+from petrel.testing.process import HOST_DISK, TEST_SECURITY
 
 __all__ = ["command", "environment", "ok", "petrel", "running", "spawn"]
 
@@ -21,8 +21,9 @@ def command(*args: str) -> list[str]:
 
 def environment() -> dict[str, str]:
     """This environment without its PETREL_* variables, but for the test run's own
-    (`petrel.testing.process.HOST_DISK`: brokers do not look at the host's disk)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_") or k in HOST_DISK}
+    (`petrel.testing.process.HOST_DISK`: brokers do not look at the host's disk; `TEST_SECURITY`:
+    nor ask for logins)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_") or k in HOST_DISK or k in TEST_SECURITY}
 
 
 def petrel(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -8,8 +8,9 @@ Artemis's ``BroadcastGroupImpl`` and ``DiscoveryGroupImpl``, on asyncio datagram
   address alike.
 - A :class:`DiscoveryGroup` listens on that address and port, keeps the newest announcement of
   every other node (only authentic ones: sealed with the cluster's key, see
-  :mod:`petrel.cluster.beacon_auth`; others are dropped and logged once per sender), drops a node not heard from for ``refresh_timeout`` ms, and calls
-  ``on_change(entries)`` when a node appears, changes what it announces, or is dropped.
+  :mod:`petrel.cluster.beacon_auth`; others are dropped and logged once per sender), drops a
+  node not heard from for ``refresh_timeout`` ms, and calls ``on_change(entries)`` when a
+  node appears, changes what it announces, or is dropped.
 
 Several brokers on one host can listen on one group port (``SO_REUSEADDR``/``SO_REUSEPORT``).
 Every listener gets a copy of a multicast or broadcast datagram, but only one of them gets a
