@@ -18,7 +18,8 @@ from conftest import Listener
 from petrel.client import ConnectionFailed, Message, connect
 from petrel.management.client import ManagementClient, ManagementError
 from petrel.testing.certs import make_pki
-from petrel.testing.process import BrokerProcess, wait_for
+from petrel.security import UserStore
+from petrel.testing.process import OWN_SECURITY, BrokerProcess, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -164,6 +165,58 @@ def test_client_option_errors_name_the_option(tls_broker, pki, tmp_path):
         run(round_trip(f"ssl://127.0.0.1:{tls_broker.port}?trustStorePath={tmp_path}/none.pem", "never"))
     with pytest.raises(ValueError, match="keyStorePath"):
         run(round_trip(core_url(tls_broker, pki, keyStorePath=pki.ca.cert), "never"))
+
+
+def stomp_connect_raw(port: int, pki, cert, headers: str = "") -> bytes:
+    """What the broker answers a STOMP CONNECT over TLS with ``cert``, until it closes."""
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    context.load_cert_chain(cert.cert, cert.key)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            sock.sendall(f"CONNECT\naccept-version:1.2\nhost:x\n{headers}\n\x00".encode())
+            answer = b""
+            while b"\x00" not in answer:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+            return answer
+
+
+def test_mutual_tls_logs_the_certificate_subject_in_as_its_user(tmp_path, pki):
+    users = tmp_path / "users.toml"
+    store = UserStore(users)
+    store.add("alice", "alice-password", ["app"])
+    store.add("carol", "carol-password", ["app"])
+    store.save()
+    bob = pki.ca.issue("bob", "bob", hosts=())  # signed by the CA, mapped to nobody
+    settings = tls_settings(pki, ssl_need_client_auth=True) + f"""
+[security]
+users_file = {json.dumps(str(users))}
+certificate_users = {{ {json.dumps(pki.client.subject)} = "alice" }}
+login_failure_delay = 0
+
+[security_settings."tls.#"]
+send = ["app"]
+consume = ["app"]
+createAddress = ["app"]
+createDurableQueue = ["app"]
+"""
+    with BrokerProcess(tmp_path / "b", settings=settings, env=OWN_SECURITY) as b:
+        conn, listener = stomp_over_tls(b.stomp_port, pki, cert=pki.client)  # no login header
+        try:
+            conn.subscribe("/queue/tls.cert", id="1", ack="auto")
+            conn.send("/queue/tls.cert", "as alice", headers={"receipt": "r"})
+            assert listener.receipts.get(timeout=10) == "r"
+            assert listener.get().body == "as alice"
+        finally:
+            conn.disconnect()
+        answer = stomp_connect_raw(b.stomp_port, pki, bob)
+        assert answer.startswith(b"ERROR") and b"no user is mapped to the certificate subject" in answer
+        # a user and password still log in over the same mutual TLS
+        answer = stomp_connect_raw(b.stomp_port, pki, bob, "login:carol\npasscode:carol-password\n")
+        assert answer.startswith(b"CONNECTED"), answer
+        assert b.proc.poll() is None
 
 
 # -- refusals ---------------------------------------------------------------------------------------

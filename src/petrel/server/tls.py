@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from petrel.config import BrokerConfig
     from petrel.server.connection import Connection
 
-__all__ = ["BrokerTls", "TLS_VERSIONS", "check", "link_context", "peer_subject", "rfc4514", "server_context",
-           "split_versions"]
+__all__ = ["BrokerTls", "TLS_VERSIONS", "check", "link_context", "login", "peer_subject", "rfc4514",
+           "server_context", "split_versions"]
 
 log = logging.getLogger("petrel.server.tls")
 
@@ -176,6 +176,20 @@ def peer_subject(transport: asyncio.BaseTransport) -> str | None:
     if not cert:
         return None
     return rfc4514(cert.get("subject", ()))
+
+
+async def login(security: Any, conn: Connection, user: str | None, password: str | None) -> Any:
+    """A client's login (a `petrel.security.Subject`): with mutual TLS, a client that names no user
+    and whose certificate's subject is in ``[security] certificate_users`` is that user
+    (``security.login_certificate``); any other client logs in with its user and password."""
+    subject_dn = conn.peer_subject
+    if user is None and subject_dn is not None and security.enabled and security.certificate_users:
+        try:
+            return security.login_certificate(subject_dn, conn.peer)
+        except Exception:
+            await asyncio.sleep(security.login_failure_delay)
+            raise
+    return await security.login_async(user, password, conn.peer)
 
 
 # -- the broker's side ------------------------------------------------------------------------------

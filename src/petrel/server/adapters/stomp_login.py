@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from petrel.codec.stomp.frames import Frame
 from petrel.security.errors import AuthenticationFailed
+from petrel.server import tls
 
 if TYPE_CHECKING:
     from petrel.server.adapters.stomp import StompAdapter
@@ -26,7 +27,8 @@ def log_in(adapter: StompAdapter, frame: Frame) -> None:
     """Check the CONNECT frame's credentials, then handle ``frame`` again (or refuse it)."""
     adapter.hold()
     headers = frame.headers
-    login = adapter.broker.security.login_async(headers.get("login"), headers.get("passcode"), adapter.conn.peer)
+    # (mutual TLS: a client certificate in [security] certificate_users logs in without a login header)
+    login = tls.login(adapter.broker.security, adapter.conn, headers.get("login"), headers.get("passcode"))
     task = asyncio.get_running_loop().create_task(login)
     adapter._login_task = task  # a reference until it is done
 
