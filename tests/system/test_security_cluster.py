@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 import stomp
@@ -182,3 +184,30 @@ def test_clients_cannot_write_the_clusters_internal_queues_or_properties(tmp_pat
     with Connection(f"tcp://127.0.0.1:{a.port}") as conn:
         conn.session().producer("queue://orders").send(Message(b"fine", properties={"petrel_ok": 1}), wait=True)
     assert sf in _queue_names(a) and "$.petrel.sf.petrel-cluster.forged" not in _queue_names(a)
+
+
+def test_with_security_on_the_nodes_join_and_a_wrong_cluster_password_is_refused(tmp_path, stop_nodes) -> None:
+    """Brokers as shipped (security on): bridges log in with the cluster credentials; a node
+    with another password joins nobody; the API answers the cluster's own credentials only."""
+    from petrel.testing.cluster import api_request, wait_connected
+
+    nodes = make_cluster(tmp_path, 3, passwords={2: "not-the-cluster-secret"})
+    for node in nodes:
+        node.env = dict(OWN_SECURITY)
+    stop_nodes(nodes)
+    start_all(nodes)
+    good, intruder = nodes[:2], nodes[2]
+    wait_connected(good, peers=1, timeout=DEADLINE)
+    wait_for(lambda: "refused this node's cluster join" in intruder.log(), DEADLINE, 0.05,
+             "the intruder was not refused")
+    intruder_id = cluster_view(intruder)["node_id"]  # its own credentials open its own API
+    for node in good:
+        view = cluster_view(node)
+        assert intruder_id not in {m["node_id"] for m in view["members"]}
+        assert sum(b["connected"] for b in view["bridges"]) == 1
+    # another node's cluster password opens no management API
+    request = api_request(intruder, "/api/v1/cluster")
+    request.full_url = f"http://127.0.0.1:{good[0].http_port}/api/v1/cluster"
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=5)
+    assert info.value.code == 401

@@ -9,10 +9,12 @@ reads a node's `/api/v1/cluster`; `wait_bindings` waits until a node routes to a
 from __future__ import annotations
 
 import json
+import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from petrel.management.client import basic_authorization
 from petrel.testing.udp import discovery_group
 from petrel.testing.process import BrokerProcess, wait_for
 
@@ -106,8 +108,22 @@ def stop_all(nodes: list[BrokerProcess]) -> None:
         node.stop()
 
 
+def api_request(node: BrokerProcess, path: str) -> urllib.request.Request:
+    """A GET of `node`'s management API that logs in with the node's cluster credentials (a node
+    with security enabled takes them as its own cluster's; without, they are ignored)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{node.http_port}{path}")
+    try:
+        settings = tomllib.loads(node.config_path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return request
+    user, password = settings.get("cluster_user"), settings.get("cluster_password")
+    if user and password:
+        request.add_header("Authorization", basic_authorization(user, password))
+    return request
+
+
 def cluster_view(node: BrokerProcess) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/cluster", timeout=5) as r:
+    with urllib.request.urlopen(api_request(node, "/api/v1/cluster"), timeout=5) as r:
         return json.loads(r.read())
 
 
@@ -144,7 +160,7 @@ def wait_bindings(node: BrokerProcess, name: str, *, count: int = 1, consumers: 
 def queue_count(node: BrokerProcess, name: str) -> int | None:
     """`message_count` of queue `name` on `node` (management API); None when there is no such queue."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/queues/{name}", timeout=5) as r:
+        with urllib.request.urlopen(api_request(node, f"/api/v1/queues/{name}"), timeout=5) as r:
             return json.loads(r.read())["message_count"]
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
