@@ -53,6 +53,7 @@ def drain(ctx: click.Context, data_dir: Path, target: str, config_file: Path | N
     from petrel.server import heap
 
     heap.tune_process()  # this process is a broker in scale-down mode
+    heap.keep_freed_memory()  # ... that frees and allocates its directory's size as it goes
     code = asyncio.run(_drain(config, target.removeprefix("tcp://"), user or config.cluster_user,
                               password or config.cluster_password, mode))
     ctx.exit(code)

@@ -147,7 +147,8 @@ class Bridge:
         try:
             link = await open_link(self, self.connector, user=cfg.cluster_user, password=cfg.cluster_password,
                                    ttl_ms=model.connection_ttl, client=f"petrel-cluster/{self.cluster.node_id}",
-                                   max_frame_size=cfg.max_frame_size + 65536, timeout=model.call_timeout / 1000)
+                                   max_frame_size=cfg.max_frame_size + 65536, timeout=model.call_timeout / 1000,
+                                   tls=self.cluster.broker.tls.link_context)  # ssl:// connectors
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             self._failed_attempt(f"cannot connect to {self.connector}: {exc or 'timed out'}")
             return
@@ -410,9 +411,10 @@ class Bridge:
                 self._removing(-1)
                 queue.cancel(ref, redelivered=False)
                 continue
-            queue.acknowledge(ref, 0, consumer)
+            queue.acknowledge(ref, 0, consumer, deliver=False)
             removed += 1
         if removed:
+            queue.deliver()  # once for all of them
             self.cluster.office.store.sync(lambda: self._removed(removed))
         if refused and consumer is not None:
             # the peer refused something (full, say): stop sending for a retry interval

@@ -426,8 +426,11 @@ class Queue:
 
     # -- acknowledgement -----------------------------------------------------------------
 
-    def acknowledge(self, ref: MessageReference, tx_id: int = 0, consumer: Consumer | None = None) -> None:
-        """The consumer is done with the message: forget it here and in the store."""
+    def acknowledge(self, ref: MessageReference, tx_id: int = 0, consumer: Consumer | None = None, *,
+                    deliver: bool = True) -> None:
+        """The consumer is done with the message: forget it here and in the store.
+
+        ``deliver=False``: the caller acknowledges several at once and calls `deliver` after."""
         if self.non_destructive:  # the message stays; only the consumer's credit comes back
             if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
                 consumer.bytes_in_flight -= ref.message.body_size
@@ -447,7 +450,7 @@ class Queue:
         ref.consumer = None
         self.messages_acked += 1
         self.office.reference_done(ref, tx_id)
-        if consumer is not None and not consumer.closed:
+        if deliver and consumer is not None and not consumer.closed:
             self.deliver()
 
     def cancel(self, ref: MessageReference, *, redelivered: bool = True, consumer: Consumer | None = None) -> None:

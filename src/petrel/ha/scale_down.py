@@ -124,7 +124,8 @@ class Migration:
         self.refusals = 0
         self._refusal_told = False
         self._batch: list[Migrated] = []  # to send in one MIGRATE_BATCH, for _batch_to
-        self._batch_to: tuple[int, list[str]] = (0, [])  # (routing type, keys)
+        self._batch_to: tuple[int, list[str]] = (0, [])  # (routing type, keys) of the queue being moved
+        self._bridged = False  # the queue being moved is the store-and-forward queue toward the target
         self._batch_bytes = 0
         self._flushing: asyncio.Handle | None = None
 
@@ -140,7 +141,8 @@ class Migration:
         try:
             self.link = await open_link(self, self.target, user=self.user, password=self.password,
                                         ttl_ms=int(self.timeout * 3000), client=f"petrel-scale-down/{self.broker.node_id}",
-                                        max_frame_size=self.broker.config.max_frame_size + 65536, timeout=self.timeout)
+                                        max_frame_size=self.broker.config.max_frame_size + 65536, timeout=self.timeout,
+                                        tls=self.broker.tls.link_context)  # an ssl:// target
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             raise MigrationFailed(f"cannot reach the target {self.target}: {exc or 'timed out'}") from None
         self.link.watch(self.timeout * 3)
@@ -216,7 +218,10 @@ class Migration:
         if queue.message_count == 0:
             return
         self._queue = queue
-        self._queue_window = self.bridge_window if self._for_target(queue) else self.window
+        self._bridged = self._for_target(queue)
+        self._queue_window = self.bridge_window if self._bridged else self.window
+        # every MIGRATE_BATCH of this queue names it: its routing type, whatever the address has
+        self._batch_to = (int(queue.routing_type), [queue.name])
         consumer = self._consumer = Consumer(queue, self._deliver, window=max(self._queue_window - self.removing, 0))
         queue.add_consumer(consumer)
         if queue.unschedule_all():
@@ -274,21 +279,23 @@ class Migration:
         if link is None or link.closed:
             return
         message = ref.message
-        rt = int(ref.queue.routing_type)  # the queue it goes to, whatever the address has
-        properties = dict(message.properties)
+        properties = message.properties
         if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
+            properties = dict(properties)
             properties.setdefault(INSTANCE, bridge_dup_id(self.broker.node_id, message.id))
         self.sent += 1
         self.in_flight.append((ref, self._consumer))
-        bridged = self._for_target(ref.queue)
+        bridged = self._bridged
         if message.large is None and not bridged:
             # one ID per copy: a message in two queues (two subscriptions) moves twice, once for each
             dup = migration_dup_id(self.broker.node_id, ref.queue.id, ref.seq)
-            self._add_to_batch(rt, [ref.queue.name], Migrated(
+            self._add_to_batch(Migrated(
                 message.address, message.durable, message.priority, message.expiration, message.timestamp,
                 message.scheduled, properties, message.body, ref.delivery_count, dup))
             return
         self._flush()  # what came before goes first
+        rt = int(ref.queue.routing_type)  # the queue it goes to, whatever the address has
+        properties = dict(properties)
         if ref.delivery_count:
             properties[MIGRATED_DELIVERY_COUNT] = ref.delivery_count
         head = (1, message.address, rt, message.durable, message.priority, message.expiration,
@@ -306,11 +313,9 @@ class Migration:
         self._streaming = asyncio.get_running_loop().create_task(
             self._stream(link, message, Forward(*head, b"", True, keys, dup)))
 
-    def _add_to_batch(self, rt: int, keys: list[str], migrated: Migrated) -> None:
-        if self._batch and self._batch_to != (rt, keys):
-            self._flush()
+    def _add_to_batch(self, migrated: Migrated) -> None:
+        """Into the MIGRATE_BATCH of the queue being moved (`_batch_to`)."""
         self._batch.append(migrated)
-        self._batch_to = (rt, keys)
         self._batch_bytes += len(migrated.body)
         if len(self._batch) >= BATCH or self._batch_bytes >= BATCH_BYTES:
             self._flush()
@@ -404,7 +409,8 @@ class Migration:
                 continue
             self.moved += 1
             self.bytes += ref.message.body_size
-            ref.queue.acknowledge(ref, 0, consumer)
+            # no delivery per removal: its credit comes back once the removal is on disk (_hold)
+            ref.queue.acknowledge(ref, 0, consumer, deliver=False)
             removed += 1
         if removed:
             self._hold(removed)
