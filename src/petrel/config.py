@@ -43,6 +43,7 @@ from petrel.cluster.config import (
     ClusterConnectionModel,
     DiscoveryGroupModel,
     GroupingHandlerModel,
+    connector_tls,
     parse_connector,
 )
 from petrel.core.names import name_problem
@@ -349,9 +350,12 @@ class BrokerConfig(LimitSettings):
                     raise ValueError(f"broadcast_groups: connector {ref!r} is neither a URL nor a name in [connectors]")
 
     def connector_url(self, ref: str) -> str:
-        """A connector reference (a [connectors] name or a URL) as ``host:port``."""
-        host, port = parse_connector(self.connectors.get(ref, ref))
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        """A connector reference (a [connectors] name or a URL) as ``host:port`` (``ssl://host:port``
+        for a TLS connector)."""
+        url = self.connectors.get(ref, ref)
+        host, port = parse_connector(url)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return f"ssl://{address}" if connector_tls(url) else address
 
     # -- derived values ----------------------------------------------------
 

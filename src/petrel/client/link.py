@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+from collections.abc import Callable
 from typing import Protocol
 
 import uuid
 
-from petrel.cluster.config import parse_connector
+from petrel.cluster.config import connector_tls, parse_connector
 from petrel.codec.core import CAPABILITIES, PROTOCOL_VERSIONS, Connect, CoreConnection, Ping, Pong, Role, SendChunk
 from petrel.codec.errors import ProtocolError
 
@@ -144,13 +146,23 @@ class PeerLink(asyncio.Protocol):
 
 
 async def open_link(owner: LinkOwner, connector: str, *, user: str, password: str, ttl_ms: int,
-                    client: str, max_frame_size: int, timeout: float) -> PeerLink:
-    """Connect to ``connector`` (``host:port``) and say CONNECT; the CONNECTED (or ERROR) reaches
-    the owner as an event. Raises OSError, asyncio.TimeoutError or ValueError (a bad connector)."""
+                    client: str, max_frame_size: int, timeout: float,
+                    tls: Callable[[], ssl.SSLContext] | None = None) -> PeerLink:
+    """Connect to ``connector`` (``host:port``, or ``ssl://host:port`` over TLS with the context
+    ``tls()`` gives: the broker's `link_context`) and say CONNECT; the CONNECTED (or ERROR) reaches
+    the owner as an event. Raises OSError (ssl.SSLError included), asyncio.TimeoutError or
+    ValueError (a bad connector)."""
     host, port = parse_connector(connector)
+    context = None
+    if connector_tls(connector):
+        if tls is None:
+            raise ValueError(f"connector {connector}: TLS links need the broker's ssl_* settings")
+        context = tls()
     loop = asyncio.get_running_loop()
     _, link = await asyncio.wait_for(
-        loop.create_connection(lambda: PeerLink(owner, max_frame_size), host, port), timeout)
+        loop.create_connection(lambda: PeerLink(owner, max_frame_size), host, port, ssl=context,
+                               server_hostname=host if context is not None else None,
+                               ssl_handshake_timeout=timeout if context is not None else None), timeout)
     link.send(Connect(list(PROTOCOL_VERSIONS), list(CAPABILITIES), user, password, None, ttl_ms, uuid.uuid4().hex,
                       client))
     return link

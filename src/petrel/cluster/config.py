@@ -16,7 +16,8 @@ connections and the grouping handler, with Artemis's element names and defaults.
     message_load_balancing = "ON_DEMAND"
     max_hops = 1
 
-Connectors are ``tcp://host:port`` URLs (``host:port`` is accepted too).
+Connectors are ``tcp://host:port`` URLs (``host:port`` is accepted too); ``ssl://host:port``
+connectors are reached over TLS (the broker's ``ssl_ca`` trusted, its ``ssl_cert`` presented).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "DiscoveryGroupModel",
     "GroupingHandlerModel",
     "LoadBalancing",
+    "connector_tls",
     "parse_connector",
 ]
 
@@ -49,13 +51,18 @@ LoadBalancing = Annotated[
     Literal["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"], BeforeValidator(_upper)]
 
 
+def connector_tls(text: str) -> bool:
+    """Is ``text`` an ``ssl://`` (TLS) connector?"""
+    return text.strip().lower().startswith(("ssl://", "tls://"))
+
+
 def parse_connector(text: str) -> tuple[str, int]:
-    """``tcp://host:port`` or ``host:port`` (IPv6 hosts in brackets) -> (host, port)."""
+    """``tcp://host:port``, ``ssl://host:port`` or ``host:port`` (IPv6 hosts in brackets) -> (host, port)."""
     rest = text.strip()
     if "://" in rest:
         scheme, rest = rest.split("://", 1)
-        if scheme.lower() != "tcp":
-            raise ValueError(f"connector {text!r}: only tcp:// connectors are supported")
+        if scheme.lower() not in ("tcp", "ssl", "tls"):
+            raise ValueError(f"connector {text!r}: only tcp:// and ssl:// connectors are supported")
     rest = rest.split("?", 1)[0].rstrip("/")
     if rest.startswith("["):
         host, _, port = rest[1:].partition("]:")

@@ -539,4 +539,5 @@ def _client_host(host: str) -> str:
 def _own_connector(broker: NodeContext) -> str:
     host = _client_host(broker.config.host)
     port = broker.ports.get("all", 0)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"ssl://{address}" if broker.config.ssl_enabled else address

@@ -50,7 +50,8 @@ def colocated_configs(config: BrokerConfig) -> list[BrokerConfig]:
         ports = {"port": port(config.port), "stomp_port": port(config.stomp_port), "http_port": port(config.http_port)}
         cluster = []
         for cc in config.cluster_connections:
-            cluster.append(cc.model_copy(update={"connector": f"tcp://{_client_host(config.host)}:{ports['port']}"}))
+            scheme = "ssl" if config.ssl_enabled else "tcp"
+            cluster.append(cc.model_copy(update={"connector": f"{scheme}://{_client_host(config.host)}:{ports['port']}"}))
         policy = config.ha_policy.model_copy(update={"replication": "backup", "colocated": None, "group_name": None})
         data_dir = Path(config.data_dir)
         out.append(config.model_copy(update={

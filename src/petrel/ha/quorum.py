@@ -63,12 +63,12 @@ class _Voter:
 
 
 async def _ask_one(connector: str, node_id: str, user: str, password: str, timeout: float,
-                   unique_id: str = "") -> Ballot:
+                   unique_id: str = "", tls=None) -> Ballot:
     voter = _Voter(node_id, user, password, unique_id)
     link = None
     try:
         link = await open_link(voter, connector, user=user, password=password, ttl_ms=int(timeout * 1000),
-                               client="petrel-vote", max_frame_size=1 << 20, timeout=timeout)
+                               client="petrel-vote", max_frame_size=1 << 20, timeout=timeout, tls=tls)
         answer = await asyncio.wait_for(voter.answer, timeout)
         return Ballot(connector, answer.gone, answer.cluster_size)
     except (OSError, asyncio.TimeoutError, ValueError, RuntimeError, ConnectionError) as exc:
@@ -79,10 +79,11 @@ async def _ask_one(connector: str, node_id: str, user: str, password: str, timeo
 
 
 async def ask(connectors: list[str], node_id: str, user: str, password: str, timeout: float,
-              *, unique_id: str = "") -> list[Ballot]:
+              *, unique_id: str = "", tls=None) -> list[Ballot]:
     """Ask every connector at once; one ballot each (``gone`` None when it did not answer).
-    ``unique_id``: about that process of ``node_id`` only (a live asking about itself)."""
+    ``unique_id``: about that process of ``node_id`` only (a live asking about itself); ``tls``:
+    the broker's `link_context`, for ssl:// connectors."""
     if not connectors:
         return []
-    return list(await asyncio.gather(*(_ask_one(c, node_id, user, password, timeout, unique_id)
+    return list(await asyncio.gather(*(_ask_one(c, node_id, user, password, timeout, unique_id, tls)
                                        for c in connectors)))

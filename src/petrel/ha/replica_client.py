@@ -45,8 +45,9 @@ class ReplicaClient:
                  password: str, own_connector: str, twin: bool = False, request_failback: bool = False,
                  ttl_ms: int = 10000,
                  connect_timeout: float = 5.0, max_frame_size: int = 16 << 20, on_accepted=None,
-                 on_in_sync=None) -> None:
+                 on_in_sync=None, tls=None) -> None:
         self.connector = connector
+        self.tls = tls  # the broker's link_context, for an ssl:// live
         self.directory = directory  # a ReplicaDirectory
         self.node_id = node_id
         self.group_name = group_name
@@ -84,7 +85,7 @@ class ReplicaClient:
         try:
             link = await open_link(self, self.connector, user=self.user, password=self.password, ttl_ms=self.ttl_ms,
                                    client=f"petrel-backup/{self.node_id}", max_frame_size=self.max_frame_size,
-                                   timeout=self.connect_timeout)
+                                   timeout=self.connect_timeout, tls=self.tls)
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             return Outcome("lost", f"cannot connect to {self.connector}: {exc or 'timed out'}")
         self.link = link

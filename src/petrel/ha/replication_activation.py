@@ -151,7 +151,8 @@ class _Replicated(LockManagerSide, BackupSide, _Base):
             return
         # about this process: its backup, if it took over, runs under the same node ID
         ballots = await quorum.ask(voters, self.broker.node_id, config.cluster_user, config.cluster_password,
-                                   self.policy.quorum_vote_wait / 1000, unique_id=cluster.unique_id)
+                                   self.policy.quorum_vote_wait / 1000, unique_id=cluster.unique_id,
+                                   tls=self.broker.tls.link_context)
         seen = sum(1 for b in ballots if b.gone is False)
         if seen >= quorum.votes_needed(size):
             log.warning("lost the backup; %d other lives still see this node: it goes on alone", seen,

@@ -55,7 +55,7 @@ class BackupSide:
                                group_name=self.policy.group_name, user=config.cluster_user,
                                password=config.cluster_password, own_connector=self._own_connector(),
                                twin=twin, request_failback=request_failback, on_accepted=set_aside,
-                               on_in_sync=lambda: self._set(BACKUP))
+                               on_in_sync=lambda: self._set(BACKUP), tls=self.broker.tls.link_context)
         self.client = client
         try:
             return await client.run()
@@ -130,7 +130,7 @@ class BackupSide:
         config = self.broker.config
         for attempt in range(self.policy.vote_retries + 1):
             ballots = await quorum.ask(voters, node, config.cluster_user, config.cluster_password,
-                                       self.policy.quorum_vote_wait / 1000)
+                                       self.policy.quorum_vote_wait / 1000, tls=self.broker.tls.link_context)
             answered = [b for b in ballots if b.gone is not None]
             if self.policy.quorum_size > 0:
                 size = self.policy.quorum_size

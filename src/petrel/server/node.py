@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from petrel.config import BrokerConfig
     from petrel.core.postoffice import PostOffice
     from petrel.server.connection import Connection
+    from petrel.server.tls import BrokerTls
     from petrel.storage.large import LargeMessageStore
 
 __all__ = ["NodeContext"]
@@ -32,6 +33,7 @@ class NodeContext(Protocol):
     management: object | None
     colocated: object | None  # the backups of other lives this node hosts
     started_at: float  # epoch seconds of the last activation; 0 while not serving
+    tls: BrokerTls  # TLS contexts: link_context for links to ssl:// connectors
 
     def cannot_persist(self) -> str | None: ...
 
