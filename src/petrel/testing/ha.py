@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from petrel.testing.cluster import api_request
 from petrel.testing.process import BrokerProcess, wait_for
 
 __all__ = ["make_pair", "make_pairs", "start_pair", "send_range", "drain", "exactly", "stop_all", "ha_view", "wait_in_sync", "live_of", "route_through", "PASSWORD"]
@@ -65,7 +66,7 @@ def make_pairs(tmp_path: Path, n: int, *, primary: str = "", backup: str = "", t
 
 def ha_view(node: BrokerProcess) -> dict:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/ha", timeout=2) as r:
+        with urllib.request.urlopen(api_request(node, "/api/v1/ha"), timeout=2) as r:  # as the cluster
             return json.loads(r.read())
     except (OSError, ValueError, urllib.error.HTTPError):
         return {}

@@ -25,7 +25,8 @@ from petrel.testing.chaos.spark import SparkQuery, spark_available
 from petrel.testing.chaos.plan import EXTRA_TOPOLOGIES, LARGE_THRESHOLD, Plan, make_plan
 from petrel.testing.chaos.timeline import Timeline
 from petrel.testing.chaos.workload import QUEUE, TOPIC, Ports, Workload, streams_of
-from petrel.testing.cluster import backlog, make_cluster, start_all, stop_all, wait_bindings, wait_connected
+from petrel.testing.cluster import (api_request, backlog, make_cluster, start_all, stop_all, wait_bindings,
+                                    wait_connected)
 from petrel.testing.process import OWN_DISK_LIMIT, BrokerProcess, free_port, wait_for
 from petrel.testing.proxy import TcpProxy
 
@@ -233,7 +234,7 @@ def _queues(node: BrokerProcess) -> list[dict]:
     import json
     import urllib.request
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/v1/queues", timeout=10) as r:
+    with urllib.request.urlopen(api_request(node, "/api/v1/queues"), timeout=10) as r:  # as the cluster
         return json.loads(r.read())["queues"]
 
 
