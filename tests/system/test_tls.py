@@ -296,3 +296,38 @@ def test_management_over_https(tmp_path, pki):
             ManagementClient(https).get("/api/v1/broker")  # the system's CAs do not know ours
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{b.http_port}/health", timeout=5)
+        # the CLI: https:// with the CA in PETREL_MANAGEMENT_CA
+        import subprocess
+
+        from cli_process import command, environment
+
+        stat = subprocess.run(command("queue", "stat", "--url", https), capture_output=True, text=True, timeout=60,
+                              env={**environment(), "PETREL_MANAGEMENT_CA": str(pki.ca.cert)})
+        assert stat.returncode == 0 and "MESSAGE_COUNT" in stat.stdout, stat.stderr
+        stat = subprocess.run(command("queue", "stat", "--url", https), capture_output=True, text=True, timeout=60,
+                              env=environment())
+        assert stat.returncode != 0 and "PETREL_MANAGEMENT_CA" in stat.stderr, stat.stderr
+
+
+# -- the CLI ------------------------------------------------------------------------------------------
+
+
+def test_cli_producer_and_consumer_over_tls(tls_broker, pki):
+    import subprocess
+
+    from cli_process import command, environment
+
+    def petrel(*args: str, env: dict[str, str] | None = None) -> str:
+        out = subprocess.run(command(*args), capture_output=True, text=True, timeout=60,
+                             env={**environment(), **(env or {})})
+        assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+        return out.stdout
+
+    url = core_url(tls_broker, pki)
+    petrel("producer", "--url", url, "--destination", "queue://tls.cli", "--message-count", "10")
+    assert "Consumed: 10 messages" in petrel("consumer", "--url", url, "--destination", "queue://tls.cli",
+                                             "--message-count", "10")
+    bad = subprocess.run(command("producer", "--url", f"ssl://127.0.0.1:{tls_broker.port}", "--destination",
+                                 "queue://tls.cli", "--message-count", "1"),
+                         capture_output=True, text=True, timeout=60, env=environment())
+    assert bad.returncode != 0 and "not trusted" in bad.stderr, bad.stderr
