@@ -26,7 +26,9 @@ RESERVED_PROPERTY_PREFIX = "_PETREL_"
 
 
 def _internal(adapter: object) -> bool:
-    subject = getattr(adapter, "subject", None)  # set by the adapter's login (petrel.security)
+    """Whether the adapter's client logged in as the cluster itself, security enabled or not."""
+    access = getattr(adapter, "access", None)  # the connection's petrel.server.access.Access
+    subject = getattr(access, "subject", None)
     return subject is not None and subject.internal
 
 
