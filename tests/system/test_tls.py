@@ -327,6 +327,11 @@ def test_cli_producer_and_consumer_over_tls(tls_broker, pki):
     petrel("producer", "--url", url, "--destination", "queue://tls.cli", "--message-count", "10")
     assert "Consumed: 10 messages" in petrel("consumer", "--url", url, "--destination", "queue://tls.cli",
                                              "--message-count", "10")
+    stomp_url = f"ssl://127.0.0.1:{tls_broker.stomp_port}?trustStorePath={pki.ca.cert}"
+    petrel("producer", "--protocol", "stomp", "--url", stomp_url, "--destination", "queue://tls.cli.stomp",
+           "--message-count", "10")
+    assert "Consumed: 10 messages" in petrel("consumer", "--protocol", "stomp", "--url", stomp_url,
+                                             "--destination", "queue://tls.cli.stomp", "--message-count", "10")
     bad = subprocess.run(command("producer", "--url", f"ssl://127.0.0.1:{tls_broker.port}", "--destination",
                                  "queue://tls.cli", "--message-count", "1"),
                          capture_output=True, text=True, timeout=60, env=environment())

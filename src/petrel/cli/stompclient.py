@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import time
 from collections import deque
 from typing import Any
 
 from petrel.client.errors import ClientError, ConnectionClosed, ConnectionFailed, RequestFailed
 from petrel.client.message import Message
-from petrel.client.url import Endpoint, parse_endpoint
+from petrel.client.tls import client_context, handshake_error
+from petrel.client.url import Endpoint, parse_endpoint, parse_url
 from petrel.codec.errors import LocalProtocolError, RemoteProtocolError
 from petrel.codec.stomp import NEED_DATA, Frame, Role, StompConnection
 
@@ -57,7 +59,8 @@ def stomp_destination(destination: str) -> str:
 
 
 def parse_stomp_url(url: str) -> Endpoint:
-    """``tcp://host:port`` or ``stomp://host:port`` (failover URLs are a CORE client feature)."""
+    """``tcp://host:port``, ``ssl://host:port`` or ``stomp://host:port`` (failover URLs are a CORE
+    client feature)."""
     text = url.strip()
     if text.startswith("failover:"):
         raise ValueError(f"STOMP takes a single tcp://host:port URL, not {url!r}")
@@ -95,8 +98,13 @@ class StompClient:
         self._subscriptions: dict[str, StompConsumer] = {}
         self._failure: ClientError | None = None
         self._closed = False
+        tls = client_context(parse_url(url).options) if self.endpoint.tls else None  # ssl:// (petrel.client.tls)
         try:
             self._sock = socket.create_connection((self.endpoint.host, self.endpoint.port), timeout=connect_timeout)
+            if tls is not None:
+                self._sock = tls.wrap_socket(self._sock, server_hostname=self.endpoint.host)
+        except ssl.SSLError as exc:
+            raise handshake_error(exc, self.endpoint) from None
         except OSError as exc:
             reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
             raise ConnectionFailed(f"could not connect to {self.endpoint}: {reason}") from None
