@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -426,3 +427,39 @@ def test_paged_copies_in_two_subscriptions_with_duplicate_ids_all_move(brokers):
     assert drainer(src, dst).returncode == 0
     for sub in ("sub0", "sub1"):
         exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", f"feed::{sub}")), range(2000))
+
+
+def test_a_drain_into_a_secured_target_logs_in_as_the_cluster_and_leaves_no_users_file(brokers, tmp_path):
+    """Security as shipped on the target (users, permissions, a cluster password of its own): the
+    drainer logs in with that cluster password, moves everything, and, listening on nothing,
+    writes no users file into the orphaned directory."""
+    from petrel.testing.process import OWN_SECURITY
+
+    src = brokers("src")
+    dst = BrokerProcess(tmp_path / "dst", name="dst", env=OWN_SECURITY,
+                        settings='cluster_password = "drain-secret"\n')
+    src.start()
+    dst.start()
+    try:
+        run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://orders", range(300)))
+        src.kill9()
+        env = {k: v for k, v in os.environ.items() if k != "PETREL_SECURITY_ENABLED"}  # as shipped
+        cmd = [sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir),
+               "--target", f"tcp://127.0.0.1:{dst.port}", "--progress", "json"]
+        refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert refused.returncode == 1, refused.stderr  # the default cluster password is not the target's
+        assert "login refused" in refused.stderr and "--password" in refused.stderr, refused.stderr
+        done = subprocess.run([*cmd, "--password", "drain-secret"], capture_output=True, text=True, timeout=120,
+                              env=env)
+        assert done.returncode == 0, done.stderr
+        assert events(done)[-1]["messages_moved"] == 300
+        assert not (src.data_dir / "users.toml").exists()
+
+        async def count() -> int:
+            async with await connect(f"tcp://127.0.0.1:{dst.port}", user="ACTIVEMQ.CLUSTER.ADMIN.USER",
+                                     password="drain-secret") as conn:
+                return (await conn.queue_info("orders"))["message_count"]
+
+        assert run(count()) == 300
+    finally:
+        dst.kill9()

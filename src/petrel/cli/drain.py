@@ -47,7 +47,9 @@ def drain(ctx: click.Context, data_dir: Path, target: str, config_file: Path | N
                "ha_policy": base.ha_policy.model_copy(update={"shared_store": None, "replication": None,
                                                              "colocated": None, "scale_down": None,
                                                              "lock_manager": None}),
-               "message_expiry_scan_period": -1}
+               "message_expiry_scan_period": -1,
+               # it listens on nothing: no client logs in, and no users file is made in the orphan
+               "security_enabled": False}
     config = base.model_copy(update=updates)
     mode = progress or ("bar" if sys.stderr.isatty() else "none")
     from petrel.server import heap
@@ -79,8 +81,10 @@ async def _drain(config, target: str, user: str, password: str, mode: str) -> in
         except MigrationFailed as exc:
             emit({"event": "failed", "reason": str(exc), "messages_moved": migration.moved})
             close()
+            hint = ("give the target's cluster user and password (--user/--password, or --config with its "
+                    "broker.toml)" if "login refused" in str(exc) else "once the target can take it")
             print(f"petrel: error: drain of {config.data_dir} failed: {exc}; what was not moved stays there: "
-                  "run the drain again once the target can take it", file=sys.stderr)
+                  f"run the drain again, {hint}", file=sys.stderr)
             return 1
         emit({"event": "done", "messages_moved": moved, "bytes_moved": migration.bytes,
               "target_node": migration.target_node})
