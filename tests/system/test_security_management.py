@@ -112,6 +112,12 @@ def test_view_reads_and_manage_changes_per_address(broker):
     assert status == 200 and body["removed"] == 0
     status, body = call(broker, "POST", "/api/v1/queues/general.q/purge", {}, auth=ORDERS)[:2]
     assert status == 403 and "'manage'" in body["error"] and "general.q" in body["error"]
+    assert call(broker, "POST", "/api/v1/queues", {"name": "orders.new"}, auth=ORDERS)[0] == 201
+    assert call(broker, "POST", "/api/v1/queues", {"name": "q2", "address": "orders.out"}, auth=ORDERS)[0] == 201
+    status, body = call(broker, "POST", "/api/v1/queues", {"name": "general.new"}, auth=ORDERS)[:2]
+    assert status == 403 and "general.new" in body["error"]
+    assert call(broker, "POST", "/api/v1/addresses", {"name": "general.a"}, auth=ORDERS)[0] == 403
+    assert call(broker, "POST", "/api/v1/addresses", {"name": "orders.a"}, auth=ORDERS)[0] == 201
     status, body = call(broker, "GET", "/api/v1/queues", auth=ORDERS)[:2]
     assert status == 403 and "'view'" in body["error"]  # the queue list is the whole broker's ("#")
     assert call(broker, "GET", "/api/v1/queues/orders.in", auth=ORDERS)[0] == 200

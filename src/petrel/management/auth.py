@@ -11,7 +11,8 @@ With security enabled (``broker.security.enabled``), every request but ``/health
 
 No or bad credentials: 401 with ``WWW-Authenticate``. Then reads (GET) need ``view`` and
 operations (POST, PUT, PATCH, DELETE) need ``manage``, on the address the request is about (a
-queue's address, an address) or on ``#`` for the broker as a whole; a refusal is a 403 naming
+queue's address, an address, the address a new queue or address has) or on ``#`` for the
+broker as a whole (lists, status, the cluster, scale-down); a refusal is a 403 naming
 the permission (and an audit line, see `petrel.security.guard`). With security disabled,
 everything is open.
 """
@@ -31,6 +32,7 @@ from aiohttp import web
 
 from petrel.management.errors import ApiError
 from petrel.management.keys import BROKER, TOKENS
+from petrel.management.params import json_body
 from petrel.security.errors import AuthenticationFailed, NotAuthorized
 
 if TYPE_CHECKING:
@@ -127,10 +129,21 @@ async def _subject(request: web.Request) -> Subject:
     raise _unauthorized(f"authentication required: {_HOW}")
 
 
-def _address(request: web.Request) -> str:
+#: Creations, whose address is in the body (a queue's "address", else its "name"; an address's "name").
+_CREATES = {"/api/v1/queues": ("address", "name"), "/api/v1/addresses": ("name",)}
+
+
+async def _address(request: web.Request) -> str:
     """The address a request is about: its queue's or address's, else ``#`` (the whole broker)."""
     name = request.match_info.get("name")
     if name is None:
+        fields = _CREATES.get(request.path) if request.method == "POST" else None
+        if fields is None:
+            return "#"
+        body = await json_body(request)  # a bad body is the 400 the handler would give
+        for field in fields:
+            if isinstance(body.get(field), str) and body[field]:
+                return body[field]
         return "#"
     if request.path.startswith("/api/v1/queues/"):
         office = request.app[BROKER].office
@@ -152,7 +165,7 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
     if request.path != TOKENS_PATH:
         permission = "view" if request.method in _READS else "manage"
         try:
-            security.check(subject, permission, _address(request))
+            security.check(subject, permission, await _address(request))
         except NotAuthorized as exc:
             raise ApiError(HTTPStatus.FORBIDDEN, f"{exc} ({request.method} {request.path} needs {permission!r})") \
                 from None
