@@ -434,6 +434,7 @@ def load_config(
         raw = _read_toml(path)
         sources = {key: (str(path), True) for key in raw}
         base_dir = path.parent.absolute()
+        tls.resolve_paths(raw, base_dir)  # ssl_cert, ssl_key, ssl_ca: relative to the file
 
     for key, value in _from_env(env).items():
         raw[key] = value

@@ -143,3 +143,15 @@ def test_subjects_are_rfc4514_most_specific_first_and_escaped() -> None:
 
 def test_generated_subjects_match_what_the_broker_computes(pki) -> None:
     assert pki.client.subject == "CN=alice,O=Petrel Tests"
+
+
+def test_relative_paths_in_the_file_are_relative_to_it(tmp_path: Path, pki, monkeypatch) -> None:
+    instance = tmp_path / "instance"
+    (instance / "certs").mkdir(parents=True)
+    for source, name in ((pki.server.cert, "broker.pem"), (pki.server.key, "broker.key"), (pki.ca.cert, "ca.pem")):
+        (instance / "certs" / name).write_bytes(source.read_bytes())
+    (instance / "broker.toml").write_text(
+        'ssl_enabled = true\nssl_cert = "certs/broker.pem"\nssl_key = "certs/broker.key"\nssl_ca = "certs/ca.pem"\n')
+    monkeypatch.chdir(tmp_path)
+    config = load_config(instance / "broker.toml", env={})
+    assert config.ssl_cert == instance / "certs" / "broker.pem" and config.ssl_ca == instance / "certs" / "ca.pem"

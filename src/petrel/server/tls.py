@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from petrel.config import BrokerConfig
     from petrel.server.connection import Connection
 
-__all__ = ["BrokerTls", "TLS_VERSIONS", "check", "link_context", "login", "peer_subject", "rfc4514",
-           "server_context", "split_versions"]
+__all__ = ["BrokerTls", "TLS_VERSIONS", "check", "link_context", "login", "peer_subject", "resolve_paths",
+           "rfc4514", "server_context", "split_versions"]
 
 log = logging.getLogger("petrel.server.tls")
 
@@ -44,6 +44,18 @@ def split_versions(value: Any) -> Any:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
+
+
+PATH_SETTINGS = ("ssl_cert", "ssl_key", "ssl_ca")
+
+
+def resolve_paths(raw: dict[str, Any], base: Path) -> None:
+    """Relative ``ssl_cert``/``ssl_key``/``ssl_ca`` in a config file are relative to its directory."""
+    for key in PATH_SETTINGS:
+        value = raw.get(key)
+        if isinstance(value, str) and value:
+            path = Path(value).expanduser()
+            raw[key] = str(path if path.is_absolute() else base / path)
 
 
 def check(config: BrokerConfig) -> None:
