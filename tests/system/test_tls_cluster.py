@@ -74,3 +74,29 @@ def test_a_node_whose_certificate_another_ca_signed_gets_no_bridge(tmp_path, sto
     wait_for(refused, 30, message=str(cluster_view(a)["bridges"]))
     assert not any(br["connected"] for br in cluster_view(a)["bridges"] + cluster_view(b)["bridges"])
     assert a.proc.poll() is None and b.proc.poll() is None
+
+
+def test_replication_over_tls_copies_the_live_and_the_backup_takes_over(tmp_path):
+    import asyncio
+
+    from petrel.testing.ha import drain, exactly, make_pair, send_range, stop_all, wait_in_sync
+
+    pki = make_pki(tmp_path / "pki")
+    top = "".join(f"{k} = {v}\n" for k, v in {
+        "ssl_enabled": "true", "ssl_need_client_auth": "true", "ssl_cert": json.dumps(str(pki.server.cert)),
+        "ssl_key": json.dumps(str(pki.server.key)), "ssl_ca": json.dumps(str(pki.ca.cert))}.items())
+    p, b = make_pair(tmp_path, primary="failover_on_shutdown = true\n", top=top)
+    for node in (p, b):
+        node.config_path.write_text(node.config_path.read_text().replace('"tcp://127.0.0.1:', '"ssl://127.0.0.1:'))
+    try:
+        p.start()
+        asyncio.run(send_range(url(p, pki), "queue://tls.replicated", range(0, 200)))
+        b.start(wait=False)
+        wait_in_sync(b)
+        asyncio.run(send_range(url(p, pki), "queue://tls.replicated", range(200, 300)))  # streamed
+        assert p.stop() == 0
+        wait_for(lambda: b.health().get("status") == "ok", 60, message=b.log())
+        exactly(asyncio.run(drain(url(b, pki), "queue://tls.replicated")), range(300))
+        assert "certificate refused" not in p.log() + b.log()
+    finally:
+        stop_all(p, b)
