@@ -52,6 +52,10 @@ class LimitSettings(BaseModel):
     max_connections: int = Field(
         10000, ge=-1, description="client connections each acceptor takes at once; one more is closed at once "
         "(-1 = no limit of its own; the open-files limit less a reserve always applies)")
+    max_connections_per_user: int = Field(
+        -1, ge=-1, description="connections one user may hold at once, all acceptors together (Artemis's "
+        "resource-limit max-connections); one more is closed with a protocol error (-1 = no limit; "
+        "anonymous and cluster connections are not counted)")
     handshake_timeout: int = Field(
         10000, ge=0, description="ms a new connection has to finish its handshake (STOMP CONNECT, CORE CONNECT) "
         "before it is closed, however slowly it sends (0 = no limit)")
@@ -145,6 +149,7 @@ class ConnectionLimits:
 
     def __init__(self, config: LimitSettings) -> None:
         self.max_connections = config.max_connections
+        self.max_per_user = config.max_connections_per_user
         self.handshake_timeout = config.handshake_timeout / 1000
         self.max_partial = config.max_partial_frames_size
         self.max_pending = config.max_pending_writes_size
@@ -156,6 +161,8 @@ class ConnectionLimits:
         self._acceptor: dict[Connection, int] = {}
         self._since: dict[Connection, float] = {}  # connections still in their handshake
         self._held: dict[Connection, int] = {}  # unfinished frame bytes per connection
+        self._user: dict[Connection, str] = {}  # logged-in connections' users (max_connections_per_user)
+        self.per_user: dict[str, int] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self._log = _RateLog()
 
@@ -180,10 +187,9 @@ class ConnectionLimits:
         self.per_acceptor[port] = count + 1
         self.total += 1
         self._acceptor[conn] = port
-        if self.handshake_timeout > 0:
-            self._since[conn] = time.monotonic()
-            if self._sweep is None:
-                self._schedule_sweep()
+        self._since[conn] = time.monotonic()
+        if self._sweep is None:
+            self._schedule_sweep()
         return True
 
     def release(self, conn: Connection) -> None:
@@ -195,11 +201,16 @@ class ConnectionLimits:
         self.total -= 1
         self._since.pop(conn, None)
         self.partial -= self._held.pop(conn, 0)
+        user = self._user.pop(conn, None)
+        if user is not None:
+            self.per_user[user] -= 1
+            if not self.per_user[user]:
+                del self.per_user[user]
 
     # -- handshakes ---------------------------------------------------------------------------
 
     def _schedule_sweep(self) -> None:
-        period = min(1.0, max(self.handshake_timeout / 4, 0.05))
+        period = min(1.0, max(self.handshake_timeout / 4, 0.05)) if self.handshake_timeout > 0 else 1.0
         self._sweep = asyncio.get_running_loop().call_later(period, self._sweep_handshakes)
 
     def _sweep_handshakes(self) -> None:
@@ -210,8 +221,8 @@ class ConnectionLimits:
             if conn.closed:
                 self._since.pop(conn, None)
             elif handshaken(conn.adapter):
-                self._since.pop(conn, None)
-            elif now - since > self.handshake_timeout:
+                self._handshake_done(conn)
+            elif 0 < self.handshake_timeout < now - since:
                 self._since.pop(conn, None)
                 self.refused += 1
                 self._log("handshake", "closing connections that did not finish their handshake within "
@@ -221,11 +232,32 @@ class ConnectionLimits:
         if self._since:
             self._schedule_sweep()
 
+    def _handshake_done(self, conn: Connection) -> None:
+        """The connection logged in: count it for its user (close it if that is one too many)."""
+        self._since.pop(conn, None)
+        subject = getattr(getattr(conn.adapter, "access", None), "subject", None)
+        user = getattr(subject, "user", None)
+        if self.max_per_user < 0 or user is None:
+            return
+        if getattr(getattr(conn.adapter, "access", None), "internal", False):
+            return  # the cluster's own links
+        count = self.per_user.get(user, 0)
+        if count >= self.max_per_user:
+            self.refused += 1
+            self._log(f"user:{user}", "closing connections of user %s over max_connections_per_user (%d)", user,
+                      self.max_per_user, event="limits.user_connections")
+            refuse(conn, f"user {user!r} already holds {count} connections, its max_connections_per_user")
+            return
+        self.per_user[user] = count + 1
+        self._user[conn] = user
+
     # -- unfinished frames --------------------------------------------------------------------
 
     def account(self, conn: Connection) -> None:
         """After a read: count what the connection's unfinished frame holds, and close it with a
         protocol error if that takes it (or all connections) over a limit."""
+        if conn in self._since and handshaken(conn.adapter):
+            self._handshake_done(conn)
         codec = getattr(conn.adapter, "codec", None)
         held = codec.buffered_bytes if codec is not None else 0
         old = self._held.get(conn, 0)
