@@ -294,3 +294,25 @@ def _logs_in(b: BrokerProcess, user: str) -> bool:
     data = read_until_closed(s, timeout=2)
     s.close()
     return data.startswith(b"CONNECTED") and b"ERROR" not in data
+
+
+def test_5000_idle_connections_against_max_connections(tmp_path):
+    with BrokerProcess(tmp_path / "b", settings="max_connections = 1000\n", http=True) as b:
+        socks = [socket.create_connection(("127.0.0.1", b.port), timeout=10) for _ in range(5000)]
+        closed: set[socket.socket] = set()
+
+        def settled() -> bool:
+            closed.update(s for s in socks if s not in closed and _closed(s))
+            return len(closed) >= 4000
+
+        assert wait_for(settled, timeout=30)
+        assert b.health().get("status") == "ok"
+        taken = [s for s in socks if s not in closed]
+        assert 999 <= len(taken) <= 1000
+        for s in taken:  # the broker serves every connection it took
+            s.sendall(STOMP_CONNECT)
+        for s in taken:
+            assert s.recv(4096).startswith(b"CONNECTED")
+        for s in socks:
+            s.close()
+        wait_for(lambda: _try_served(b), timeout=10)
