@@ -11,10 +11,13 @@ applies them to every accepted socket, whatever its protocol:
   CONNECT) within it is closed, however many bytes it trickles in (slowloris);
 - ``max_partial_frames_size``: the bytes all connections' unfinished frames hold together; the
   connection whose unfinished frame would take them over it gets a protocol error and is closed.
-  Before its handshake, a connection's unfinished frame may hold `HANDSHAKE_MAX_BYTES`.
+  Before its handshake, a connection's unfinished frame may hold `HANDSHAKE_MAX_BYTES`;
+- ``max_connections_per_user``: counted once a connection's login is done;
+- ``max_pending_writes_size``: a client that does not read what it is sent is closed.
 
 `watch_silence` closes a connection that sends nothing for a time (``connection_ttl`` for a STOMP
-session without heart-beats).
+session without heart-beats). The caps on auto-created queues and addresses are applied by the
+post office (`petrel.core.quotas`), ``metrics_max_queues`` by `/metrics` through `capped`.
 """
 
 from __future__ import annotations
