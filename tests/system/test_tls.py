@@ -336,3 +336,25 @@ def test_cli_producer_and_consumer_over_tls(tls_broker, pki):
                                  "queue://tls.cli", "--message-count", "1"),
                          capture_output=True, text=True, timeout=60, env=environment())
     assert bad.returncode != 0 and "not trusted" in bad.stderr, bad.stderr
+
+
+def test_a_flood_of_silent_sockets_is_capped_and_cleared(tmp_path, pki):
+    """Handshakes under way are capped (max_connections per listener): sockets over the cap are
+    closed at once, those under it at ssl_handshake_timeout; then clients connect again."""
+    settings = tls_settings(pki, max_connections=3, ssl_handshake_timeout=6000)
+    with BrokerProcess(tmp_path / "b", settings=settings) as b:
+        time.sleep(0.5)  # wait_ready's probes are gone
+        silent = [socket.create_connection(("127.0.0.1", b.port), timeout=15) for _ in range(3)]
+        try:
+            time.sleep(0.3)
+            with socket.create_connection(("127.0.0.1", b.port), timeout=5) as extra:
+                started = time.monotonic()
+                assert extra.recv(1) == b""  # closed at once, not after the timeout
+                assert time.monotonic() - started < 4  # (the timeout is 6 s)
+            wait_logged(b, "TLS handshakes under way")
+            for sock in silent:
+                assert sock.recv(1) == b""  # ssl_handshake_timeout
+        finally:
+            for sock in silent:
+                sock.close()
+        assert run(round_trip(core_url(b, pki), "tls.after.flood")) == b"over TLS"

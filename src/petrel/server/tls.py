@@ -23,6 +23,7 @@ import asyncio
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,10 @@ __all__ = ["BrokerTls", "TLS_VERSIONS", "check", "link_context", "login", "peer_
            "rfc4514", "server_context", "split_versions"]
 
 log = logging.getLogger("petrel.server.tls")
+
+#: Handshakes a TLS listener runs at once without a max_connections of its own.
+MAX_PENDING_HANDSHAKES = 10000
+LOG_EVERY = 10.0  # seconds between two warnings about refused sockets
 
 TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
@@ -239,6 +244,12 @@ class TlsServer:
         self._accepting = [loop.create_task(self._accept(sock)) for sock in sockets]
         self._handshakes: set[asyncio.Task] = set()
         self._closed = asyncio.Event()
+        #: handshakes under way at once; a socket over it is closed at once (a flood of silent sockets
+        #: holds file descriptors for ssl_handshake_timeout, not for ever)
+        cap = getattr(owner.settings, "max_connections", -1)
+        self.max_pending = cap if cap > 0 else MAX_PENDING_HANDSHAKES
+        self._dropped = 0
+        self._told = 0.0
 
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -248,8 +259,12 @@ class TlsServer:
             except asyncio.CancelledError:
                 raise
             except OSError as exc:  # out of file descriptors, say: keep listening
-                log.warning("cannot accept a TLS client: %s", exc.strerror or exc, extra={"event": "tls.accept_failed"})
+                self._tell("cannot accept a TLS client: %s", exc.strerror or exc)
                 await asyncio.sleep(0.1)
+                continue
+            if len(self._handshakes) >= self.max_pending:
+                sock.close()
+                self._tell("%d TLS handshakes under way: a new client is closed at once", len(self._handshakes))
                 continue
             task = loop.create_task(self._handshake(sock))
             self._handshakes.add(task)
@@ -273,6 +288,16 @@ class TlsServer:
             log.info("closing %s: TLS handshake failed: %s", where, _reason(exc),
                      extra={"event": "tls.handshake_failed"})
             sock.close()
+
+    def _tell(self, text: str, *args: object) -> None:
+        """A warning at most every LOG_EVERY seconds, with how many were not told."""
+        now = time.monotonic()
+        if now - self._told < LOG_EVERY:
+            self._dropped += 1
+            return
+        more = f" (and {self._dropped} more since the last line)" if self._dropped else ""
+        log.warning(text + more, *args, extra={"event": "tls.accept_failed"})
+        self._told, self._dropped = now, 0
 
     def close(self) -> None:
         """Stop accepting; drop the handshakes still under way (connections already made stay)."""
