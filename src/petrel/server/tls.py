@@ -40,6 +40,8 @@ log = logging.getLogger("petrel.server.tls")
 #: Handshakes a TLS listener runs at once without a max_connections of its own.
 MAX_PENDING_HANDSHAKES = 10000
 LOG_EVERY = 10.0  # seconds between two warnings about refused sockets
+#: Seconds a closing TLS connection waits for the client's close_notify before it is cut.
+SHUTDOWN_TIMEOUT = 5.0
 
 TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
@@ -279,7 +281,8 @@ class TlsServer:
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
                 self.factory, sock, ssl=self.owner.server,
-                ssl_handshake_timeout=self.owner.settings.ssl_handshake_timeout / 1000)
+                ssl_handshake_timeout=self.owner.settings.ssl_handshake_timeout / 1000,
+                ssl_shutdown_timeout=SHUTDOWN_TIMEOUT)
         except asyncio.CancelledError:
             sock.close()
             raise
