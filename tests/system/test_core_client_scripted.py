@@ -327,7 +327,8 @@ def test_broker_disconnect_redirects_a_client(real):
     from petrel.server.broker import Broker
 
     async def go():
-        config = BrokerConfig(data_dir=tempfile.mkdtemp(), host="127.0.0.1", port=0, stomp_port=-1, http_port=-1)
+        config = BrokerConfig(data_dir=tempfile.mkdtemp(), host="127.0.0.1", port=0, stomp_port=-1, http_port=-1,
+                              security_enabled=False)
         async with Broker(config) as broker:
             local = f"tcp://127.0.0.1:{broker.ports['all']}"
             async with await connect(local) as conn:

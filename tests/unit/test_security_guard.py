@@ -51,7 +51,7 @@ def test_cluster_credentials_are_internal_unless_the_password_is_the_default(tmp
     with pytest.raises(AuthenticationFailed):
         sec.login(config.cluster_user, "guess", "peer")
     default = Security.from_config(BrokerConfig(data_dir=tmp_path))
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailed, match="cluster_password is the well-known default"):
         default.login(config.cluster_user, config.cluster_password, "peer")
     assert not sec.is_internal(Subject("admin", frozenset({"admin"})))
     assert INTERNAL.internal

@@ -116,7 +116,10 @@ class Security:
                 return Subject(None, frozenset({self.anonymous_role}), remote)
             self._refuse(None, remote, "anonymous access is not allowed: log in with a user and password")
         password = password or ""
-        if user == self.cluster_user and self.cluster_password is not None:
+        if user == self.cluster_user and user not in self.users.users:
+            if self.cluster_password is None:
+                self._refuse(user, remote, "the cluster user cannot log in while cluster_password is the "
+                                           "well-known default: set the same secret cluster_password on every node")
             if hmac.compare_digest(password.encode(), self.cluster_password.encode()):
                 return dataclasses.replace(INTERNAL, remote=remote)
             self._refuse(user, remote, _REFUSED)

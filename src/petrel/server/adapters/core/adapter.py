@@ -72,6 +72,9 @@ from petrel.codec.core.cluster import (
     MigrationBegin,
     MigrationDone,
 )
+from petrel.security.errors import NotAuthorized
+from petrel.server.access import Access
+from petrel.server.adapters.core import guard
 from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.core.admin import AdminFrames
 from petrel.server.adapters.core.cluster import ClusterFrames
@@ -121,6 +124,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
         self._held = False  # a large body is being made durable: handle nothing until it is
         self._stash: list = []  # events decoded but not handled while held
         self._next_id = broker.store.next_id
+        self.access = Access(broker.security)  # who logged in (CONNECT's user and password), what it may do
+        self._login_task = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             Send: self.on_send,
             SendChunk: self.on_send_chunk,
@@ -158,6 +163,11 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
             MigrationDone: self.on_migration_done,
             **self.cursor_handlers(),  # sequence ranges and named cursors (cursors.py)
         }
+        guard.protect(self, self._handlers)  # cluster frames: the cluster's own; cursors: browse/consume
+
+    @property
+    def subject(self):
+        return self.access.subject
 
     # -- input ------------------------------------------------------------------------------
 
@@ -185,6 +195,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
                         handlers[type(event)](event)
                     except RequestFailed as exc:
                         self.reply(Result(getattr(event, "corr", 0), exc.code, str(exc)))
+                    except NotAuthorized as exc:
+                        self.reply(Result(getattr(event, "corr", 0), ErrorCode.UNAUTHORIZED, str(exc)))
                     except (RoutingError, SelectorError) as exc:
                         self.reply(Result(getattr(event, "corr", 0), ErrorCode.INVALID, str(exc)))
                     if self._closing:
@@ -306,6 +318,9 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
     # -- connection --------------------------------------------------------------------------
 
     def on_connect(self, e: Connect) -> None:
+        if self.access.enabled and self.access.subject is None:
+            guard.log_in(self, e)  # handles this frame again once logged in
+            return
         version = self.codec.accept(e)
         if version is None:
             offered = list(self.codec.offered_versions)
@@ -454,6 +469,13 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
                 self.broker.large.delete(large_body[1])
             self._out.append(self.codec.send(SendFailed(
                 session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
+            return
+        try:
+            self.access.send(self.office, e.address, ROUTING[rt + 1])
+        except NotAuthorized as exc:
+            if large_body is not None:
+                self.broker.large.delete(large_body[1])
+            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.UNAUTHORIZED, str(exc))))
             return
         # positional: id, address, body, properties, durable, priority, expiration, timestamp, scheduled
         message = Message(large_body[0] if large_body else self._next_id(), e.address, body, e.properties,

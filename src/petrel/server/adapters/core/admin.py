@@ -36,6 +36,7 @@ class AdminFrames:
             types = {RoutingType(r) for r in e.routing_types} or {RoutingType.MULTICAST}
         except ValueError:
             raise RequestFailed(ErrorCode.INVALID, f"bad routing types {e.routing_types}") from None
+        self.access.check("createAddress", e.name)
         self.office.create_address(e.name, types)
         self.reply(Result(e.corr), sync=True)
 
@@ -44,6 +45,7 @@ class AdminFrames:
             raise RequestFailed(ErrorCode.UNAUTHORIZED, refused)
         if e.name not in self.office.addresses:
             raise RequestFailed(ErrorCode.NOT_FOUND, f"address {e.name!r} does not exist")
+        self.access.check("deleteAddress", e.name)
         self.office.delete_address(e.name)
         self.reply(Result(e.corr), sync=True)
 
@@ -58,6 +60,10 @@ class AdminFrames:
             return
         if e.routing_type not in (0, 1):
             raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
+        address = e.address or e.name
+        if address not in office.addresses:
+            self.access.check("createAddress", address)
+        self.access.check("createDurableQueue" if e.durable and not e.temporary else "createNonDurableQueue", address)
         try:
             queue = office.create_queue(
                 e.name, e.address or e.name, RoutingType(e.routing_type), durable=e.durable,
@@ -74,6 +80,7 @@ class AdminFrames:
             raise RequestFailed(ErrorCode.UNAUTHORIZED, refused)
         if e.name not in self.office.queues:
             raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.name!r} does not exist")
+        self.access.delete_queue(self.office.queues[e.name])
         self.office.delete_queue(e.name)
         self.temporary_queues.discard(e.name)
         self.reply(Result(e.corr), sync=True)
@@ -102,6 +109,7 @@ class AdminFrames:
         queue = self.office.queues.get(e.queue.rpartition("::")[2])
         if queue is None:
             raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.queue!r} does not exist")
+        self.access.check("browse", queue.address)
         limit = max(0, min(e.limit, 10_000))
         refs = operations.browse(queue, filter=e.filter, limit=limit + 1, offset=max(e.offset, 0))
         budget = self.broker.config.max_frame_size // 2

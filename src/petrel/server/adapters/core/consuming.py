@@ -55,11 +55,15 @@ class ConsumerFrames:
             queue = office.queues.get(name)
             if queue is None:
                 raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {name!r} does not exist")
+            self.access.check("consume", queue.address)
         else:
             if not e.address:
                 raise RequestFailed(ErrorCode.INVALID, "a consumer needs a queue or an address")
             if not -1 <= e.routing_type <= 1:
                 raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
+            durable = f"{self.client_id}.{e.subscription}" if e.subscription and self.client_id else None
+            self.access.subscribe(office, e.address, ROUTING[e.routing_type + 1], durable_queue=durable,
+                                  filter=e.filter or None)
             address, rt = office.ensure_address_for(e.address, ROUTING[e.routing_type + 1])
             if rt == RoutingType.ANYCAST:
                 queue = office.ensure_anycast_queue(address)
