@@ -15,7 +15,7 @@ import pytest
 import stomp
 
 from conftest import Listener
-from petrel.client import ConnectionFailed, Message, connect
+from petrel.client import ClientError, ConnectionFailed, Message, connect
 from petrel.management.client import ManagementClient, ManagementError
 from petrel.testing.certs import make_pki
 from petrel.security import UserStore
@@ -216,6 +216,13 @@ createDurableQueue = ["app"]
         # a user and password still log in over the same mutual TLS
         answer = stomp_connect_raw(b.stomp_port, pki, bob, "login:carol\npasscode:carol-password\n")
         assert answer.startswith(b"CONNECTED"), answer
+        # CORE: the same mapping
+        alice = core_url(b, pki, keyStorePath=pki.client.cert, sslKey=pki.client.key)
+        assert run(round_trip(alice, "tls.cert.core")) == b"over TLS"
+        with pytest.raises(ClientError, match="no user is mapped to the certificate subject"):
+            run(round_trip(core_url(b, pki, keyStorePath=bob.cert, sslKey=bob.key), "tls.cert.core"))
+        carol = core_url(b, pki, keyStorePath=bob.cert, sslKey=bob.key, user="carol", password="carol-password")
+        assert run(round_trip(carol, "tls.cert.core")) == b"over TLS"
         assert b.proc.poll() is None
 
 
