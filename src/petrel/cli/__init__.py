@@ -43,6 +43,7 @@ COMMANDS = {
     "ha": "petrel.cli.ha:ha",
     "drain": "petrel.cli.drain:drain",
     "spark": "petrel.cli.spark:spark",
+    "user": "petrel.cli.user:user",
 }
 
 

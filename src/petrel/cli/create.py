@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import shlex
 import tomllib
 from pathlib import Path
@@ -22,6 +23,9 @@ from petrel import __version__
 from petrel.config import AddressSettingsModel, BrokerConfig, load_config
 from petrel.core.settings import AddressSettings
 from petrel.errors import PetrelError, UsageError
+from petrel.security.config import SecurityModel
+from petrel.security.permissions import ADMIN_ROLE, PERMISSIONS
+from petrel.security.users import UserStore
 
 __all__ = ["create", "render_broker_toml", "toml_value"]
 
@@ -98,10 +102,12 @@ def _describe(model: type[BaseModel], field: str) -> str | None:
 
 
 def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 0,
-                       cluster: dict[str, Any] | None = None, ha: tuple[str, str] | None = None) -> str:
+                       cluster: dict[str, Any] | None = None, ha: tuple[str, str] | None = None,
+                       allow_anonymous: bool = False) -> str:
     """The text of a new instance's ``broker.toml``; `cluster`: connector, static_connectors,
     message_load_balancing and cluster_password of an active cluster connection; `ha`: (kind,
-    role) of an active [ha_policy], kind shared_store or replication."""
+    role) of an active [ha_policy], kind shared_store or replication; `allow_anonymous`: clients
+    without credentials may do everything (role anonymous on "#")."""
     active = {"name": name, "data_dir": data_dir, "port_offset": port_offset}
     if cluster is not None:
         active.update(cluster_user="petrel-cluster", cluster_password=cluster["cluster_password"])
@@ -148,7 +154,15 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
                   "# failover_on_shutdown = false, allow_failback = true, check_for_live_server = false",
                   "# (replication) group_name, lock_manager = { type = \"zookeeper\", connect_string = \"...\" }",
                   ""]
-    lines.append(SECURITY_EXAMPLE)
+    if allow_anonymous:
+        role = SecurityModel().anonymous_role
+        lines += ["# Anonymous clients (created with --allow-anonymous) may do everything; the admin role too.",
+                  "[security]", "allow_anonymous = true", f"anonymous_role = {toml_value(role)}", "",
+                  '[security_settings."#"]']
+        lines += [f"{permission} = {toml_value([role, ADMIN_ROLE])}" for permission in PERMISSIONS]
+        lines.append("")
+    else:
+        lines.append(SECURITY_EXAMPLE)
     if cluster is None:
         lines.append(CLUSTER_EXAMPLE)
     else:
@@ -184,10 +198,18 @@ def render_broker_toml(*, name: str, data_dir: str = "data", port_offset: int = 
               help="This broker's half of the pair.")
 @click.option("--data-dir", default="data", show_default=True,
               help="Data directory (relative to DIRECTORY); shared store: the one both halves share.")
+@click.option("--user", "admin_user", default=ADMIN_ROLE, show_default=True,
+              help="The administrator written to the users file (role admin).")
+@click.option("--password", "admin_password",
+              help="The administrator's password (default: a generated one, shown once).")
+@click.option("--allow-anonymous", is_flag=True,
+              help="Clients without credentials may do everything (no administrator is written).")
 def create(directory: Path, name: str | None, port_offset: int, force: bool, connector: str | None,
            static_connectors: tuple[str, ...], cluster_password: str | None, message_load_balancing: str,
-           ha: str, ha_role: str, data_dir: str) -> None:
-    """Create a broker instance in DIRECTORY: broker.toml and data directories."""
+           ha: str, ha_role: str, data_dir: str, admin_user: str, admin_password: str | None,
+           allow_anonymous: bool) -> None:
+    """Create a broker instance in DIRECTORY: broker.toml, data directories and an administrator
+    in the users file (DIRECTORY/<data-dir>/users.toml)."""
     if directory.exists() and any(directory.iterdir()) and not force:
         raise UsageError(f"{directory} is not empty; use --force to create the instance there anyway")
     if name is None:
@@ -206,7 +228,10 @@ def create(directory: Path, name: str | None, port_offset: int, force: bool, con
         raise UsageError("--ha replication needs --cluster URL, --static-connector URL (the other half) and "
                          "--cluster-password: the two halves find each other through the cluster connection")
     pairing = None if ha == "live-only" else (ha.replace("-", "_"), ha_role)
-    text = render_broker_toml(name=name, data_dir=data_dir, port_offset=port_offset, cluster=cluster, ha=pairing)
+    if allow_anonymous and admin_password is not None:
+        raise UsageError("--password names the administrator's password: not with --allow-anonymous")
+    text = render_broker_toml(name=name, data_dir=data_dir, port_offset=port_offset, cluster=cluster, ha=pairing,
+                              allow_anonymous=allow_anonymous)
     try:
         BrokerConfig.model_validate(tomllib.loads(text))  # the template itself must always load
     except ValueError as exc:
@@ -221,11 +246,38 @@ def create(directory: Path, name: str | None, port_offset: int, force: bool, con
             path = directory / data_dir / sub
             path.mkdir(parents=True, exist_ok=True)
             created.append(path)
+        if not allow_anonymous:
+            generated = admin_password is None
+            admin_password = _write_admin(directory / data_dir / "users.toml", admin_user, admin_password)
+            created.append(directory / data_dir / "users.toml")
     except OSError as exc:
         raise PetrelError(f"cannot create the instance in {directory}: {exc.strerror or exc}") from None
 
     click.echo(f"Created broker instance {name!r} in {directory}:")
     for path in created:
         click.echo(f"  {path}{'/' if path.is_dir() else ''}")
+    if allow_anonymous:
+        click.echo("Anonymous clients may do everything (--allow-anonymous).")
+    elif generated:
+        click.echo(f"Administrator {admin_user!r}, password {admin_password!r} (shown only this once; change it "
+                   f"with `petrel user reset {admin_user} --config {shlex.quote(str(config_path))}`).")
+    else:
+        click.echo(f"Administrator {admin_user!r} with the password given.")
     click.echo("Start it with:")
     click.echo(f"  petrel run --config {shlex.quote(str(config_path))}")
+
+
+def _write_admin(path: Path, user: str, password: str | None) -> str:
+    """``user`` (role admin) in the users file at ``path``, with ``password`` or a generated one."""
+    if password is None:
+        password = secrets.token_urlsafe(12)
+    store = UserStore.load(path)
+    try:
+        if user in store.users:  # (--force over an instance)
+            store.reset(user, password=password, roles=[ADMIN_ROLE])
+        else:
+            store.add(user, password, [ADMIN_ROLE])
+    except ValueError as exc:
+        raise UsageError(f"--user: {exc}") from None
+    store.save()
+    return password
