@@ -45,6 +45,17 @@ def test_save_load_authenticate(tmp_path: Path) -> None:
     assert again.roles_of("nobody") == frozenset()
 
 
+def test_a_verified_password_is_remembered_until_it_changes(tmp_path: Path) -> None:
+    store = UserStore(tmp_path / "users.toml")
+    store.add("alice", "one", ["app"])
+    assert store.remembered("alice", "one") is None  # never verified
+    assert store.authenticate("alice", "one") is not None
+    assert store.remembered("alice", "one") == Subject("alice", frozenset({"app"}))
+    assert store.remembered("alice", "two") is None
+    store.reset("alice", password="two")
+    assert store.remembered("alice", "one") is None
+
+
 def test_add_remove_reset(tmp_path: Path) -> None:
     store = UserStore(tmp_path / "users.toml")
     store.add("alice", "one", ["app"])

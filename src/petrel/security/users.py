@@ -221,6 +221,16 @@ class UserStore:
         found = self.users.get(user)
         return frozenset(found.roles) if found is not None else frozenset()
 
+    def remembered(self, user: str, password: str) -> Subject | None:
+        """``user`` if this password was verified before and has not changed since (no scrypt)."""
+        found = self.users.get(user)
+        if found is None or not self._verified:
+            return None
+        digest = hmac.digest(self._key, password.encode(), "sha256")
+        if self._verified.get((user, digest)) == found.password_hash:
+            return Subject(user, frozenset(found.roles))
+        return None
+
     def authenticate(self, user: str, password: str) -> Subject | None:
         """``user`` with its roles if ``password`` is right, else None.
 
