@@ -20,17 +20,24 @@ from petrel.testing.process import free_port, wait_for
 
 pytestmark = pytest.mark.system
 
+ports: dict[int, int] = {}  # a running broker's STOMP port -> its all-protocols port
 GENERATED = re.compile(r"Administrator 'admin', password '([^']+)' \(shown only this once")
 
 
 @contextmanager
 def broker(instance: Path) -> Iterator[int]:
-    """``petrel run`` of the instance, security as the product has it; yields its STOMP port."""
+    """``petrel run`` of the instance, security as the product has it; yields its STOMP port
+    (`ports` maps it to its all-protocols port)."""
     stomp_port = free_port()
+    while True:
+        all_port = free_port()
+        if all_port != stomp_port:
+            break
+    ports[stomp_port] = all_port
     env = {k: v for k, v in environment().items() if k != "PETREL_SECURITY_ENABLED"}
     log = (instance / "run.log").open("ab")
     proc = subprocess.Popen(command("run", "--config", str(instance / "broker.toml"), "--host", "127.0.0.1",
-                                    "--port", str(free_port()), "--stomp-port", str(stomp_port), "--http-port", "-1"),
+                                    "--port", str(all_port), "--stomp-port", str(stomp_port), "--http-port", "-1"),
                             stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def up() -> bool:
@@ -99,12 +106,25 @@ def test_create_writes_an_admin_and_user_manages_the_users_of_a_running_broker(t
     assert "created the users file" not in (instance / "run.log").read_text()  # petrel create wrote it
 
 
-def test_create_with_a_given_admin(tmp_path: Path) -> None:
+def test_create_with_a_given_admin_and_the_client_commands_log_in(tmp_path: Path) -> None:
     instance = tmp_path / "inst"
     out = ok("create", str(instance), "--user", "ops", "--password", "ops-pw")
     assert "ops-pw" not in out and "Administrator 'ops' with the password given" in out
     with broker(instance) as port:
         assert stomp_send(port, "ops", "ops-pw") == "ok"
+        core = f"tcp://127.0.0.1:{ports[port]}"
+        stomp_url = f"tcp://127.0.0.1:{port}"
+        ok("producer", "--url", core, "--user", "ops", "--password", "ops-pw", "--destination", "queue://cli",
+           "--message-count", "5")
+        ok("producer", "--url", stomp_url, "--protocol", "stomp", "--user", "ops", "--password", "ops-pw",
+           "--destination", "queue://cli", "--message-count", "5")
+        out = ok("consumer", "--url", core, "--user", "ops", "--password", "ops-pw", "--destination", "queue://cli",
+                 "--message-count", "10", "--receive-timeout", "5000")
+        assert re.findall(r"Consumed: (\d+) messages", out) == ["10"]
+        refused = petrel("producer", "--url", core, "--user", "ops", "--password", "wrong", "--destination",
+                         "queue://cli", "--message-count", "1")
+        assert refused.returncode == 1 and "login refused: invalid user or password" in refused.stderr
+        assert refused.stderr.startswith("petrel: error: ") and refused.stderr.count("\n") == 1
 
 
 def test_create_allow_anonymous(tmp_path: Path) -> None:

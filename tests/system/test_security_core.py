@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -299,3 +301,37 @@ def test_a_password_changed_while_connected(secure) -> None:
         users = UserStore.load(users_file)
         users.reset("alice", password=password("alice"), roles=["producer"])
         users.save()
+
+
+def test_a_drainer_moves_messages_with_the_cluster_credentials_only(secure, tmp_path: Path) -> None:
+    source = BrokerProcess(tmp_path / "src", name="src").start()  # the test run's: no security
+
+    async def fill() -> None:
+        async with await connect(url(source)) as conn:
+            producer = (await conn.session()).producer("queue://moved.q")
+            for i in range(50):
+                await producer.send(b"%d" % i, durable=True)
+            await producer.flush()
+
+    run(fill())
+    source.stop()
+
+    def drain(password: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "petrel", "drain", "--data-dir", str(source.data_dir),
+                               "--target", url(secure), "--user", "petrel-cluster", "--password", password,
+                               "--progress", "none"], capture_output=True, text=True, timeout=120)
+
+    refused = drain("not-the-password")
+    assert refused.returncode != 0 and "invalid user or password" in refused.stderr, refused.stderr
+    done = drain(CLUSTER_PASSWORD)
+    assert done.returncode == 0, done.stderr
+
+    async def count() -> int:
+        async with await connect(url(secure), user="admin", password=password("admin")) as conn:
+            consumer = await (await conn.session()).consumer("queue://moved.q")
+            got = 0
+            while await consumer.receive(2) is not None:
+                got += 1
+            return got
+
+    assert run(count()) == 50
