@@ -8,6 +8,7 @@ cluster's view of its members.
 
 from __future__ import annotations
 
+import hmac
 from typing import TYPE_CHECKING
 
 from petrel.codec.core import ErrorCode, Result
@@ -25,7 +26,8 @@ class ReplicationFrames:
 
     def _check_cluster_credentials(self: CoreAdapter, user: str, password: str) -> None:
         config = self.broker.config
-        if user != config.cluster_user or password != config.cluster_password:
+        good_user = hmac.compare_digest(user.encode(), config.cluster_user.encode())  # in constant time
+        if not (hmac.compare_digest(password.encode(), config.cluster_password.encode()) and good_user):
             raise Fatal(ErrorCode.UNAUTHORIZED, "wrong cluster user or password (cluster_user/cluster_password "
                                                 "must be the same on every node, pair and drainer of the cluster; a drainer takes them from --config)")
 
