@@ -110,7 +110,10 @@ def stop_all(nodes: list[BrokerProcess]) -> None:
 
 def api_request(node: BrokerProcess, path: str) -> urllib.request.Request:
     """A GET of `node`'s management API that logs in with the node's cluster credentials (a node
-    with security enabled takes them as its own cluster's; without, they are ignored)."""
+    with security enabled takes them as its own cluster's; without, they are ignored). A pair
+    serving as one node (`petrel.testing.chaos.pair.LivePair`) answers through its live process."""
+    if hasattr(node, "live"):
+        node = node.live()
     request = urllib.request.Request(f"http://127.0.0.1:{node.http_port}{path}")
     try:
         settings = tomllib.loads(node.config_path.read_text())

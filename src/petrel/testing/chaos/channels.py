@@ -112,13 +112,14 @@ class _StompListener(stomp.ConnectionListener):
 
 
 class _Stomp:
-    def __init__(self, port: int, listener: _StompListener, client_id: str | None = None) -> None:
+    def __init__(self, port: int, listener: _StompListener, client_id: str | None = None,
+                 login: tuple[str, str] = ("guest", "guest")) -> None:
         self.listener = listener
         self.conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0), reconnect_attempts_max=1,
                                        timeout=10)
         self.conn.set_listener("chaos", listener)
         try:
-            self.conn.connect("guest", "guest", wait=False,
+            self.conn.connect(*login, wait=False,
                               headers={"client-id": client_id} if client_id else {})
         except (stomp.exception.StompException, OSError) as exc:  # OSError: accepted, then reset
             raise ChannelError(f"cannot connect: {exc!r}") from None
@@ -161,12 +162,13 @@ class _Stomp:
 
 
 class stomp_producer:
-    def __init__(self, port: int, destination: str, transacted: bool, confirmed) -> None:
+    def __init__(self, port: int, destination: str, transacted: bool, confirmed, *,
+                 login: tuple[str, str] = ("guest", "guest")) -> None:
         self.pending: dict[str, list[str]] = {}
         self.lock = threading.Lock()
         self.confirmed = confirmed
         self.listener = _StompListener(on_receipt=self._receipt)
-        self.s = _Stomp(port, self.listener)
+        self.s = _Stomp(port, self.listener, login=login)
         self.destination = destination
         self.transacted = transacted
 
@@ -234,7 +236,8 @@ class stomp_consumer:
     transaction). `on_delivery(Delivery)` runs in the receiving thread, in socket order."""
 
     def __init__(self, port: int, destination: str, mode: str, *, client_id: str | None,
-                 subscription: str | None, on_delivery, on_ack_confirmed) -> None:
+                 subscription: str | None, on_delivery, on_ack_confirmed,
+                 login: tuple[str, str] = ("guest", "guest")) -> None:
         self.mode = mode
         self.deliveries: queue.Queue = queue.Queue()
         self.acks: dict[str, list[Delivery]] = {}
@@ -242,7 +245,7 @@ class stomp_consumer:
         self.on_delivery = on_delivery
         self.on_ack_confirmed = on_ack_confirmed
         self.listener = _StompListener(on_receipt=self._receipt, on_message=self._message)
-        self.s = _Stomp(port, self.listener, client_id)
+        self.s = _Stomp(port, self.listener, client_id, login)
         headers = {}
         if subscription:
             headers["durable-subscription-name"] = subscription
@@ -336,8 +339,8 @@ def _core_abort(conn: Connection) -> None:
 
 
 class core_producer:
-    def __init__(self, port: int, destination: str, transacted: bool, confirmed) -> None:
-        self.conn = _core_call(Connection, f"tcp://127.0.0.1:{port}")
+    def __init__(self, port: int, destination: str, transacted: bool, confirmed, *, login: dict | None = None) -> None:
+        self.conn = _core_call(Connection, f"tcp://127.0.0.1:{port}", **(login or {}))
         self.session = _core_call(self.conn.session, transacted=transacted)
         self.producer = self.session.producer(destination)
         self.transacted = transacted
@@ -365,11 +368,11 @@ class core_producer:
 
 class core_consumer:
     def __init__(self, port: int, destination: str, mode: str, *, client_id: str | None,
-                 subscription: str | None, on_delivery, on_ack_confirmed) -> None:
+                 subscription: str | None, on_delivery, on_ack_confirmed, login: dict | None = None) -> None:
         self.mode = mode
         self.on_delivery = on_delivery
         self.on_ack_confirmed = on_ack_confirmed
-        self.conn = _core_call(Connection, f"tcp://127.0.0.1:{port}", client_id=client_id)
+        self.conn = _core_call(Connection, f"tcp://127.0.0.1:{port}", client_id=client_id, **(login or {}))
         self.session = _core_call(self.conn.session, transacted=mode == "transacted")
         self.consumer = _core_call(self.session.consumer, destination, subscription=subscription,
                                    ack="auto" if mode == "auto" else "client")

@@ -34,9 +34,10 @@ class Drainer(threading.Thread):
     seconds (while it still runs), then again until it exits 0."""
 
     def __init__(self, source: BrokerProcess, target: BrokerProcess, kills: tuple[float, ...],
-                 timeline: Timeline, log_dir: Path) -> None:
+                 timeline: Timeline, log_dir: Path, login: list[str] | None = None) -> None:
         super().__init__(name="drainer", daemon=True)
         self.source, self.target, self.kills = source, target, kills
+        self.login = login or []  # --user/--password: the target's cluster credentials
         self.timeline = timeline
         self.log_dir = Path(log_dir)
         self.runs: list[int] = []  # exit codes (-9: killed by the harness)
@@ -46,7 +47,7 @@ class Drainer(threading.Thread):
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "petrel", "drain", "--data-dir", str(self.source.data_dir),
-                "--target", f"tcp://127.0.0.1:{self.target.port}", "--progress", "json"]
+                "--target", f"tcp://127.0.0.1:{self.target.port}", "--progress", "json", *self.login]
 
     def run(self) -> None:
         try:
@@ -115,8 +116,9 @@ class Drainer(threading.Thread):
 class DrainPair:
     """The source (node 0) and the target (node 1) of the drain topology."""
 
-    def __init__(self, workdir: Path, settings: str) -> None:
+    def __init__(self, workdir: Path, settings: str, login: list[str] | None = None) -> None:
         self.workdir = Path(workdir)
+        self.login = login or []  # the drainer's --user/--password
         self.source = BrokerProcess(self.workdir / "source", name="source", http=True, settings=settings)
         self.target = BrokerProcess(self.workdir / "target", name="target", http=True, settings=settings)
         self.nodes = [self.source, self.target]
@@ -130,7 +132,8 @@ class DrainPair:
         for i, node in enumerate(self.nodes):
             if i in self.retired:
                 continue
-            with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
+            with Connection(f"tcp://127.0.0.1:{node.port}", user=self.login[1] if self.login else None,
+                            password=self.login[3] if self.login else None) as conn:  # as the cluster
                 for name in names:
                     conn.create_queue(name, topic, "MULTICAST", exists_ok=True)
 
@@ -138,7 +141,7 @@ class DrainPair:
         """The drain fault: kill the source, start the drainer."""
         self.source.kill9()
         self.retired.add(0)
-        self.drainer = Drainer(self.source, self.target, kills, timeline, self.workdir)
+        self.drainer = Drainer(self.source, self.target, kills, timeline, self.workdir, self.login)
         self.drainer.start()
 
     def wait(self) -> list[str]:

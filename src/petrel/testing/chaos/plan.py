@@ -20,6 +20,11 @@ LIMITS = ("none", "PAGE", "BLOCK")
 FEATURES = ("plain", "scheduled", "priority", "groups")
 DESTINATIONS = ("queue", "durable-topic")
 TOPOLOGIES = ("single", "cluster")
+#: off: the test run's brokers (security off, anonymous clients); users: the brokers as shipped
+#: (security on), a users file the harness writes, every client and the drainer logging in
+#: (`petrel.testing.chaos.security`). Drawn from a generator of its own (seeded with the seed), so
+#: the plans drawn before it keep their draws and every topology of a seed gets the same.
+SECURITY = ("off", "users")
 #: A topology a run gets only when asked for (``make_plan(seed, topology="pair")``), so that the
 #: seeds drawn before it keep their plans: a shared-store primary and backup serving as one node,
 #: every fault that hits "the node" hitting whichever of the two is live.
@@ -56,6 +61,7 @@ DIMENSIONS: dict[str, tuple] = {
     "topology": TOPOLOGIES,
     "churn": (True, False),
     "duplicate_ids": (True, False),
+    "security": SECURITY,
 }
 
 LARGE_THRESHOLD = 16 * 1024  # the brokers' min_large_message_size in a chaos run
@@ -104,6 +110,7 @@ class Plan:
     batch_limit: int = 0
     # spark-sink only: rows per broker transaction (the sink's chunkSize)
     sink_chunk: int = 0
+    security: str = "off"
 
     @property
     def nodes(self) -> int:
@@ -219,6 +226,9 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
         destination, persistent, feature, churn = "queue", True, "plain", False
         limit = "PAGE" if limit == "BLOCK" else limit
         consumers, subscriptions = 0, 0
+    security = random.Random(f"security-{seed}").choice(SECURITY)
+    if topology in ("spark", "spark-sink"):  # the Spark source and sink log in as anonymous clients
+        security = "off"
     return Plan(seed, protocol, ack, persistent, size, limit, feature, destination, topology, churn,
                 duplicate_ids, producers, consumers, subscriptions, messages, duration, tuple(faults),
-                failback, lock, drain_kills, batch_limit, sink_chunk)
+                failback, lock, drain_kills, batch_limit, sink_chunk, security)

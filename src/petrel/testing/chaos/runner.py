@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from petrel.client import Connection
+from petrel.testing.chaos import security
 from petrel.testing.chaos.channels import body_mid
 from petrel.testing.chaos.faults import DiskMount, Injector
 from petrel.testing.chaos.ledger import Ledger, Verdict, message_id
@@ -114,8 +115,10 @@ class _Brokers:
         self.pair: SharedStorePair | ReplicationPair | None = None
         self.drain: DrainPair | None = None
         self.zookeeper = None
+        own = plan.topology in ("single", "pair", "drain")  # topologies without cluster credentials of their own
+        top = security.settings_top(plan, workdir, cluster_credentials=own)
         if plan.topology == "pair":
-            self.pair = SharedStorePair(workdir, _settings_top(plan))
+            self.pair = SharedStorePair(workdir, top + _settings_top(plan))
             self.nodes = [self.pair]
         elif plan.topology == "replication":
             connect = None
@@ -127,7 +130,7 @@ class _Brokers:
                     raise RuntimeError(f"this seed's pair needs ZooKeeper: {missing}")
                 self.zookeeper = ZooKeeperServer(workdir / "zookeeper").start()
                 connect = self.zookeeper.connect_string
-            self.pair = ReplicationPair(workdir, _settings_top(plan), failback=plan.failback, zookeeper=connect)
+            self.pair = ReplicationPair(workdir, top + _settings_top(plan), failback=plan.failback, zookeeper=connect)
             self.nodes = [self.pair]
             if "disk_full" in plan.fault_kinds:
                 disk = LiveDisk(self.pair)
@@ -138,10 +141,10 @@ class _Brokers:
                 else:
                     timeline.note(f"disk_full will be skipped: {why}")
         elif plan.topology == "drain":
-            self.drain = DrainPair(workdir, _settings(plan))
+            self.drain = DrainPair(workdir, top + _settings(plan), login=security.drainer_login(plan))
             self.nodes = self.drain.nodes
         elif plan.nodes == 1:
-            self.nodes = [BrokerProcess(workdir / "node0", settings=_settings(plan), name="node0", http=True)]
+            self.nodes = [BrokerProcess(workdir / "node0", settings=top + _settings(plan), name="node0", http=True)]
         else:
             via = {}
             for i in range(plan.nodes):
@@ -149,11 +152,12 @@ class _Brokers:
                     if i != j:
                         self.proxies[(i, j)] = TcpProxy("127.0.0.1", 0, listen_port=free_port())
                         via[(i, j)] = self.proxies[(i, j)].listen_port
-            self.nodes = make_cluster(workdir, plan.nodes, redistribution_delay=0, extra_top=_settings(plan),
+            self.nodes = make_cluster(workdir, plan.nodes, redistribution_delay=0, extra_top=top + _settings(plan),
                                       connection_ttl=2000, via=via)
             for (i, j), proxy in self.proxies.items():
                 proxy.target_port = self.nodes[j].port
                 proxy.start()
+        security.secure(plan, workdir, [proc for node in self.nodes for proc in getattr(node, "nodes", (node,))])
         for fault in plan.faults:
             if plan.topology == "replication":
                 break
@@ -276,7 +280,7 @@ def drain(brokers: _Brokers, ledger: Ledger, timeline: Timeline, timeout: float 
         left: dict[str, int] = {}
         for i, node in brokers.serving():
             queues = [q for q in _queues(node) if not q["name"].startswith("$")]
-            with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
+            with Connection(f"tcp://127.0.0.1:{node.port}", **security.core_login(brokers.plan)) as conn:
                 for q in queues:
                     name = q["name"]
                     stream = None if name in DEAD_ENDS else name
@@ -323,6 +327,9 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
     injector = query = None
     try:
         brokers.start()
+        let_in = security.anonymous_let_in(plan, brokers.ports()[0].stomp)
+        if let_in:
+            problems.append(let_in)
         if plan.topology in ("spark", "spark-sink"):
             query = _start_query(plan, brokers, workdir, timeline, ledger)
         workload = Workload(replace(plan, producers=0) if plan.topology == "spark-sink" else plan, ledger, timeline,

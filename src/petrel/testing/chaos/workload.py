@@ -23,6 +23,7 @@ from petrel.testing.chaos.channels import (
     stomp_consumer,
     stomp_producer,
 )
+from petrel.testing.chaos import security
 from petrel.testing.chaos.ledger import Ledger, message_id
 from petrel.testing.chaos.plan import Plan
 from petrel.testing.chaos.timeline import Timeline
@@ -36,6 +37,11 @@ TOPIC = "chaos.t"
 def subscriber(k: int) -> tuple[str, str]:
     """(client id, subscription name) of durable subscription k."""
     return f"chaos-c{k}", f"sub{k}"
+
+
+def _login(plan: Plan):
+    """What a channel of this run's protocol logs in with (`security`)."""
+    return security.core_login(plan) if plan.protocol == "CORE" else security.stomp_login(plan)
 
 
 def streams_of(plan: Plan) -> tuple[str, ...]:
@@ -127,7 +133,7 @@ class Producer(_Worker):
             self.started = time.monotonic()
         open_ = core_producer if plan.protocol == "CORE" else stomp_producer
         channel = open_(self.ports.core if plan.protocol == "CORE" else self.ports.stomp, self.destination,
-                        plan.ack == "transacted", self.ledger.confirmed)
+                        plan.ack == "transacted", self.ledger.confirmed, login=_login(plan))
         streams = streams_of(plan)
         try:
             while not self.stopping.is_set():
@@ -205,7 +211,7 @@ class Consumer(_Worker):
         open_ = core_consumer if plan.protocol == "CORE" else stomp_consumer
         channel = open_(self.ports.core if plan.protocol == "CORE" else self.ports.stomp, self.destination, plan.ack,
                         client_id=self.client_id, subscription=self.subscription,
-                        on_delivery=self._delivered, on_ack_confirmed=self._ack_confirmed)
+                        on_delivery=self._delivered, on_ack_confirmed=self._ack_confirmed, login=_login(plan))
         self.subscribed.set()
         leave_at = time.monotonic() + self.rng.uniform(1.0, 4.0) if plan.churn else float("inf")
         batch: list = []
