@@ -100,3 +100,20 @@ def test_replication_over_tls_copies_the_live_and_the_backup_takes_over(tmp_path
         assert "certificate refused" not in p.log() + b.log()
     finally:
         stop_all(p, b)
+
+
+def test_spark_recovery_reaches_an_ssl_target_with_its_url_options(tmp_path):
+    """petrel.spark.migrate's link (the recovery job's) to ssl://host:port?trustStorePath=..."""
+    from petrel.spark.migrate import MigrateFailed, probe
+    from petrel.testing.process import BrokerProcess
+
+    pki = make_pki(tmp_path / "pki")
+    settings = (f"ssl_enabled = true\nssl_cert = {json.dumps(str(pki.server.cert))}\n"
+                f"ssl_key = {json.dumps(str(pki.server.key))}\n"
+                'cluster_user = "petrel-test"\ncluster_password = "tls-secret"\n')
+    with BrokerProcess(tmp_path / "b", settings=settings) as b:
+        begun = probe(f"ssl://127.0.0.1:{b.port}?trustStorePath={pki.ca.cert}", "origin-1", "petrel-test", "tls-secret",
+                      timeout=10)
+        assert begun.get("node_id")
+        with pytest.raises(MigrateFailed, match="certificate verify failed"):
+            probe(f"ssl://127.0.0.1:{b.port}", "origin-1", "petrel-test", "tls-secret", timeout=10)

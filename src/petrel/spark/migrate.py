@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from petrel.client.link import PeerLink, open_link, stream_body
+from petrel.client.tls import client_context  # an ssl:// target: its URL's TLS options
+from petrel.client.url import parse_url
 from petrel.codec.core import Connected, CreateSession, Error, Result, SendConfirm, SendFailed
 from petrel.codec.core.cluster import Forward, MigrateBatch, Migrated, MigrateQueue, MigrationBegin
 from petrel.core.message import DUPLICATE_ID, Message, decode_message
@@ -189,7 +191,8 @@ class _Link:
         try:
             self.link = await open_link(self, self.target, user=self.user, password=self.password,
                                         ttl_ms=int(self.timeout * 3000), client=f"petrel-spark-recover/{self.origin}",
-                                        max_frame_size=MAX_FRAME, timeout=self.timeout)
+                                        max_frame_size=MAX_FRAME, timeout=self.timeout,
+                                        tls=lambda: client_context(parse_url(self.target).options))
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             raise MigrateFailed(f"cannot reach the target {self.target}: {exc or 'timed out'}") from None
         self.link.watch(self.timeout * 3)
