@@ -92,7 +92,8 @@ def test_the_cache_follows_roles_and_updates() -> None:
     ({"orders.#": {"sendd": ["a"]}}, '"orders.#".sendd: unknown permission (did you mean send?)'),
     ({"q": {"publish": ["a"]}}, '"q".publish: unknown permission (one of: send,'),
     ({"q": {"send": "a"}}, '"q".send: must be a list of role names'),
-    ({"q": {"send": ["$internal"]}}, '"q".send: \'$internal\' is not a role name'),
+    ({"q": {"send": ["$internal"]}}, '"q".send: "$internal" is not a role name'),
+    ({"q\n": {"a b": ["x"]}}, '"q\\n"."a b": unknown permission'),
     ({"": {"send": ["a"]}}, "non-empty"),
 ])
 def test_bad_settings_name_the_key(settings: dict, expected: str) -> None:

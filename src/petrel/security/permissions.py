@@ -10,6 +10,8 @@ permission to role ``admin``, so the administrator keeps every address no patter
 from __future__ import annotations
 
 import difflib
+import json
+import re
 from collections.abc import Iterable, Mapping
 
 from petrel.core.wildcard import compile_pattern, specificity
@@ -27,6 +29,7 @@ PERMISSIONS = (
 )
 ADMIN_ROLE = "admin"
 _CACHE_SIZE = 10_000
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def default_settings(role: str = ADMIN_ROLE) -> dict[str, list[str]]:
@@ -40,21 +43,23 @@ def validate_settings(settings: Mapping[str, Mapping[str, Iterable[str]]]) -> di
     for pattern, grants in settings.items():
         if not isinstance(pattern, str) or not pattern:
             raise ValueError("an address pattern must be a non-empty string")
+        where = json.dumps(pattern, ensure_ascii=False)
         if not isinstance(grants, Mapping):
-            raise ValueError(f'"{pattern}": must be a table of permission = [roles]')
+            raise ValueError(f"{where}: must be a table of permission = [roles]")
         table: dict[str, frozenset[str]] = {}
         for permission, roles in grants.items():
+            key = f"{where}.{permission if _BARE.fullmatch(str(permission)) else json.dumps(str(permission))}"
             if permission not in PERMISSIONS:
-                close = difflib.get_close_matches(permission, PERMISSIONS, n=1, cutoff=0.6)
+                close = difflib.get_close_matches(str(permission), PERMISSIONS, n=1, cutoff=0.6)
                 hint = f" (did you mean {close[0]}?)" if close else f" (one of: {', '.join(PERMISSIONS)})"
-                raise ValueError(f'"{pattern}".{permission}: unknown permission{hint}')
+                raise ValueError(f"{key}: unknown permission{hint}")
             if isinstance(roles, str) or not isinstance(roles, Iterable):
-                raise ValueError(f'"{pattern}".{permission}: must be a list of role names')
+                raise ValueError(f"{key}: must be a list of role names")
             names = list(roles)
             for role in names:
                 if not isinstance(role, str) or not role or role.startswith("$"):
-                    raise ValueError(f'"{pattern}".{permission}: {role!r} is not a role name '
-                                     "(a non-empty string not starting with $)")
+                    shown = json.dumps(role) if isinstance(role, str) else repr(role)
+                    raise ValueError(f"{key}: {shown} is not a role name (a non-empty string not starting with $)")
             table[permission] = frozenset(names)
         out[pattern] = table
     return out
