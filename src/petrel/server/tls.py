@@ -10,11 +10,13 @@ Settings (top-level in ``broker.toml``, ``PETREL_SSL_*`` in the environment)::
     http_ssl_enabled = true             # HTTPS on the management port, same certificate
 
 `check` runs when the configuration is read (`BrokerConfig`'s validator), so a missing,
-unreadable or mismatched key or certificate is a ``ConfigError`` before anything listens. `BrokerTls` (``broker.tls``) builds the contexts once
-per broker: `acceptor` wraps a listener's protocol factory so that each accepted socket does
+unreadable or mismatched key or certificate is a ``ConfigError`` before anything listens.
+`BrokerTls` (``broker.tls``) builds the contexts once per broker. Its `create_server` gives a
+client listener: with ``ssl_enabled`` a `TlsServer`, which accepts sockets itself and has each do
 its handshake (within ``ssl_handshake_timeout``) before the broker's `Connection` sees it; a
-failed handshake (a plain-TCP hello, an untrusted or expired certificate, a silent client)
-logs one line and closes that socket only.
+failed handshake (a plain-TCP hello, an untrusted or expired certificate, a silent client) logs
+one line and closes that socket only. `link_context` is the client side of links to ``ssl://``
+connectors; `login` maps a mutual-TLS client's certificate to its user.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from petrel.config import BrokerConfig
     from petrel.server.connection import Connection
 
-__all__ = ["BrokerTls", "TLS_VERSIONS", "check", "link_context", "login", "peer_subject", "resolve_paths",
+__all__ = ["BrokerTls", "TLS_VERSIONS", "TlsServer", "check", "link_context", "login", "peer_subject", "resolve_paths",
            "rfc4514", "server_context", "split_versions"]
 
 log = logging.getLogger("petrel.server.tls")
