@@ -202,6 +202,8 @@ class Connection(asyncio.Protocol):
             self._out.clear()
             self._out_bytes = 0
             self.transport.write(data)
+            if self.writing_paused:  # the client reads slower than we write
+                self.broker.limits.check_writes(self)
 
     def write_stream(self, head: bytes, body: BodySource, tail: bytes) -> None:
         """Write `head`, then `body` in chunks only as fast as the peer takes them, then `tail`.
