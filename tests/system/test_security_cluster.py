@@ -159,9 +159,11 @@ def test_clients_cannot_write_the_clusters_internal_queues_or_properties(tmp_pat
 
     message = stomp_refusal(lambda c: c.send(f"/queue/{sf}", "forged", headers={"receipt": "r1"}))
     assert "internal to the cluster" in message and sf in message
-    message = stomp_refusal(lambda c: c.send("/queue/orders", "forged",
-                                             headers={"_PETREL_ROUTE_TO": "orders@x", "receipt": "r2"}))
-    assert "'_PETREL_ROUTE_TO' is reserved for the cluster" in message
+    # the cluster's properties on a client's send are dropped (a received message may be sent on)
+    conn = stomp.Connection([("127.0.0.1", a.stomp_port)], heartbeats=(0, 0))
+    conn.connect(wait=True)
+    conn.send("/queue/orders", "stomp-forged", headers={"_PETREL_ROUTE_TO": "orders@x", "kept": "1"}, receipt="r2")
+    conn.disconnect()
     message = stomp_refusal(lambda c: c.subscribe(f"/queue/{sf}", id="s1", ack="client"))
     assert "internal to the cluster" in message
 
@@ -178,12 +180,20 @@ def test_clients_cannot_write_the_clusters_internal_queues_or_properties(tmp_pat
             producer.send(Message(b"forged"), wait=True)
     with Connection(f"tcp://127.0.0.1:{a.port}") as conn:
         producer = conn.session().producer("queue://orders")
-        with pytest.raises(ClientError, match="reserved for the cluster"):
-            producer.send(Message(b"forged", properties={"_PETREL_INSTANCE": "x:1"}), wait=True)
-    # an ordinary send still goes through, and the internal queue is untouched
+        producer.send(Message(b"core-forged", properties={"_PETREL_INSTANCE": "x:1", "kept": 1}), wait=True)
+    # an ordinary send goes through as it is, and the internal queue is untouched
     with Connection(f"tcp://127.0.0.1:{a.port}") as conn:
         conn.session().producer("queue://orders").send(Message(b"fine", properties={"petrel_ok": 1}), wait=True)
     assert sf in _queue_names(a) and "$.petrel.sf.petrel-cluster.forged" not in _queue_names(a)
+    with Connection(f"tcp://127.0.0.1:{a.port}") as conn:
+        consumer = conn.session().consumer("queue://orders")
+        got = {}
+        while len(got) < 3 and (m := consumer.receive(10)) is not None:
+            got[m.body] = m.properties
+    assert set(got) == {b"stomp-forged", b"core-forged", b"fine"}, got
+    assert not any(k.startswith("_PETREL_") for props in got.values() for k in props), got
+    assert str(got[b"stomp-forged"].get("kept")) == "1" and got[b"core-forged"].get("kept") == 1
+    assert got[b"fine"].get("petrel_ok") == 1
 
 
 def test_with_security_on_the_nodes_join_and_a_wrong_cluster_password_is_refused(tmp_path, stop_nodes) -> None:

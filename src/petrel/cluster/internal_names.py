@@ -10,16 +10,20 @@ the cluster's bridges, replication and scale-down use their own frames, so in pr
 client connection ever does.
 
 The adapters call `internal_write_problem` (a send) and `internal_name_problem` (creating,
-deleting or consuming a queue or address), and refuse with the text they return.
+deleting or consuming a queue or address), and refuse with the text they return. A client's
+``_PETREL_*`` properties are dropped from its send (`drop_reserved`) rather than refused: a
+message that crossed a bridge carries one (its send's identity) to its consumers, and an
+application that sends a received message on, headers and all, must not be refused for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import MutableMapping
 
 from petrel.core.redistribution import INTERNAL_PREFIX
 
-__all__ = ["INTERNAL_PREFIX", "RESERVED_PROPERTY_PREFIX", "internal_name_problem", "internal_write_problem"]
+__all__ = ["INTERNAL_PREFIX", "RESERVED_PROPERTY_PREFIX", "drop_reserved", "internal_name_problem",
+           "internal_write_problem"]
 
 #: Message properties the cluster sets (petrel.core.remote: ROUTE_TO, SYNC_FIRST, INSTANCE...).
 RESERVED_PROPERTY_PREFIX = "_PETREL_"
@@ -41,13 +45,17 @@ def internal_name_problem(adapter: object, *names: str | None) -> str | None:
     return None
 
 
-def internal_write_problem(adapter: object, address: str, properties: Iterable[str] | None) -> str | None:
-    """Why the adapter's client may not send to `address` with these property names; None when it may."""
+def internal_write_problem(adapter: object, address: str) -> str | None:
+    """Why the adapter's client may not send to `address`; None when it may."""
     if address.startswith(INTERNAL_PREFIX):
         return internal_name_problem(adapter, address)
-    if properties:
-        for key in properties:
-            if key.startswith(RESERVED_PROPERTY_PREFIX) and not _internal(adapter):
-                return (f"message property {key!r} is reserved for the cluster (names starting with "
-                        f"{RESERVED_PROPERTY_PREFIX!r}): give it another name")
     return None
+
+
+def drop_reserved(adapter: object, properties: MutableMapping[str, object] | None) -> None:
+    """Remove the cluster's ``_PETREL_*`` properties from a client's send (the cluster's own
+    subject keeps them)."""
+    if properties and any(key.startswith(RESERVED_PROPERTY_PREFIX) for key in properties) \
+            and not _internal(adapter):
+        for key in [k for k in properties if k.startswith(RESERVED_PROPERTY_PREFIX)]:
+            del properties[key]

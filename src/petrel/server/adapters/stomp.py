@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from petrel.cluster.internal_names import internal_write_problem
+from petrel.cluster.internal_names import drop_reserved, internal_write_problem
 from petrel.codec.errors import RemoteProtocolError
 from petrel.codec.stomp.connection import StompConnection, negotiate_heartbeat, parse_heartbeat
 from petrel.codec.stomp.frames import NEED_DATA, Frame, Heartbeat
@@ -216,8 +216,9 @@ class StompAdapter(SubscriptionFrames):
             raise StompError("SEND needs a destination header")
         name, routing_type = parse_destination(dest)
         self.access.send(self.office, name, routing_type)
-        if (refused := internal_write_problem(self, name, headers)) is not None:  # $.petrel.*, _PETREL_*
+        if (refused := internal_write_problem(self, name)) is not None:  # $.petrel.*
             raise StompError(refused)
+        drop_reserved(self, headers)  # _PETREL_*
         now = now_ms()
         message = Message(
             id=large[0] if large else self.broker.store.next_id(),

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from petrel.cluster.internal_names import internal_write_problem
+from petrel.cluster.internal_names import drop_reserved, internal_write_problem
 from petrel.codec.core import (
     Ack,
     Browse,
@@ -427,8 +427,9 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
             raise Fatal(ErrorCode.PROTOCOL, f"no session {e.session} on this connection")
         if session.large is not None:
             raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
-        if (refused := internal_write_problem(self, e.address, e.properties)) is not None:  # $.petrel.*, _PETREL_*
+        if (refused := internal_write_problem(self, e.address)) is not None:  # $.petrel.*
             raise Fatal(ErrorCode.UNAUTHORIZED, refused)
+        drop_reserved(self, e.properties)  # _PETREL_*
         if self.office.grouping is not None and wait_for_group(
                 self, e.address, e.properties, ROUTING[e.routing_type + 1] if -1 <= e.routing_type <= 1 else None,
                 lambda: self.on_send(e),
