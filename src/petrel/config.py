@@ -80,6 +80,7 @@ KIB = 1024
 MIB = 1024 * 1024
 
 Port = Annotated[int, Field(ge=-1, le=65535)]
+_LIMITS = LimitSettings.model_fields
 NonNegative = Annotated[int, Field(ge=0)]
 
 
@@ -197,7 +198,7 @@ class DivertModel(BaseModel):
     routing_type: Literal["STRIP", "PASS", "ANYCAST", "MULTICAST"] = "STRIP"
 
 
-class BrokerConfig(LimitSettings):
+class BrokerConfig(BaseModel):
     """Everything one broker reads at start-up (validated, immutable)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -310,6 +311,16 @@ class BrokerConfig(LimitSettings):
         True, description="cluster links check that a peer's certificate names the host they connect to")
     http_ssl_enabled: bool = Field(
         False, description="HTTPS on the management port, with ssl_cert and ssl_key")
+
+    # Limits on what clients may hold, defined in petrel.server.limits (see the README's Limits)
+    max_connections: int = _LIMITS["max_connections"]
+    max_connections_per_user: int = _LIMITS["max_connections_per_user"]
+    handshake_timeout: int = _LIMITS["handshake_timeout"]
+    max_partial_frames_size: int = _LIMITS["max_partial_frames_size"]
+    max_pending_writes_size: int = _LIMITS["max_pending_writes_size"]
+    max_auto_created_queues: int = _LIMITS["max_auto_created_queues"]
+    max_auto_created_addresses: int = _LIMITS["max_auto_created_addresses"]
+    metrics_max_queues: int = _LIMITS["metrics_max_queues"]
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:

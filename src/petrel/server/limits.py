@@ -1,6 +1,6 @@
 """Limits on what clients may hold: connections, unfinished handshakes and frames, silence.
 
-`LimitSettings` are top-level settings of `BrokerConfig`; `ConnectionLimits` (``broker.limits``)
+`LimitSettings` defines top-level settings that `BrokerConfig` declares; `ConnectionLimits` (``broker.limits``)
 applies them to every accepted socket, whatever its protocol:
 
 - ``max_connections`` per acceptor (Artemis's ``connectionsAllowed``), and never more client
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from petrel.config import BrokerConfig
     from petrel.server.connection import Connection
 
 __all__ = ["HANDSHAKE_MAX_BYTES", "ConnectionLimits", "LimitSettings", "capped", "handshaken", "open_files_budget",
@@ -48,7 +49,7 @@ LOG_EVERY = 10.0
 
 
 class LimitSettings(BaseModel):
-    """The limits' settings (top-level keys of broker.toml; `BrokerConfig` inherits them)."""
+    """The limits' settings: top-level keys of broker.toml, declared by `BrokerConfig` with these fields."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -150,7 +151,7 @@ class _RateLog:
 class ConnectionLimits:
     """The broker's count of connections, handshakes and unfinished frames (``broker.limits``)."""
 
-    def __init__(self, config: LimitSettings) -> None:
+    def __init__(self, config: LimitSettings | BrokerConfig) -> None:
         self.max_connections = config.max_connections
         self.max_per_user = config.max_connections_per_user
         self.handshake_timeout = config.handshake_timeout / 1000
