@@ -28,17 +28,19 @@ _REMEMBERED = 4096  # granted (permission, address) pairs kept per connection
 class Access:
     """One connection's subject and the (permission, address) pairs it was granted."""
 
-    __slots__ = ("security", "enabled", "subject", "_granted")
+    __slots__ = ("security", "enabled", "subject", "_granted", "_sendable")
 
     def __init__(self, security: Security, subject: Subject | None = None) -> None:
         self.security = security
         self.enabled = security.enabled
         self.subject = subject
         self._granted: set[tuple[str, str]] = set()
+        self._sendable: set[tuple[str, RoutingType | None]] = set()  # sends allowed with nothing to create
 
     def login(self, subject: Subject) -> None:
         self.subject = subject
         self._granted.clear()
+        self._sendable.clear()
 
     @property
     def internal(self) -> bool:
@@ -62,8 +64,12 @@ class Access:
     # -- what a SEND or a SUBSCRIBE needs --------------------------------------------------------
 
     def send(self, office: PostOffice, name: str, routing_type: RoutingType | None) -> None:
-        """A send to ``name``: ``send``, plus what it would auto-create."""
+        """A send to ``name``: ``send``, plus what it would auto-create. The hot path: a send
+        allowed before, whose address (and anycast queue) still exist, costs two or three lookups."""
         if not self.enabled:
+            return
+        if (name, routing_type) in self._sendable and name in office.addresses and (
+                routing_type is not RoutingType.ANYCAST or name in office.queues):
             return
         self.check("send", name)
         address = office.addresses.get(name)
@@ -73,6 +79,11 @@ class Access:
         if routing_type == RoutingType.ANYCAST or (routing_type is None and address is None and _default_anycast(
                 office, name)):
             self._anycast_queue(office, name)
+        if address is not None and (routing_type is None or routing_type in address.routing_types) and (
+                routing_type is not RoutingType.ANYCAST or name in office.queues):
+            if len(self._sendable) >= _REMEMBERED:
+                self._sendable.clear()
+            self._sendable.add((name, routing_type))
 
     def subscribe(self, office: PostOffice, name: str, routing_type: RoutingType | None, *,
                   durable_queue: str | None = None, filter: str | None = None) -> None:
