@@ -56,4 +56,9 @@ PETREL = Dialect(
     ),
 )
 
+PETREL_SECURE = Dialect(
+    connect_headers=(("host", "localhost"), ("login", "bench"), ("passcode", "bench-password")),
+    subscribe_headers=PETREL.subscribe_headers,
+)
+
 SINK = Dialect()

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..dialect import SINK
 from .activemq import ActiveMQ
 from .base import Broker, BrokerFailed, BrokerUnavailable, free_port
-from .petrel import Petrel
+from .petrel import Petrel, PetrelSecure
 from .rabbitmq import RabbitMQ
 
 
@@ -38,6 +38,7 @@ SUBJECT = "petrel"
 PEERS = ("activemq", "rabbitmq")
 REGISTRY: dict[str, type[Broker]] = {
     "petrel": Petrel,
+    "petrel-secure": PetrelSecure,
     "activemq": ActiveMQ,
     "rabbitmq": RabbitMQ,
     "sink": SinkBroker,

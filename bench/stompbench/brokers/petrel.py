@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..dialect import PETREL
+from ..dialect import PETREL, PETREL_SECURE
 from .base import Broker, BrokerUnavailable
 
 
@@ -48,6 +48,10 @@ class Petrel(Broker):
     def label(self) -> str:  # type: ignore[override]
         return "Petrel " + self.version()
 
+    def environment(self, workdir: Path) -> dict[str, str]:
+        # measured as before issue 13: no logins (PETREL_SECURITY_ENABLED=true to measure them)
+        return {"PETREL_SECURITY_ENABLED": "false", **super().environment(workdir)}
+
     def command(self, workdir: Path) -> list[str]:
         data = workdir / "data"
         data.mkdir()
@@ -63,3 +67,33 @@ class Petrel(Broker):
             "--host",
             self.host,
         ]
+
+
+class PetrelSecure(Petrel):
+    """Petrel with security on (issue 13): every client logs in from a users file and every SEND and
+    SUBSCRIBE is checked against ``security_settings``; ``--brokers petrel,petrel-secure`` gives
+    the cost of authentication and authorization as a ratio."""
+
+    name = "petrel-secure"
+    dialect = PETREL_SECURE
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return "Petrel " + self.version() + " (security on)"
+
+    def environment(self, workdir: Path) -> dict[str, str]:
+        return {**super().environment(workdir), "PETREL_SECURITY_ENABLED": "true"}
+
+    def command(self, workdir: Path) -> list[str]:
+        from petrel.security.permissions import PERMISSIONS
+        from petrel.security.users import UserStore
+
+        user, password = dict(PETREL_SECURE.connect_headers)["login"], dict(PETREL_SECURE.connect_headers)["passcode"]
+        users = UserStore(workdir / "users.toml")
+        users.add(user, password, ["bench"])
+        users.save()
+        grants = "".join(f'{permission} = ["bench"]\n' for permission in PERMISSIONS)
+        # the workloads' addresses match a pattern of their own, as an application's would
+        (workdir / "broker.toml").write_text(f'[security]\nusers_file = "users.toml"\n\n'
+                                             f'[security_settings."#"]\n{grants}')
+        return [*super().command(workdir), "--config", str(workdir / "broker.toml")]

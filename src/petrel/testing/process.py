@@ -18,7 +18,8 @@ from pathlib import Path
 #: A test of the limit passes ``env=OWN_DISK_LIMIT``: its configuration (or the default) applies.
 HOST_DISK = {"PETREL_MAX_DISK_USAGE": "100"}
 OWN_DISK_LIMIT: dict[str, str | None] = dict.fromkeys(HOST_DISK)
-#: Also set by the plugin: the test run's brokers check no logins or permissions (the product
+#: Also set by the plugin, and applied by `BrokerProcess` unless the environment sets it (a
+#: benchmark's brokers too): the test run's brokers check no logins or permissions (the product
 #: default is secure). A test of security passes ``env=OWN_SECURITY``: the configuration's (or
 #: the default's) security applies.
 TEST_SECURITY = {"PETREL_SECURITY_ENABLED": "false"}
@@ -98,7 +99,8 @@ class BrokerProcess:
         self._log = None
 
     def start(self, *extra_args: str, wait: bool = True) -> BrokerProcess:
-        env = dict(os.environ)
+        # TEST_SECURITY unless the environment (or ``env``) says otherwise: a benchmark's brokers too
+        env = {**TEST_SECURITY, **os.environ}
         for name, value in self.env.items():  # None: not inherited
             if value is None:
                 env.pop(name, None)
