@@ -26,8 +26,12 @@ def environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_") or k in HOST_DISK or k in TEST_SECURITY}
 
 
-def petrel(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, env=environment())
+def petrel(*args: str, timeout: float = 60, as_shipped: bool = False) -> subprocess.CompletedProcess:
+    """``petrel ARGS``; `as_shipped`: with the product's security (on), not the test run's (off)."""
+    env = environment()
+    if as_shipped:
+        env = {k: v for k, v in env.items() if k not in TEST_SECURITY}
+    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def ok(*args: str, timeout: float = 60) -> str:

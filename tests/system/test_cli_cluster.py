@@ -103,8 +103,8 @@ class Cluster:
         self.root = root
         self.pids: set[int] = set()
 
-    def run(self, *args: str):
-        out = petrel("cluster", *args, "--data-root", str(self.root), timeout=120)
+    def run(self, *args: str, as_shipped: bool = False):
+        out = petrel("cluster", *args, "--data-root", str(self.root), timeout=120, as_shipped=as_shipped)
         state = self.state()
         if state:
             self.pids.update(n["pid"] for n in state["nodes"])
@@ -291,6 +291,30 @@ def test_up_with_options_then_down_purge(cluster):
     assert not running(node["pid"])
     assert not Path(node["node_dir"]).exists()
     assert cluster.state() is None
+
+
+def test_a_secured_cluster_has_one_admin_for_every_node_and_purge_forgets_it(cluster):
+    """Security as shipped: `up` makes one users file for all nodes and tells the admin's password
+    once; the admin logs in on every node, an anonymous client on none; `down --purge` deletes it."""
+    out = cluster.run("up", "--size", "2", "--base-port", str(free_base_port(2)), as_shipped=True)
+    assert out.returncode == 0, explain(out)
+    users = cluster.root.resolve() / "users.toml"
+    line = next(line for line in out.stderr.splitlines() if "created the users file" in line)
+    assert str(users) in line and "for every node" in line
+    password = line.split('password "')[1].split('"')[0]
+    nodes = cluster.state()["nodes"]
+    for node in nodes:
+        with open(node["config"], "rb") as f:
+            assert tomllib.load(f)["security"] == {"users_file": str(users)}
+        url = f"tcp://127.0.0.1:{node['port']}"
+        with Connection(url, user="admin", password=password) as conn:
+            assert conn.node_id
+        with pytest.raises(Exception, match="(?i)login|user|password|anonymous"):
+            Connection(url).close()
+    assert not any((Path(n["data_dir"]) / "users.toml").exists() for n in nodes)  # no admin per node
+    out = cluster.run("down", "--purge", as_shipped=True)
+    assert out.returncode == 0, explain(out)
+    assert not users.exists()
 
 
 def test_up_refuses_a_busy_port_and_starts_nothing(cluster):

@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 
 from petrel.orchestrator.state import HA_KINDS, HOST, ClusterSpec, Node
+from petrel.orchestrator.users import users_file
 
 __all__ = ["CLUSTER_USER", "broker_toml", "toml_string"]
 
@@ -59,6 +60,7 @@ def broker_toml(spec: ClusterSpec, node: Node, nodes: Sequence[Node], password: 
         f"http_port = {node.http_port}",
         f"cluster_user = {toml_string(CLUSTER_USER)}",
         f"cluster_password = {toml_string(password)}",
+        f"security = {{ users_file = {toml_string(str(users_file(spec.data_root)))} }}  # one for every node",
         "",
         '[address_settings."#"]',
         f"redistribution_delay = {spec.redistribution_delay}",

@@ -45,6 +45,7 @@ from petrel.orchestrator.state import (DEFAULT_CLUSTER_NAME, DEFAULT_DATA_ROOT, 
                                        STATE_FILE, ClusterSpec, ClusterState, Node, NodeStatus, ZooKeeperRecord,
                                        node_ports)
 from petrel.orchestrator.tracking import node_alive, node_process, track_nodes
+from petrel.orchestrator.users import ensure_users, users_file
 from petrel.orchestrator.zookeeper import ZOOKEEPER_DIR, missing, start_zookeeper, zookeeper_process
 
 __all__ = [
@@ -148,6 +149,9 @@ class LocalCluster:
                      "pairs so that the other lives vote")
         password = secrets.token_urlsafe(24)
         self.data_root.mkdir(parents=True, exist_ok=True)
+        created = ensure_users(self.data_root)  # one admin for every node
+        if created:
+            progress(created)
         deadline = time.monotonic() + timeout
         layout = self._layout(spec)
         state = ClusterState(spec.name, str(self.data_root), (), time.strftime("%Y-%m-%dT%H:%M:%S%z"), ha=spec.ha,
@@ -331,7 +335,8 @@ class LocalCluster:
 
     def down(self, *, purge: bool = False, timeout: float = 30.0, progress: Progress = quiet) -> ClusterState | None:
         """Stop every node (then the ZooKeeper), forget the cluster and, with ``purge``, delete
-        the node directories. Returns the cluster that was recorded, or None when there was none.
+        the node directories and the cluster's users file. Returns the cluster that was recorded, or
+        None when there was none.
         """
         state = self.load()
         if state is None:
@@ -346,6 +351,10 @@ class LocalCluster:
             for path in dirs:
                 shutil.rmtree(path, ignore_errors=True)
                 progress(f"deleted {path}")
+            users = users_file(self.data_root)
+            if users.exists():
+                users.unlink()
+                progress(f"deleted {users}")
         log.debug("cluster %s down", state.name, extra={"event": "orchestrator.down"})
         return state
 

@@ -131,6 +131,9 @@ class LocalBackend:
         elif isinstance(action, StartDrain):
             node, target = self._node(state, action.ordinal), self._node(state, action.target)
             record = drain_files.spawn_drain(self.local.data_root, node, target, action.attempt, self.clock())
+            before = next((d for d in state.drains if d.index == node.index), None)
+            if before is not None:  # a retry: the last error stays shown while it runs
+                record = replace(record, reason=before.reason, last_failure=before.last_failure)
             self.progress(f"draining {node.name} ({node.data_dir}) onto {target.name} at {target.url}, attempt "
                           f"{action.attempt} (pid {record.pid}), progress in {record.progress}")
             state = replace(state, drains=tuple(d for d in state.drains if d.index != node.index) + (record,))
