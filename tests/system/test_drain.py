@@ -463,3 +463,34 @@ def test_a_drain_into_a_secured_target_logs_in_as_the_cluster_and_leaves_no_user
         assert run(count()) == 300
     finally:
         dst.kill9()
+
+
+def test_queues_named_before_the_name_rules_still_drain(brokers, tmp_path):
+    """A directory written before names were checked (here a queue `legacy..orders` on an address
+    `x*y`, made as such a broker would have) drains: the target takes the names as they are."""
+    import petrel
+    from petrel.core.message import Message as Stored, RoutingType
+
+    data = tmp_path / "legacy"
+
+    async def write_legacy() -> None:
+        async with petrel.Broker(data_dir=str(data), port=-1, stomp_port=-1, http_port=-1, max_disk_usage=100,
+                                 security_enabled=False) as broker:
+            office = broker.office
+            with office.names_from_elsewhere():
+                office.create_queue("legacy..orders", "x*y", RoutingType.ANYCAST)
+            done = asyncio.get_running_loop().create_future()
+            for i in range(50):
+                office.send(Stored(office.store.next_id(), "x*y", b"%d:" % i, durable=True), RoutingType.ANYCAST)
+            office.store.sync(lambda: done.set_result(None))
+            await done
+
+    run(write_legacy())
+    dst = brokers("dst")
+    dst.start()
+    done = subprocess.run([sys.executable, "-m", "petrel", "drain", "--data-dir", str(data),
+                           "--target", f"tcp://127.0.0.1:{dst.port}", "--progress", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert events(done)[-1]["messages_moved"] == 50
+    exactly(run(drain(f"tcp://127.0.0.1:{dst.port}", "x*y::legacy..orders")), range(50))

@@ -362,8 +362,9 @@ class Clustering:
             # its queue went away while it travelled (auto-deleted with its last consumer): an
             # anycast message is kept in the address's queue rather than lost
             log.info("forwarded message for %s is kept in the address's anycast queue", message.address)
-            address, _ = self.ensure_address_for(message.address, RoutingType.ANYCAST)
-            local.append(self.ensure_anycast_queue(address))
+            with self.names_from_elsewhere():  # the message was sent there
+                address, _ = self.ensure_address_for(message.address, RoutingType.ANYCAST)
+                local.append(self.ensure_anycast_queue(address))
         own = tx_id == 0
         if own:
             tx_id = self.store.begin()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 from petrel.core.address import Address
@@ -95,9 +96,21 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self._large_in_tx: dict[int, list[LargeBody]] = {}
         self.init_cluster()
         self.quota = AutoCreateQuota()  # max_auto_created_queues/addresses (set by the broker)
+        self._names_from_elsewhere = 0  # inside `names_from_elsewhere`: names are not checked
 
     def settings_for(self, address: str) -> AddressSettings:
         return self.settings.match(address)
+
+    @contextmanager
+    def names_from_elsewhere(self) -> Iterator[None]:
+        """Queues and addresses created inside are not checked against `petrel.core.names`: they
+        exist on another node already (a migration's queue, a forwarded message's address), maybe
+        from before those rules, and what they hold must still move."""
+        self._names_from_elsewhere += 1
+        try:
+            yield
+        finally:
+            self._names_from_elsewhere -= 1
 
     # -- addresses and queues ------------------------------------------------------------
 
@@ -109,7 +122,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                 address.routing_types |= missing
                 self.store.update_address(self._address_record(address))
             return address
-        check_name("address", name)
+        if not self._names_from_elsewhere:
+            check_name("address", name)
         self.quota.check_address(self, name, auto_created)
         address = Address(self.store.next_id(), name, routing_types, auto_created)
         self.addresses[name] = address
@@ -152,7 +166,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         group_buckets) default to the address settings' `default_*` values."""
         if name in self.queues:
             raise RoutingError(f"queue {name!r} already exists")
-        check_name("queue", name, temporary=temporary)
+        if not self._names_from_elsewhere:
+            check_name("queue", name, temporary=temporary)
         self.quota.check_queue(self, name, auto_created or temporary)
         selector = compile_selector(filter) if filter else None
         attrs = self._queue_attributes(address, attributes)

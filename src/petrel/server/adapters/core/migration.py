@@ -56,9 +56,10 @@ class MigrationFrames:
         queue = office.queues.get(e.name)
         if queue is None:
             try:
-                office.create_queue(e.name, e.address, RoutingType(e.routing_type), durable=e.durable,
-                                    filter=e.filter, client_id=e.client_id, subscription=e.subscription,
-                                    attributes=dict(e.attributes))
+                with office.names_from_elsewhere():  # the origin holds it, whatever the rules say now
+                    office.create_queue(e.name, e.address, RoutingType(e.routing_type), durable=e.durable,
+                                        filter=e.filter, client_id=e.client_id, subscription=e.subscription,
+                                        attributes=dict(e.attributes))
             except (RoutingError, SelectorError, ValueError) as exc:
                 self.reply(Result(e.corr, ErrorCode.INVALID, f"cannot create queue {e.name!r}: {exc}"))
                 return
