@@ -8,7 +8,9 @@ chunks and scan them with :func:`frames.scan`.  Every wait has a deadline.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+import ssl
 import time
 from array import array
 from dataclasses import dataclass
@@ -44,11 +46,21 @@ class ClientResult:
     error: str | None = None
 
 
+@functools.lru_cache(maxsize=None)
+def tls_context(ca: str) -> ssl.SSLContext:
+    """A client context trusting the PEM CAs in ``ca`` (one per process and CA file)."""
+    return ssl.create_default_context(cafile=ca)
+
+
 async def open_stomp(
     host: str, port: int, dialect: Dialect, timeout: float
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
-    """Connect, send CONNECT, wait for CONNECTED; return the streams and any extra bytes read."""
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    """Connect (over TLS with ``dialect.tls_ca``), send CONNECT, wait for CONNECTED; return the
+    streams and any extra bytes read."""
+    tls = tls_context(dialect.tls_ca) if dialect.tls_ca else None
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls else None), timeout
+    )
     set_nodelay(writer.get_extra_info("socket"))
     headers = [("accept-version", "1.2"), ("heart-beat", "0,0"), *dialect.connect_headers]
     writer.write(render("CONNECT", headers))

@@ -14,6 +14,9 @@ class Dialect:
     ``ack`` is ``"auto"`` or ``"client"``; with ``"client"`` (cumulative in STOMP
     1.2) the consumer acknowledges the newest message every ``ack_every``
     deliveries, which must stay below the prefetch window.
+
+    ``tls_ca``: a PEM CA file; when set the clients speak TLS and verify the broker's
+    certificate (and host name) against it.
     """
 
     connect_headers: Headers = (("host", "localhost"),)
@@ -23,6 +26,7 @@ class Dialect:
     persistent_headers: Headers = (("persistent", "true"),)
     queue_prefix: str = "/queue/"
     topic_prefix: str = "/topic/"
+    tls_ca: str = ""
 
     def destination(self, logical: str) -> str:
         """``queue:NAME`` or ``topic:NAME`` in this broker's STOMP naming."""
