@@ -315,6 +315,7 @@ class BrokerConfig(BaseModel):
     # Limits on what clients may hold, defined in petrel.server.limits (see the README's Limits)
     max_connections: int = _LIMITS["max_connections"]
     max_connections_per_user: int = _LIMITS["max_connections_per_user"]
+    max_queues_per_user: int = _LIMITS["max_queues_per_user"]
     handshake_timeout: int = _LIMITS["handshake_timeout"]
     max_partial_frames_size: int = _LIMITS["max_partial_frames_size"]
     max_pending_writes_size: int = _LIMITS["max_pending_writes_size"]

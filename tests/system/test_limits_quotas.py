@@ -90,3 +90,48 @@ def test_metrics_give_series_of_at_most_metrics_max_queues(tmp_path):
         assert omitted == total - 10
         assert len(re.findall(r"^petrel_address_memory_usage_bytes\{", text, re.M)) == 10
         assert json.loads(_http(b, "/api/v1/queues?name=many."))["count"] == 300  # the API still lists all
+
+
+def test_a_user_makes_the_broker_create_at_most_max_queues_per_user(tmp_path):
+    """Artemis's max-queues: the queues a user's connections made (a STOMP auto-create, a CORE
+    create, whatever the kind) count against that user only; deleting one frees a place; the
+    counts survive a restart (each queue remembers who made it)."""
+    from petrel.security.users import UserStore
+    from petrel.testing.process import OWN_SECURITY
+
+    b = BrokerProcess(tmp_path / "b", env=OWN_SECURITY, settings=(
+        'max_queues_per_user = 2\n[security]\nusers_file = "users.toml"\nlogin_failure_delay = 100\n'))
+    users = UserStore(b.workdir / "users.toml")
+    for name in ("alice", "bob"):
+        users.add(name, f"{name}-pw", ["admin"])
+    users.save()
+
+    def core(user: str) -> Connection:
+        return Connection(f"tcp://127.0.0.1:{b.port}", user=user, password=f"{user}-pw")
+
+    def stomp_send(user: str, queue: str) -> bytes:
+        s = raw(b, b.stomp_port)
+        s.sendall(f"CONNECT\naccept-version:1.2\nhost:x\nlogin:{user}\npasscode:{user}-pw\n\n\x00"
+                  f"SEND\ndestination:/queue/{queue}\nreceipt:r\n\nx\x00DISCONNECT\nreceipt:bye\n\n\x00".encode())
+        return read_until_closed(s)
+
+    b.start()
+    try:
+        assert b"RECEIPT" in stomp_send("alice", "alice.auto")  # auto-created: hers
+        with core("alice") as conn:
+            conn.create_queue("alice.made")
+            with pytest.raises(Exception, match="max_queues_per_user"):
+                conn.create_queue("alice.third")
+        refused = stomp_send("alice", "alice.auto2")
+        assert b"ERROR" in refused and b"max_queues_per_user" in refused, refused
+        with core("bob") as conn:  # another user's count
+            conn.create_queue("bob.made")
+        b.stop()
+        b.start()  # the counts come back from the journal
+        with core("alice") as conn:
+            with pytest.raises(Exception, match="max_queues_per_user"):
+                conn.create_queue("alice.third")
+            conn.delete_queue("alice.made")
+            conn.create_queue("alice.third")  # a place was freed
+    finally:
+        b.kill9()

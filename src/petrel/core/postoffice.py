@@ -97,6 +97,9 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self.init_cluster()
         self.quota = AutoCreateQuota()  # max_auto_created_queues/addresses (set by the broker)
         self._names_from_elsewhere = 0  # inside `names_from_elsewhere`: names are not checked
+        #: the user whose connection's frames are being handled (the adapters set it): the queues
+        #: created meanwhile are theirs (`Queue.created_by`, max_queues_per_user)
+        self.creator: str | None = None
 
     def settings_for(self, address: str) -> AddressSettings:
         return self.settings.match(address)
@@ -169,6 +172,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         if not self._names_from_elsewhere:
             check_name("queue", name, temporary=temporary)
         self.quota.check_queue(self, name, auto_created or temporary)
+        creator = self.creator
+        self.quota.check_user(self, name, creator)
         selector = compile_selector(filter) if filter else None
         attrs = self._queue_attributes(address, attributes)
         addr = self.addresses.get(address)
@@ -190,6 +195,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             subscription=subscription,
             **attrs,
         )
+        queue.created_by = creator
         self._register(queue, addr)
         if queue.durable:
             queue.seq_reserved = SEQ_RESERVATION
@@ -240,6 +246,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                 "ring_size": queue.ring_size,
                 "group_rebalance": queue.group_rebalance,
                 "group_buckets": queue.group_buckets,
+                **({"created_by": queue.created_by} if queue.created_by is not None else {}),
             },
         )
 

@@ -28,6 +28,8 @@ log = logging.getLogger("petrel.core.queue")
 
 
 class Queue:
+    created_by: str | None = None  # the user whose connection made the broker create it (max_queues_per_user)
+
     def __init__(
         self,
         office: PostOffice,

@@ -6,6 +6,11 @@ auto-created addresses at ``max_addresses`` (-1: no cap). Queues and addresses c
 (broker.toml, the management API, a CORE create that is neither) are not capped. The counts are
 taken from the post office the first time they are needed (after recovery), then kept as
 queues and addresses come and go.
+
+It also caps the queues each user's connections made the broker create, whatever the kind, at
+``max_per_user`` (Artemis's resource-limit ``max-queues``): a queue remembers who created it
+(`Queue.created_by`, kept in its journal record), the post office's `creator` while a
+connection's frames are handled.
 """
 
 from __future__ import annotations
@@ -31,11 +36,28 @@ def _counted(thing: Queue | Address) -> bool:
 
 
 class AutoCreateQuota:
-    def __init__(self, max_queues: int = -1, max_addresses: int = -1) -> None:
+    def __init__(self, max_queues: int = -1, max_addresses: int = -1, max_per_user: int = -1) -> None:
         self.max_queues = max_queues
         self.max_addresses = max_addresses
+        self.max_per_user = max_per_user
         self.queues: int | None = None  # None: not counted yet
         self.addresses: int | None = None
+        self.by_user: dict[str, int] | None = None  # queues each user created that are still here
+
+    def check_user(self, office: PostOffice, name: str, user: str | None) -> None:
+        """Raise `QuotaExceeded` if `user` may not have one more queue created (max_per_user)."""
+        if user is None or self.max_per_user < 0:
+            return
+        if self.by_user is None:
+            self.by_user = {}
+            for queue in office.queues.values():
+                if queue.created_by is not None:
+                    self.by_user[queue.created_by] = self.by_user.get(queue.created_by, 0) + 1
+        held = self.by_user.get(user, 0)
+        if held >= self.max_per_user:
+            raise QuotaExceeded(
+                f"cannot create queue {name[:60]!r}: user {user!r} already made the broker create {held} queues, "
+                f"its max_queues_per_user; delete some of them first")
 
     def check_queue(self, office: PostOffice, name: str, counted: bool) -> None:
         """Raise `QuotaExceeded` if creating a queue (auto-created or temporary when `counted`) is over."""
@@ -66,6 +88,9 @@ class AutoCreateQuota:
         self._count(thing, -1)
 
     def _count(self, thing: Queue | Address, step: int) -> None:
+        owner = getattr(thing, "created_by", None)
+        if owner is not None and self.by_user is not None:
+            self.by_user[owner] = self.by_user.get(owner, 0) + step
         if not _counted(thing):
             return
         if hasattr(thing, "routing_type"):  # a queue

@@ -52,6 +52,7 @@ class Recovery:
                 **{k: v for k, v in rec.attributes.items() if k in QUEUE_ATTRIBUTES},
             )
             queue.seq_reserved = rec.seq_reserved
+            queue.created_by = rec.attributes.get("created_by")  # max_queues_per_user
             self._register(queue, address)
         for rec in recovered.diverts:
             try:

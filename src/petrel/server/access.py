@@ -43,6 +43,15 @@ class Access:
         self._sendable.clear()
 
     @property
+    def user(self) -> str | None:
+        """The user per-user limits count this connection for: None when anonymous, the cluster, or
+        security is off."""
+        subject = self.subject
+        if not self.enabled or subject is None or subject.user is None or self.internal:
+            return None
+        return subject.user
+
+    @property
     def internal(self) -> bool:
         """May this connection send cluster frames (bridges, replication, scale-down)?"""
         return self.security.is_internal(self.subject)

@@ -139,7 +139,8 @@ class Broker:
                 limits=MemoryLimits(global_max_size(config), config.producer_flow_control_bytes),
                 large=self.large,
             )
-            self.office.quota = AutoCreateQuota(config.max_auto_created_queues, config.max_auto_created_addresses)
+            self.office.quota = AutoCreateQuota(config.max_auto_created_queues, config.max_auto_created_addresses,
+                                                config.max_queues_per_user)
             self.office.recover(recovered)
             del recovered
             heap.settle()

@@ -60,6 +60,10 @@ class LimitSettings(BaseModel):
         -1, ge=-1, description="connections one user may hold at once, all acceptors together (Artemis's "
         "resource-limit max-connections); one more is closed with a protocol error (-1 = no limit; "
         "anonymous and cluster connections are not counted)")
+    max_queues_per_user: int = Field(
+        -1, ge=-1, description="queues one user's connections may have made the broker create and still hold "
+        "(Artemis's resource-limit max-queues; auto-created, temporary and durable subscriptions included); "
+        "one more is refused with a protocol error (-1 = no limit; anonymous and cluster ones are not counted)")
     handshake_timeout: int = Field(
         10000, ge=0, description="ms a new connection has to finish its handshake (STOMP CONNECT, CORE CONNECT) "
         "before it is closed, however slowly it sends (0 = no limit)")

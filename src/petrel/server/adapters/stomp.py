@@ -100,6 +100,8 @@ class StompAdapter(SubscriptionFrames):
     def _run(self, fn: Callable, *args) -> None:
         """Call `fn`, then handle the events buffered in the codec, in order."""
         codec = self.codec
+        office, creator = self.office, self.office.creator
+        office.creator = self.access.user  # the queues created meanwhile are the user's (max_queues_per_user)
         try:
             fn(*args)
             while not self._held:
@@ -122,6 +124,7 @@ class StompAdapter(SubscriptionFrames):
             log.exception("internal error handling a frame from %s", self.conn.peer)
             self.error(f"internal error: {exc}")
         finally:
+            office.creator = creator
             self._release_deferred()
 
     def handle(self, frame: Frame) -> None:

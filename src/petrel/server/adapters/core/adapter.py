@@ -181,6 +181,8 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
         """Call `fn`, then handle the events buffered in the codec, in order, unless held."""
         codec = self.codec
         handlers = self._handlers
+        office, creator = self.office, self.office.creator
+        office.creator = self.access.user  # the queues created meanwhile are the user's (max_queues_per_user)
         try:
             fn(*args)
             while not self._closing and not self._held:
@@ -213,6 +215,7 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
             log.exception("internal error handling a CORE frame from %s", self.conn.peer)
             self.fatal(ErrorCode.INTERNAL, f"internal error: {exc}")
         finally:
+            office.creator = creator
             self._finish_read()
 
     # -- replies in order, after the disk ------------------------------------------------------
