@@ -22,7 +22,7 @@ from petrel.core.flow import FlowControl
 from petrel.core.errors import RoutingError
 from petrel.core.large_bodies import LargeBodies
 from petrel.core.paging import Paging
-from petrel.core.recovery import SEQ_RESERVATION, Recovery
+from petrel.core.recovery import SEQ_RESERVATION, Recovery, address_record, queue_record
 from petrel.core.duplicates import DuplicateDetection, DuplicateIdCache
 from petrel.core.limits import AddressFull, MemoryLimits
 from petrel.core.message import LargeBody, Message, RoutingType, now_ms
@@ -34,7 +34,7 @@ from petrel.core.remote import RemoteBinding
 from petrel.core.selector import compile_selector
 from petrel.core.settings import AddressSettings, AddressSettingsRepository
 from petrel.core.transaction import Transaction, TransactionRolledBack
-from petrel.storage.store import AddressRecord, QueueRecord, Store
+from petrel.storage.store import Store
 
 if TYPE_CHECKING:
     from petrel.storage.large import LargeFiles
@@ -123,7 +123,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             missing = set(routing_types) - address.routing_types
             if missing:
                 address.routing_types |= missing
-                self.store.update_address(self._address_record(address))
+                self.store.update_address(address_record(address))
             return address
         if not self._names_from_elsewhere:
             check_name("address", name)
@@ -131,7 +131,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         address = Address(self.store.next_id(), name, routing_types, auto_created)
         self.addresses[name] = address
         self.quota.added(address)
-        self.store.add_address(self._address_record(address))
+        self.store.add_address(address_record(address))
         log.debug("address created: %s %s", name, routing_types)
         return address
 
@@ -144,12 +144,6 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         del self.addresses[name]
         self.quota.removed(address)
         self.store.delete_address(address.id)
-
-    @staticmethod
-    def _address_record(address: Address) -> AddressRecord:
-        return AddressRecord(
-            address.id, address.name, sorted(int(rt) for rt in address.routing_types), address.auto_created
-        )
 
     def create_queue(
         self,
@@ -199,7 +193,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self._register(queue, addr)
         if queue.durable:
             queue.seq_reserved = SEQ_RESERVATION
-            self.store.add_queue(self._queue_record(queue))
+            self.store.add_queue(queue_record(queue))
         return queue
 
     def _queue_attributes(self, address: str, given: dict | None) -> dict:
@@ -226,29 +220,6 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self.quota.added(queue)
         if self.observer is not None:
             self.observer.binding_added(queue)
-
-    @staticmethod
-    def _queue_record(queue: Queue) -> QueueRecord:
-        return QueueRecord(
-            queue.id,
-            queue.name,
-            queue.address,
-            int(queue.routing_type),
-            queue.selector.text if queue.selector else None,
-            queue.auto_created,
-            queue.client_id,
-            queue.subscription,
-            queue.seq_reserved,
-            {
-                "exclusive": queue.exclusive,
-                "last_value_key": queue.last_value_key,
-                "non_destructive": queue.non_destructive,
-                "ring_size": queue.ring_size,
-                "group_rebalance": queue.group_rebalance,
-                "group_buckets": queue.group_buckets,
-                **({"created_by": queue.created_by} if queue.created_by is not None else {}),
-            },
-        )
 
     def delete_queue(self, name: str) -> None:
         queue = self.queues.get(name)

@@ -9,12 +9,28 @@ from petrel.core.divert import Divert
 from petrel.core.message import RoutingType
 from petrel.core.queue import MessageReference, Queue
 from petrel.core.selector import compile_selector
-from petrel.storage.store import Recovered
+from petrel.storage.store import AddressRecord, QueueRecord, Recovered
 
 log = logging.getLogger("petrel.core.recovery")
 
 SEQ_RESERVATION = 10_000  # sequence numbers reserved in the bindings journal at a time
 QUEUE_ATTRIBUTES = ("exclusive", "last_value_key", "non_destructive", "ring_size", "group_rebalance", "group_buckets")
+
+
+def address_record(address: Address) -> AddressRecord:
+    """What the bindings journal keeps of an address."""
+    return AddressRecord(address.id, address.name, sorted(int(rt) for rt in address.routing_types),
+                         address.auto_created)
+
+
+def queue_record(queue: Queue) -> QueueRecord:
+    """What the bindings journal keeps of a durable queue (read back by `Recovery.recover`)."""
+    attributes = {name: getattr(queue, name) for name in QUEUE_ATTRIBUTES}
+    if queue.created_by is not None:  # max_queues_per_user
+        attributes["created_by"] = queue.created_by
+    return QueueRecord(queue.id, queue.name, queue.address, int(queue.routing_type),
+                       queue.selector.text if queue.selector else None, queue.auto_created, queue.client_id,
+                       queue.subscription, queue.seq_reserved, attributes)
 
 
 class Recovery:
@@ -31,7 +47,7 @@ class Recovery:
             if address is None:
                 address = Address(self.store.next_id(), rec.address, {RoutingType(rec.routing_type)})
                 self.addresses[rec.address] = address
-                self.store.add_address(self._address_record(address))
+                self.store.add_address(address_record(address))
             try:
                 selector = compile_selector(rec.filter) if rec.filter else None
             except ValueError:
