@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from petrel.operator import manifests
 from petrel.operator.crd import SpecError, crd, parse
 from petrel.operator.deploy import operator_deployment, rbac
 from petrel.operator.manifests import broker_toml_template, config_map, drain_job, headless_service, secret, stateful_set
+from petrel.security.users import UserStore
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 yaml = pytest.importorskip("yaml")
@@ -41,7 +43,7 @@ def every_object():
     for label, cr in crs.items():
         yield f"{label}-service", headless_service(cr)
         yield f"{label}-configmap", config_map(cr)
-        yield f"{label}-secret", secret(cr, "s3cret")
+        yield f"{label}-secret", secret(cr, "s3cret", "admin-s3cret")
         for replicas in (0, 1, 3):
             yield f"{label}-statefulset-{replicas}", stateful_set(cr, replicas)
         yield f"{label}-drain-job", drain_job(cr, 2, 0, 3)
@@ -130,8 +132,14 @@ def test_the_pod_start_script_writes_a_config_the_broker_accepts(tmp_path, pod):
     template.write_text(broker_toml_template(cr))
     script = stateful_set(cr, 3)["spec"]["template"]["spec"]["containers"][0]["command"][2]
     script = script.replace("/etc/petrel/broker.toml.in", str(template)).replace("/tmp/broker.toml", str(tmp_path / "out.toml"))
-    script = script.split(" && exec ")[0]
-    subprocess.run(["sh", "-c", script], check=True, env={**os.environ, "POD_NAME": pod})
+    script = script.replace("/data/users.toml", str(tmp_path / "users.toml")).split(" && exec ")[0]
+    env = {**os.environ, "POD_NAME": pod, "ADMIN_PASSWORD": "admin-s3cret",  # admin's, from the Secret
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for _ in range(2):  # a restarted pod keeps the users file it made
+        subprocess.run(["sh", "-c", script], check=True, env=env)
+        users = UserStore.load(tmp_path / "users.toml")
+        assert list(users.users) == ["admin"] and users.authenticate("admin", "admin-s3cret") is not None
+        env["ADMIN_PASSWORD"] = "another"
     config = load_config(tmp_path / "out.toml", env={"PETREL_CLUSTER_PASSWORD": "s3cret"})
     assert config.name == pod and config.cluster_password == "s3cret"
     (cc,) = config.cluster_connections

@@ -54,7 +54,7 @@ def reconcile(body: dict[str, Any], api: Api, now: float | None = None) -> dict[
     ops = operations(cr, world, seen, plan, now)
     replicas = next((o.body["spec"]["replicas"] for o in ops if o.kind == "StatefulSet"),
                     ((world.stateful_set or {}).get("spec") or {}).get("replicas", 0))
-    api.ensure(cr, secret(cr, secrets.token_urlsafe(24)), update=False)
+    api.ensure(cr, secret(cr, secrets.token_urlsafe(24), secrets.token_urlsafe(16)), update=False)
     for obj in broker_objects(cr, replicas):
         if obj["kind"] != "StatefulSet" or world.stateful_set is not None:
             api.ensure(cr, obj, update=True)

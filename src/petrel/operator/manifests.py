@@ -34,6 +34,7 @@ ORDINAL_LABEL = f"{GROUP}/ordinal"
 ATTEMPT_LABEL = f"{GROUP}/drain-attempt"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 PASSWORD_KEY = "cluster-password"
+ADMIN_KEY = "admin-password"  # the user admin's, made with the Secret (read it with kubectl)
 
 
 def labels(cr: BrokerResource, component: str = "broker") -> dict[str, str]:
@@ -115,9 +116,10 @@ def config_map(cr: BrokerResource) -> dict[str, Any]:
             "data": {"broker.toml.in": broker_toml_template(cr)}}
 
 
-def secret(cr: BrokerResource, password: str) -> dict[str, Any]:
+def secret(cr: BrokerResource, password: str, admin_password: str) -> dict[str, Any]:
+    """The cluster password, and the password of the user ``admin`` every broker starts with."""
     return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(cr, f"{cr.name}-cluster"), "type": "Opaque",
-            "stringData": {PASSWORD_KEY: password}}
+            "stringData": {PASSWORD_KEY: password, ADMIN_KEY: admin_password}}
 
 
 def _password_env(cr: BrokerResource) -> dict[str, Any]:
@@ -125,12 +127,21 @@ def _password_env(cr: BrokerResource) -> dict[str, Any]:
             "valueFrom": {"secretKeyRef": {"name": f"{cr.name}-cluster", "key": PASSWORD_KEY}}}
 
 
+#: A broker's first start makes its users file (in its data directory) with the user admin, whose
+#: password is the Secret's (env ADMIN_PASSWORD, not a PETREL_ setting): every broker of the
+#: resource has the same admin.
+ADMIN_USER = ('[ -f /data/users.toml ] || petrel user add admin --role admin --password "$ADMIN_PASSWORD" '
+              "--user-file /data/users.toml || exit 1")
+
+
 def _broker_container(cr: BrokerResource) -> dict[str, Any]:
-    start = ('sed -e "/^  \\"tcp:\\/\\/$POD_NAME\\./d" -e "s/@POD_NAME@/$POD_NAME/g" /etc/petrel/broker.toml.in'
-             " > /tmp/broker.toml && exec petrel run --config /tmp/broker.toml")
+    start = (f'{ADMIN_USER}; sed -e "/^  \\"tcp:\\/\\/$POD_NAME\\./d" -e "s/@POD_NAME@/$POD_NAME/g" '
+             "/etc/petrel/broker.toml.in > /tmp/broker.toml && exec petrel run --config /tmp/broker.toml")
     container: dict[str, Any] = {
         "name": "broker", "image": cr.image, "command": ["sh", "-c", start],
-        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, _password_env(cr)],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, _password_env(cr),
+                {"name": "ADMIN_PASSWORD",  # for ADMIN_USER
+                 "valueFrom": {"secretKeyRef": {"name": f"{cr.name}-cluster", "key": ADMIN_KEY}}}],
         "ports": [{"name": "core", "containerPort": CORE_PORT}, {"name": "http", "containerPort": HTTP_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {"tcpSocket": {"port": "core"}, "periodSeconds": 10, "failureThreshold": 6,
