@@ -127,6 +127,18 @@ def test_view_reads_and_manage_changes_per_address(broker):
     assert "action=manage" in broker.log() and "result=refused" in broker.log()  # the audit lines
 
 
+def test_a_move_needs_manage_on_its_target_too(broker):
+    """The orders user manages orders.# only: it may move between its queues, not out of them into
+    a queue it does not manage (whose messages it could not send there either)."""
+    for name in ("orders.src", "orders.dst", "general.dst"):
+        assert call(broker, "POST", "/api/v1/queues", {"name": name}, auth=ADMIN)[0] == 201
+    status, body = call(broker, "POST", "/api/v1/queues/orders.src/move", {"to": "general.dst"}, auth=ORDERS)[:2]
+    assert status == 403 and "general.dst" in body["error"] and "'manage'" in body["error"], body
+    status, body = call(broker, "POST", "/api/v1/queues/orders.src/move", {"to": "orders.dst"}, auth=ORDERS)[:2]
+    assert status == 200 and body["moved"] == 0, body
+    assert call(broker, "POST", "/api/v1/queues/orders.src/move", {"to": "general.dst"}, auth=ADMIN)[0] == 200
+
+
 def test_bearer_tokens(broker):
     status, body, headers = call(broker, "POST", "/api/v1/tokens", {}, auth=VIEWER)
     assert status == 201 and body["token_type"] == "Bearer" and body["expires_in"] == 3600

@@ -38,7 +38,7 @@ from petrel.security.errors import AuthenticationFailed, NotAuthorized
 if TYPE_CHECKING:
     from petrel.security.subject import Subject
 
-__all__ = ["SUBJECT", "TOKENS_PATH", "Tokens", "authenticate", "routes"]
+__all__ = ["SUBJECT", "TOKENS_PATH", "Tokens", "authenticate", "require", "routes"]
 
 #: Where a request's `Subject` is kept for the handlers.
 SUBJECT = "petrel.subject"
@@ -170,6 +170,20 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
             raise ApiError(HTTPStatus.FORBIDDEN, f"{exc} ({request.method} {request.path} needs {permission!r})") \
                 from None
     return await handler(request)
+
+
+def require(request: web.Request, permission: str, address: str) -> None:
+    """A handler's check beyond the middleware's (an operation that reaches a second address,
+    such as a move's target): 403 unless the request's user holds `permission` on `address`."""
+    security = getattr(request.app[BROKER], "security", None)
+    subject = request.get(SUBJECT)
+    if security is None or not security.enabled or subject is None:
+        return
+    try:
+        security.check(subject, permission, address)
+    except NotAuthorized as exc:
+        raise ApiError(HTTPStatus.FORBIDDEN, f"{exc} ({request.method} {request.path} needs {permission!r} on "
+                                             f"{address!r} too)") from None
 
 
 routes = web.RouteTableDef()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from petrel.core import operations
+from petrel.management.auth import require
 from petrel.management.errors import bad_request, not_found
 from petrel.management.keys import BROKER
 from petrel.management.params import json_body, query_choice, query_int, selector_text, text_field
@@ -64,6 +65,7 @@ async def move_messages(request: web.Request) -> web.Response:
         raise not_found("queue", target)
     if target == queue.name:
         raise bad_request("cannot move messages to the queue they are in")
+    require(request, "manage", office.queues[target].address)  # the middleware checked the source's
     moved = operations.move(office, queue, target, filter)
     return web.json_response({"queue": queue.name, "to": target, "moved": moved})
 
