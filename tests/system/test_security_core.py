@@ -208,6 +208,13 @@ def test_failed_logins_are_refused_slowly_and_the_broker_stays_up(secure) -> Non
             assert time.monotonic() - t0 >= 0.3
             expected = "anonymous access is not allowed" if user is None else "invalid user or password"
             assert f"login refused: {expected}" in str(info.value)
+            assert info.value.code == ErrorCode.UNAUTHORIZED and "give the right user and password" in str(info.value)
+        # a refused login is final: a client told to reconnect forever stops at once, it does not retry
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionFailed, match="invalid user or password"):
+            await asyncio.wait_for(connect(f"failover:({url(secure)})?maxReconnectAttempts=-1&startupMaxReconnectAttempts=-1",
+                                           user="producer", password="wrong"), 20)
+        assert time.monotonic() - t0 < 10
         # twenty failing at once do not hold up a good login
         failing = [asyncio.create_task(connect(url(secure), user="eu", password="bad")) for _ in range(20)]
         t0 = time.monotonic()

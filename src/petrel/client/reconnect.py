@@ -36,6 +36,7 @@ from petrel.codec.core import (
     Connected,
     Disconnect,
     DisconnectCode,
+    ErrorCode,
 )
 
 if TYPE_CHECKING:
@@ -111,6 +112,12 @@ class Reconnecting:
                 try:
                     proto, connected = await self._open(endpoint)
                 except (OSError, asyncio.TimeoutError, ClientError) as exc:
+                    if getattr(exc, "code", None) == ErrorCode.UNAUTHORIZED:  # trying again changes nothing
+                        if not self._closing:
+                            self._terminate(ConnectionFailed(
+                                f"{endpoint} {exc}: give the right user and password (user= and password= "
+                                "options, or the URL's user and password)", ErrorCode.UNAUTHORIZED))
+                        return
                     last = exc
                     log.debug("cannot connect to %s: %s", endpoint, exc)
                     continue
