@@ -51,7 +51,7 @@ from petrel.core.settings import AddressSettingsRepository
 from petrel.errors import ConfigError
 from petrel.ha.config import HaPolicyModel
 from petrel.server.limits import LimitSettings
-from petrel.security.config import SecurityModel, SecuritySettings
+from petrel.security.config import LdapModel, SecurityModel, SecuritySettings
 from petrel.server import tls
 
 __all__ = [
@@ -552,14 +552,14 @@ def _describe(exc: ValidationError, sources: Mapping[str, tuple[str, bool]], def
         loc = tuple(error["loc"])
         kind = error["type"]
         if kind == "extra_forbidden":
-            model: type[BaseModel] = (BrokerConfig if len(loc) == 1 else SecurityModel if loc[0] == "security"
-                                      else AddressSettingsModel)
+            model: type[BaseModel] = (BrokerConfig if len(loc) == 1 else LdapModel if loc[:2] == ("security", "ldap")
+                                      else SecurityModel if loc[0] == "security" else AddressSettingsModel)
             message = "unknown setting" + _suggest(str(loc[-1]), model)
         else:
             message = error["msg"]
             if message.startswith("Value error, "):
                 message = message[len("Value error, "):]
-            if loc and "input" in error and kind != "missing":
+            if loc and "input" in error and kind != "missing" and not isinstance(error["input"], dict):  # a table: secrets
                 message += f" (got {_shown(error['input'])})"
         source, show_key = sources.get(loc[0], (default_source, True)) if loc else (default_source, False)
         if show_key:

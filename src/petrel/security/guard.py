@@ -46,7 +46,7 @@ class Security:
     def __init__(self, *, enabled: bool = True, users: UserStore | None = None, settings=None,
                  allow_anonymous: bool = False, anonymous_role: str = "anonymous",
                  certificate_users: dict[str, str] | None = None, cluster_user: str | None = None,
-                 cluster_password: str | None = None, login_failure_delay: float = 1.0) -> None:
+                 cluster_password: str | None = None, login_failure_delay: float = 1.0, ldap=None) -> None:
         self.enabled = enabled
         self.users = users if users is not None else UserStore()
         self.authorizer = Authorizer(settings or {})
@@ -56,6 +56,7 @@ class Security:
         self.cluster_user = cluster_user
         self.cluster_password = cluster_password
         self.login_failure_delay = login_failure_delay
+        self.ldap = ldap  # a petrel.security.ldap.LdapLogin ([security.ldap]), or None
 
     @classmethod
     def from_config(cls, config) -> Security:
@@ -63,6 +64,11 @@ class Security:
         from petrel.cluster.config import DEFAULT_CLUSTER_PASSWORD
 
         sec = config.security
+        ldap = None
+        if sec.ldap is not None and config.security_enabled:
+            from petrel.security.ldap import LdapLogin
+
+            ldap = LdapLogin(sec.ldap)
         return cls(
             enabled=config.security_enabled,
             users=UserStore(users_file_of(config)),
@@ -74,6 +80,7 @@ class Security:
             # the well-known default logs nobody in as the cluster
             cluster_password=None if config.cluster_password == DEFAULT_CLUSTER_PASSWORD else config.cluster_password,
             login_failure_delay=sec.login_failure_delay / 1000,
+            ldap=ldap,
         )
 
     def prepare(self) -> str | None:
@@ -83,8 +90,8 @@ class Security:
         if not self.enabled or self.users.path is None:
             return None
         self.users.reload()
-        if self.users.path.exists():
-            if not self.users.users and not self.allow_anonymous:
+        if self.users.path.exists() or (self.ldap is not None and self.ldap.only):  # LDAP has the admins
+            if not self.users.users and not self.allow_anonymous and self.ldap is None:
                 log.warning("the users file %s has no users and allow_anonymous is false: no client can log in",
                             self.users.path, extra={"event": "security.no_users"})
             return None
@@ -123,11 +130,15 @@ class Security:
             if hmac.compare_digest(password.encode(), self.cluster_password.encode()):
                 return dataclasses.replace(INTERNAL, remote=remote)
             self._refuse(user, remote, _REFUSED)
+        if self.ldap is not None and self.ldap.only:
+            return self._login_ldap(user, password, remote)
         try:
             self.users.refresh()
         except Exception as exc:  # a broken users file refuses logins, never the broker
             log.error("cannot read the users file: %s", exc, extra={"event": "security.users_file"})
             self._refuse(user, remote, "the broker cannot read its users file")
+        if self.ldap is not None and user not in self.users.users:
+            return self._login_ldap(user, password, remote)
         found = self.users.authenticate(user, password)
         if found is None:
             self._refuse(user, remote, _REFUSED)
@@ -138,20 +149,31 @@ class Security:
         after ``login_failure_delay``."""
         if not self.enabled:
             return Subject(user or None, frozenset(), remote)
+        by_ldap = False
         if user and password and user != self.cluster_user:  # a password verified before: no thread
             try:
                 self.users.refresh()
-                known = self.users.remembered(user, password)
+                by_ldap = self.ldap is not None and (self.ldap.only or user not in self.users.users)
+                known = self.ldap.remembered(user, password) if by_ldap else self.users.remembered(user, password)
             except Exception:
                 known = None  # (login says why)
             if known is not None:
                 return dataclasses.replace(known, remote=remote)
         loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(None, self.login, user, password, remote)
+        try:  # LDAP logins wait on their own threads: a slow server holds up no other login
+            return await loop.run_in_executor(self.ldap.executor if by_ldap else None, self.login, user, password,
+                                              remote)
         except AuthenticationFailed:
             await asyncio.sleep(self.login_failure_delay)
             raise
+
+    def _login_ldap(self, user: str, password: str, remote: str) -> Subject:
+        from petrel.security.ldap import LdapRefused
+
+        try:
+            return dataclasses.replace(self.ldap.authenticate(user, password), remote=remote)
+        except LdapRefused as exc:
+            self._refuse(user, remote, str(exc))
 
     def login_certificate(self, subject_dn: str, remote: str = "") -> Subject:
         """The user a TLS client certificate's subject maps to (``[security] certificate_users``)."""
