@@ -140,7 +140,7 @@ def busiest() -> list[str]:
 def commit() -> str:
     """HEAD, and the tracked files under src/ and bench/ that differ from it (others' work in progress)."""
     def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(BENCH_DIR), *a], capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", "-C", str(BENCH_DIR.parent), *a], capture_output=True, text=True).stdout.strip()
 
     dirty = git("diff", "--name-only", "HEAD", "--", "src", "bench").split()
     return git("rev-parse", "--short", "HEAD") + (f" + uncommitted {', '.join(dirty)}" if dirty else "")
