@@ -16,6 +16,7 @@ from petrel.security.errors import AuthenticationFailed
 from petrel.security.guard import Security
 from petrel.security.ldap import LdapLogin, LdapRefused
 from petrel.security.users import UserStore
+from petrel.testing.certs import make_pki
 from petrel.testing.ldap import ROOT_DN, ROOT_PASSWORD, LdapServer, ldap_available
 
 pytestmark = pytest.mark.skipif(ldap_available() is not None, reason=f"no slapd: {ldap_available()}")
@@ -171,3 +172,21 @@ def test_a_hung_server_holds_up_no_other_login(slapd, tmp_path) -> None:
     finally:
         slapd.resume()
     assert asyncio.run(sec.login_async("alice", "alice-pw")).roles == {"producers", "audit"}
+
+
+def test_ldaps_checks_the_servers_certificate(tmp_path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    other_host = pki.ca.issue("other-host", "ldap", hosts=("ldap.example.org",))
+    cases = [(pki.server, pki.ca.cert, None), (pki.server, pki.other_ca.cert, "(unable to get local issuer certificate)"),
+             (pki.expired_server, pki.ca.cert, "(certificate has expired)"),
+             (other_host, pki.ca.cert, "presented a certificate for another host name")]
+    for issued, ca_file, error in cases:
+        with LdapServer(tmp_path / issued.cert.stem, users=USERS, groups=GROUPS, tls=(issued.cert, issued.key)) as server:
+            assert server.url.startswith("ldaps://")
+            login = LdapLogin(template(server, ca_file=ca_file))
+            if error is None:
+                assert login.authenticate("alice", "alice-pw").roles == {"producers", "audit"}
+            else:
+                message = refused(login, "alice", "alice-pw")
+                assert message.startswith(f"the LDAP server at {server.url} presented a certificate")
+                assert error in message

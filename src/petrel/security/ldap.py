@@ -17,6 +17,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import re
 import socket
 import ssl
 import threading
@@ -218,7 +219,13 @@ class LdapLogin:
     # -- the server's health ------------------------------------------------------------------
 
     def _why(self, exc: LDAPException) -> str:
-        text = str(exc)
+        text = re.sub(r"""^[("',\s]+|[)"',\s]+$""", "", str(exc))  # ldap3 nests the cause in tuples
+        verify = re.search(r"certificate verify failed: ([^(]*[^( ])", text)
+        if verify:
+            return (f"the LDAP server at {self.url} presented a certificate that does not verify "
+                    f"({verify.group(1)}): check [security.ldap] ca_file")
+        if "doesn't match any name" in text or "hostname mismatch" in text.lower():
+            return f"the LDAP server at {self.url} presented a certificate for another host name"
         if isinstance(exc.__context__, socket.timeout) or "timed out" in text or "timeout" in text.lower():
             return f"the LDAP server at {self.url} did not answer within {self.model.timeout} s"
         if "refused" in text.lower():

@@ -70,7 +70,7 @@ def ssha(password: str) -> str:
 class LdapServer:
     def __init__(self, workdir: Path | str | None = None, *, users: dict[str, str] | None = None,
                  groups: dict[str, list[str]] | None = None, port: int | None = None,
-                 start_timeout: float = 30.0) -> None:
+                 tls: tuple[Path, Path] | None = None, start_timeout: float = 30.0) -> None:
         self._owns_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="petrel-ldap-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +80,7 @@ class LdapServer:
         self.start_timeout = start_timeout
         self.users = dict(users or {})
         self.groups = {name: list(members) for name, members in (groups or {}).items()}
+        self.tls = tls  # (certificate, key) PEM files: the server speaks ldaps:// only
         self.config_path = self.workdir / "slapd.conf"
         self.log_path = self.workdir / "slapd.log"
         self.process: subprocess.Popen | None = None
@@ -87,7 +88,7 @@ class LdapServer:
 
     @property
     def url(self) -> str:
-        return f"ldap://{self.host}:{self.port}"
+        return f"{'ldaps' if self.tls else 'ldap'}://{self.host}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -98,12 +99,14 @@ class LdapServer:
 
     def _write_config(self) -> None:
         schemas = "".join(f"include {SCHEMA_DIR / name}.schema\n" for name in ("core", "cosine", "inetorgperson"))
+        tls = f"TLSCertificateFile {self.tls[0]}\nTLSCertificateKeyFile {self.tls[1]}\n" if self.tls else ""
         self.config_path.write_text(
             f"{schemas}"
             f"modulepath {MODULE_DIR}\n"
             "moduleload back_mdb\n"
             f"pidfile {self.workdir / 'slapd.pid'}\n"
             f"argsfile {self.workdir / 'slapd.args'}\n"
+            f"{tls}"
             "database mdb\n"
             "maxsize 16777216\n"
             f'suffix "{SUFFIX}"\n'
@@ -148,7 +151,7 @@ class LdapServer:
             raise LdapStartError(missing)
         if not self._loaded:
             self._load()
-        command = [str(SLAPD), "-f", str(self.config_path), "-h", f"ldap://{self.host}:{self.port}/", "-d", "256"]
+        command = [str(SLAPD), "-f", str(self.config_path), "-h", f"{self.url}/", "-d", "256"]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                             cwd=self.workdir, start_new_session=True)
@@ -172,7 +175,8 @@ class LdapServer:
         try:
             with socket.create_connection((self.host, self.port), timeout=1.0):
                 pass
-            conn = Connection(Server(self.url, connect_timeout=1), receive_timeout=1, auto_bind=True)
+            server = Server(self.url, use_ssl=bool(self.tls), connect_timeout=1)  # (not verified: only up?)
+            conn = Connection(server, receive_timeout=1, auto_bind=True)
             try:
                 return conn.search(SUFFIX, "(objectClass=*)", BASE)
             finally:
