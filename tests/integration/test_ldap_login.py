@@ -33,14 +33,21 @@ def slapd(tmp_path_factory):
         yield server
 
 
+def _model(server: LdapServer, fields: dict, extra: dict) -> LdapModel:
+    return LdapModel(**{"url": server.url, "group_search_base": GROUPS_BASE, "timeout": 2, "cache_seconds": 0,
+                        **fields, **extra})
+
+
 def template(server: LdapServer, **extra) -> LdapModel:
-    return LdapModel(url=server.url, user_dn_template=f"uid={{user}},{PEOPLE}", group_search_base=GROUPS_BASE,
-                     **{"timeout": 2, "cache_seconds": 0, **extra})
+    return _model(server, {"user_dn_template": f"uid={{user}},{PEOPLE}"}, extra)
 
 
 def search(server: LdapServer, **extra) -> LdapModel:
-    return LdapModel(url=server.url, bind_dn=ROOT_DN, bind_password=ROOT_PASSWORD, user_search_base=PEOPLE,
-                     group_search_base=GROUPS_BASE, **{"timeout": 2, "cache_seconds": 0, **extra})
+    return _model(server, {"bind_dn": ROOT_DN, "bind_password": ROOT_PASSWORD, "user_search_base": PEOPLE}, extra)
+
+
+def anonymous_search(server: LdapServer, **extra) -> LdapModel:
+    return _model(server, {"user_search_base": PEOPLE}, extra)
 
 
 def refused(login: LdapLogin, user: str, password: str) -> str:
@@ -49,16 +56,18 @@ def refused(login: LdapLogin, user: str, password: str) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize("model", [template, search])
+@pytest.mark.parametrize("model", [template, search, anonymous_search])
 def test_a_user_gets_the_roles_of_its_groups(slapd, model) -> None:
     login = LdapLogin(model(slapd))
     assert login.authenticate("alice", "alice-pw").roles == {"producers", "audit"}
     assert login.authenticate("bob", "bob-pw").roles == {"audit"}
     # a group whose name is a reserved role ($internal: the cluster's) grants nothing
     assert login.authenticate("carol", "carol-pw").roles == frozenset()
+    # without group_search_base, LDAP gives no roles
+    assert LdapLogin(model(slapd, group_search_base=None)).authenticate("alice", "alice-pw").roles == frozenset()
 
 
-@pytest.mark.parametrize("model", [template, search])
+@pytest.mark.parametrize("model", [template, search, anonymous_search])
 def test_wrong_passwords_unknown_users_and_injections_are_refused(slapd, model) -> None:
     login = LdapLogin(model(slapd))
     for user, password in [("alice", "bob-pw"), ("alice", "alice-pw "), ("nobody", "alice-pw"),
@@ -70,7 +79,7 @@ def test_wrong_passwords_unknown_users_and_injections_are_refused(slapd, model) 
     assert refused(login, "*", "alice-pw") == "invalid user or password"
 
 
-@pytest.mark.parametrize("model", [template, search])
+@pytest.mark.parametrize("model", [template, search, anonymous_search])
 def test_an_empty_password_never_logs_in(slapd, model) -> None:
     # an LDAP simple bind with a DN and no password is an "unauthenticated bind": it succeeds
     login = LdapLogin(model(slapd))
@@ -144,6 +153,11 @@ def test_the_users_file_first_then_ldap(slapd, tmp_path) -> None:
 
 
 def test_ldap_only_ignores_the_users_file(slapd, tmp_path) -> None:
+    # a broker with ldap_only creates no users file with a generated admin
+    fresh = Security(users=UserStore(tmp_path / "fresh" / "users.toml"), ldap=LdapLogin(template(slapd, ldap_only=True)))
+    assert fresh.prepare() is None and not (tmp_path / "fresh" / "users.toml").exists()
+    without = Security(users=UserStore(tmp_path / "other" / "users.toml"), ldap=LdapLogin(template(slapd)))
+    assert without.prepare() is not None and (tmp_path / "other" / "users.toml").exists()
     sec = security(slapd, tmp_path, ldap_only=True)
     assert sec.login("bob", "bob-pw").roles == {"audit"}
     for user, password in [("bob", "file-bob-pw"), ("filed", "filed-pw")]:
