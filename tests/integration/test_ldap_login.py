@@ -18,6 +18,7 @@ from petrel.security.ldap import LdapLogin, LdapRefused
 from petrel.security.users import UserStore
 from petrel.testing.certs import make_pki
 from petrel.testing.ldap import ROOT_DN, ROOT_PASSWORD, LdapServer, ldap_available
+from petrel.testing.process import wait_for
 
 pytestmark = pytest.mark.skipif(ldap_available() is not None, reason=f"no slapd: {ldap_available()}")
 
@@ -129,6 +130,32 @@ def test_a_successful_login_is_remembered_for_cache_seconds(slapd) -> None:
         assert "refused the connection" in refused(uncached, "bob", "bob-pw")
     finally:
         slapd.start()
+
+
+def test_a_change_in_ldap_takes_effect_when_the_cached_login_expires(tmp_path) -> None:
+    from ldap3 import MODIFY_DELETE, MODIFY_REPLACE, Connection
+
+    with LdapServer(tmp_path / "slapd", users=USERS, groups=GROUPS) as server:
+        login = LdapLogin(template(server, cache_seconds=1))
+        assert login.authenticate("alice", "alice-pw").roles == {"producers", "audit"}
+        admin = Connection(server.url, ROOT_DN, ROOT_PASSWORD, auto_bind=True)
+        assert admin.modify(server.user_dn("alice"), {"userPassword": [(MODIFY_REPLACE, ["new-pw"])]})
+        assert admin.modify(f"cn=audit,{GROUPS_BASE}", {"member": [(MODIFY_DELETE, [server.user_dn("alice")])]})
+        admin.unbind()
+        assert login.authenticate("alice", "alice-pw").roles == {"producers", "audit"}  # remembered
+        t0 = time.monotonic()
+
+        def expired() -> bool:
+            try:
+                login.authenticate("alice", "alice-pw")
+            except LdapRefused as exc:
+                assert str(exc) == "invalid user or password"
+                return True
+            return False
+
+        wait_for(expired, 5)
+        assert time.monotonic() - t0 > 0.5
+        assert login.authenticate("alice", "new-pw").roles == {"producers"}
 
 
 def security(slapd: LdapServer, tmp_path, **extra) -> Security:
