@@ -10,11 +10,14 @@ import logging
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from petrel.security.config import LdapModel
 from petrel.security.errors import AuthenticationFailed
 from petrel.security.guard import Security
 from petrel.security.ldap import LdapLogin, LdapRefused
+from petrel.security.subject import Subject
 from petrel.security.users import UserStore
 from petrel.testing.certs import make_pki
 from petrel.testing.ldap import ROOT_DN, ROOT_PASSWORD, LdapServer, ldap_available
@@ -78,6 +81,25 @@ def test_wrong_passwords_unknown_users_and_injections_are_refused(slapd, model) 
     # the entry uid=* exists: its name is escaped into the DN and the filter, and matches itself only
     assert login.authenticate("*", "star-pw").user == "*"
     assert refused(login, "*", "alice-pw") == "invalid user or password"
+
+
+NAMES = st.one_of(st.sampled_from(sorted(USERS)), st.text(max_size=16),
+                  st.sampled_from(["ALICE", "Alice", " alice", "alice ", "al*", "\\", "alice\\", "(alice)", "#alice",
+                                   "alice,ou=people", "alice+cn=x", "alice\x00"]))
+PASSWORDS = st.one_of(st.sampled_from(sorted(USERS.values())), st.text(max_size=12))
+
+
+@given(user=NAMES, password=PASSWORDS, model=st.sampled_from([template, search]))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_any_credentials_log_in_exactly_as_the_directory_says_or_are_refused(slapd, user, password, model) -> None:
+    # LDAP matches names ignoring case and spaces: only the entry's own uid logs in, so one
+    # LDAP user is one Petrel user (audit lines, per-user limits)
+    login = LdapLogin(model(slapd))
+    if password and USERS.get(user) == password:
+        roles = {group for group, members in GROUPS.items() if user in members and not group.startswith("$")}
+        assert login.authenticate(user, password) == Subject(user, frozenset(roles))
+    else:
+        assert refused(login, user, password).startswith("invalid user or password")
 
 
 @pytest.mark.parametrize("model", [template, search, anonymous_search])

@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 with warnings.catch_warnings():  # ldap3 2.9 imports names pyasn1 0.6 deprecates
     warnings.simplefilter("ignore", DeprecationWarning)
-    from ldap3 import NONE, SUBTREE, Connection, Server, Tls
-    from ldap3.core.exceptions import LDAPException
+    from ldap3 import BASE, NONE, SUBTREE, Connection, Server, Tls
+    from ldap3.core.exceptions import LDAPException, LDAPSASLPrepError
     from ldap3.utils.conv import escape_filter_chars
     from ldap3.utils.dn import escape_rdn
 
@@ -61,6 +61,24 @@ def _role(value: object) -> str | None:
     return role
 
 
+def _name_attributes(pattern: str) -> list[str]:
+    """The attributes ``pattern`` (a DN template or a filter) matches ``{user}`` with: uid in
+    ``uid={user},ou=people`` and ``(&(objectClass=person)(uid={user}))``."""
+    return re.findall(r"([A-Za-z][\w.;-]*)=\{user\}", pattern)
+
+
+def _names(entry: dict, attributes: list[str], user: str) -> bool:
+    """Is ``user`` exactly (case and spaces included) a value of one of ``attributes`` of ``entry``?"""
+    if not attributes:
+        return True
+    found = {key.lower(): values for key, values in entry.get("raw_attributes", {}).items()}
+    for attribute in attributes:
+        for value in found.get(attribute.lower(), ()):
+            if (value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)) == user:
+                return True
+    return False
+
+
 class LdapLogin:
     """Logins against one LDAP server."""
 
@@ -74,6 +92,10 @@ class LdapLogin:
         self._cache: dict[tuple[str, bytes], tuple[float, frozenset[str]]] = {}
         self._lock = threading.Lock()
         self._down = False  # an episode of failures is being reported
+        # LDAP matches names ignoring case and extra spaces: the name given must be the entry's
+        # own value of the attribute it was matched by (uid), so one entry has one Petrel user
+        self._template_names = _name_attributes(model.user_dn_template or "")
+        self._search_names = _name_attributes(model.user_search_filter)
         self._tls = None
         if model.url.startswith("ldaps://"):
             self._tls = Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=str(model.ca_file) if model.ca_file else None)
@@ -110,7 +132,7 @@ class LdapLogin:
         ``timeout`` per LDAP operation)."""
         if not password:
             raise LdapRefused("invalid user or password (an empty password never logs in through LDAP)")
-        if len(user) > _MAX_USER or any(ord(c) < 32 for c in user):
+        if not user or len(user) > _MAX_USER or any(ord(c) < 32 for c in user):
             raise LdapRefused("invalid user or password")
         known = self.remembered(user, password)
         if known is not None:
@@ -145,6 +167,8 @@ class LdapLogin:
             if own is None:
                 return None
             try:
+                if model.user_dn_template is not None and not self._named(own, dn, user):
+                    return None
                 return self._groups(service or own, dn)
             finally:
                 own.unbind()
@@ -166,7 +190,10 @@ class LdapLogin:
             if conn.bind():
                 return conn
             result = conn.result or {}
-        except LDAPException as exc:
+        except LDAPSASLPrepError:  # a password no LDAP bind can carry (control characters...)
+            conn.unbind()
+            return None
+        except (LDAPException, OSError) as exc:
             conn.unbind()
             raise _Unavailable(self._why(exc)) from None
         conn.unbind()
@@ -178,32 +205,47 @@ class LdapLogin:
             log.info("LDAP bind as %r refused: %s %s", dn, result.get("description"), result.get("message") or "")
         return None
 
-    def _search(self, conn: Connection, base: str, search_filter: str, attributes: list[str]) -> list:
+    def _search(self, conn: Connection, base: str, search_filter: str, attributes: list[str], *,
+                scope: str = SUBTREE) -> list:
         try:
-            ok = conn.search(base, search_filter, SUBTREE, attributes=attributes, size_limit=1000,
+            ok = conn.search(base, search_filter, scope, attributes=attributes, size_limit=1000,
                              time_limit=self.model.timeout)
-        except LDAPException as exc:
+        except (LDAPException, OSError) as exc:
             raise _Unavailable(self._why(exc)) from None
         result = conn.result or {}
         if not ok and result.get("result") in _UNAVAILABLE:
             raise _Unavailable(f"the LDAP server at {self.url} cannot serve logins now: {result.get('description')}")
         return [entry for entry in conn.response or () if entry.get("type") == "searchResEntry"]
 
-    def _find_user(self, conn: Connection | None, user: str) -> str | None:
-        if conn is None:  # anonymous search
-            conn = self._connection(None, None)
-            try:
-                conn.open()
-            except LDAPException as exc:
-                raise _Unavailable(self._why(exc)) from None
+    def _find_user(self, service: Connection | None, user: str) -> str | None:
+        conn = service or self._connection(None, None)  # without bind_dn: an anonymous search
         search_filter = self.model.user_search_filter.replace("{user}", escape_filter_chars(user))
-        entries = self._search(conn, self.model.user_search_base or "", search_filter, [])
+        try:
+            if service is None:
+                conn.open()
+            entries = self._search(conn, self.model.user_search_base or "", search_filter, self._search_names)
+        except (LDAPException, OSError) as exc:
+            raise _Unavailable(self._why(exc)) from None
+        finally:
+            if service is None:
+                conn.unbind()
         if len(entries) != 1:
             if len(entries) > 1:
                 log.warning("LDAP: %d entries match %s under %s: refusing the login", len(entries), search_filter,
                             self.model.user_search_base)
             return None
+        if not _names(entries[0], self._search_names, user):
+            return None
         return entries[0]["dn"]
+
+    def _named(self, conn: Connection, dn: str, user: str) -> bool:
+        """Does the entry at ``dn`` have ``user`` exactly as its name (see `_names`)?"""
+        if not self._template_names:
+            return True
+        entries = self._search(conn, dn, "(objectClass=*)", self._template_names, scope=BASE)
+        if not entries:
+            log.warning("LDAP: %r cannot read its own entry's %s: refusing the login", dn, self._template_names)
+        return bool(entries) and _names(entries[0], self._template_names, user)
 
     def _groups(self, conn: Connection, dn: str) -> frozenset[str]:
         if self.model.group_search_base is None:
@@ -218,7 +260,7 @@ class LdapLogin:
 
     # -- the server's health ------------------------------------------------------------------
 
-    def _why(self, exc: LDAPException) -> str:
+    def _why(self, exc: Exception) -> str:
         text = re.sub(r"""^[("',\s]+|[)"',\s]+$""", "", str(exc))  # ldap3 nests the cause in tuples
         verify = re.search(r"certificate verify failed: ([^(]*[^( ])", text)
         if verify:
