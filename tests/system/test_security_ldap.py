@@ -164,7 +164,8 @@ def test_ldap_users_get_the_roles_of_their_groups_over_management(broker) -> Non
 
 @pytest.mark.parametrize("user, password", [
     ("alice", "bob-pw"), ("nobody", "x"), ("*)(uid=*", "alice-pw"), ("*", "alice-pw"),
-    ("alice)(|(uid=*", "alice-pw"), ("uid=alice,ou=people,dc=example,dc=com", "alice-pw"),
+    ("alice)(|(uid=*", "alice-pw"), ("uid=alice,ou=people,dc=example,dc=com", "alice-pw"), ("ALICE", "alice-pw"),
+    ("alice ", "alice-pw"),
 ])
 def test_wrong_passwords_unknown_users_and_injections_are_refused(broker, user, password) -> None:
     assert stomp_connect(broker, user, password) == INVALID
