@@ -17,8 +17,9 @@ The rows are stompbench's S1 (1 -> 1, one queue, 1 KiB, non-persistent) and S2 (
 persistent, a receipt per SEND, <= 1,000 unconfirmed), driven by its pipelined STOMP 1.2
 generator, after a non-persistent warm-up on the same connection settings. Runs are
 interleaved (run 1: S1 off, auth, tls, S2 off, auth, tls; then run 2 ...) so that the noise of a
-shared machine hits the variants alike. Reported: medians of msgs/s and broker CPU µs/msg,
-the ratios auth/off and tls/off (tls includes auth), and the issue's goals: authorization
+shared machine hits the variants alike; ``--rotate`` starts run k with the k-th variant (off,
+auth, tls; auth, tls, off; ...), so that no variant always runs first. Reported: medians of msgs/s
+and broker CPU µs/msg, the ratios auth/off and tls/off (tls includes auth), and the issue's goals: authorization
 costs under 5 % (auth/off >= 0.95), TLS under 30 % on S1 (tls/off >= 0.70).
 
     .venv/bin/python bench/security.py              # S1 200,000, S2 50,000, 3 runs (~4 min)
@@ -152,6 +153,17 @@ def median_of(ms: list[Measurement], variant: str, row: str, metric: str) -> flo
     return statistics.median(values) if values else None
 
 
+def paired(ms: list[Measurement], row: str) -> dict[str, float | None]:
+    """auth/off and tls/off msgs/s within each run, the median over the runs: the machine's drift
+    from run to run (which moves all three variants) cancels out."""
+    rate = {(m.broker, m.run): m.rate for m in ms if m.row == row and m.ok}
+    out = {}
+    for v in ("auth", "tls"):
+        ratios = [rate[v, run] / off for (name, run), off in rate.items() if name == "off" and (v, run) in rate]
+        out[v] = statistics.median(ratios) if ratios else None
+    return out
+
+
 def summary(ms: list[Measurement]) -> dict:
     """row -> medians per variant and metric, the ratios and the goals."""
     out = {}
@@ -164,7 +176,7 @@ def summary(ms: list[Measurement]) -> dict:
         if row == "S1":
             goals["tls"] = None if ratios["tls"] is None else ratios["tls"] >= TLS_GOAL
         runs = {v: [m.rate for m in ms if m.broker == v and m.row == row] for v in VARIANTS}
-        out[row] = {"median": med, "ratio": ratios, "goal_met": goals, "runs": runs}
+        out[row] = {"median": med, "ratio": ratios, "goal_met": goals, "runs": runs, "paired": paired(ms, row)}
     return out
 
 
@@ -187,6 +199,8 @@ def table(s: dict) -> str:
             goal += "; " + _goal(goals["tls"], "tls >= 0.70")
         lines.append(f"| {row} | msgs/s | " + " | ".join(figure(med[v]["rate"]) for v in VARIANTS)
                      + f" | {_ratio(ratio['auth'])} | {_ratio(ratio['tls'])} | {goal} |")
+        lines.append(f"| {row} | msgs/s, median of the per-run ratios | – | – | – | "
+                     f"{_ratio(s[row]['paired']['auth'])} | {_ratio(s[row]['paired']['tls'])} | – |")
         cpu = [med[v]["cpu_us_per_msg"] for v in VARIANTS]
         cpu_ratios = [c / cpu[0] if c and cpu[0] else None for c in cpu[1:]]
         lines.append(f"| {row} | broker CPU µs/msg | " + " | ".join(figure(c) for c in cpu)
@@ -206,6 +220,7 @@ def main() -> int:
     parser.add_argument("--count", action="append", default=[], metavar="NAME=N",
                         help="s1=, s2=, warmup=, window= (stompbench's counts)")
     parser.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
+    parser.add_argument("--rotate", action="store_true", help="run k starts with the k-th variant")
     args = parser.parse_args()
     counts = (Counts.quick() if args.quick else Counts()).with_overrides(args.count)
     workloads = [build(counts)[row] for row in ROWS]
@@ -226,7 +241,8 @@ def main() -> int:
         variants = [Variant(name, scratch, pki) for name in VARIANTS]
         for run in range(1, args.runs + 1):
             for workload in workloads:
-                for variant in variants:
+                shift = (run - 1) % len(variants) if args.rotate else 0
+                for variant in variants[shift:] + variants[:shift]:
                     for m in measure_workload(variant, workload, run, plan, args.procs):
                         measurements.append(m)
                         print(f"[run {run}/{args.runs}] {describe(m)} load {m.loadavg_1m}", flush=True)
@@ -238,7 +254,8 @@ def main() -> int:
     text = (f"### Security cost, {started:%Y-%m-%d %H:%M} UTC\n\n"
             f"`{' '.join(['.venv/bin/python', 'bench/security.py', *sys.argv[1:]])}`: S1 {counts.s1:,}, "
             f"S2 {counts.s2:,} ({counts.window:,} in flight), warm-up {counts.warmup:,}, {args.size}-byte bodies, "
-            f"{args.procs} generator process(es), medians of {args.runs} interleaved runs, a fresh broker each; "
+            f"{args.procs} generator process(es), medians of {args.runs} interleaved runs"
+            f"{' (rotated order)' if args.rotate else ''}, a fresh broker each; "
             f"commit {env['commit']}.\nHost: {env['host']}, shared with other agents' test runs. Load average "
             f"before {env['loadavg_before']}, after {env['loadavg_after']}; 1-min load at the end of each "
             f"measurement: median {statistics.median(loads) if loads else float('nan'):.1f}, "

@@ -48,6 +48,8 @@ def test_ratios_and_goals_come_from_the_medians() -> None:
     s = security.summary(ms)
     assert s["S1"]["ratio"]["auth"] == pytest.approx(0.96) and s["S1"]["ratio"]["tls"] == pytest.approx(0.71)
     assert s["S1"]["goal_met"] == {"auth": True, "tls": True}
+    assert s["S1"]["paired"]["auth"] == pytest.approx(0.96)  # 0.96, 1.1, 0.855 within runs 1, 2, 3
+    assert s["S1"]["paired"]["tls"] == pytest.approx(0.71)  # 0.71, 0.667, 0.727
     assert s["S2"]["ratio"]["auth"] == pytest.approx(0.9) and s["S2"]["goal_met"] == {"auth": False}
     text = security.table(s)
     assert "| S1 | msgs/s | 100 | 96.0 | 71.0 | 0.960 | 0.710 | auth >= 0.95: met; tls >= 0.70: met |" in text
