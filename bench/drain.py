@@ -54,7 +54,7 @@ if str(BENCH_DIR) not in sys.path:
 
 from stompbench import procstat  # noqa: E402
 from stompbench.workloads import Phase, ProducerSpec  # noqa: E402
-from stompbench.report import figure as _fmt  # noqa: E402
+from stompbench.report import figure as _fmt, source_state  # noqa: E402
 from core_clients import now_ns  # noqa: E402
 from core_rows import run_phase  # noqa: E402
 
@@ -414,12 +414,7 @@ def main(argv=None) -> int:
     payload: dict = {"kind": "drain", "started": started.isoformat(timespec="seconds"),
                      "argv": sys.argv, "uptime_before": load_before,
                      "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}}
-    try:
-        commit = subprocess.run(["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = "?"
-    payload["commit"] = commit
+    payload["commit"] = source_state()
     with tempfile.TemporaryDirectory(prefix="petrel-bench-drain-") as tmp:
         root = Path(tmp)
         if "migration" in args.parts:
@@ -436,7 +431,7 @@ def main(argv=None) -> int:
     payload["uptime_after"] = load_after
     sections = [f"### Drain / scale-down, {started:%Y-%m-%d %H:%M %Z}", "",
                 f"Host: {os.cpu_count()} CPUs, Linux {platform.release()}, Python {platform.python_version()}; "
-                f"commit {commit}. Load before: `{load_before}`; after: `{load_after}`.", ""]
+                f"commit {payload['commit']}. Load before: `{load_before}`; after: `{load_after}`.", ""]
     if "migration" in payload:
         sections += [f"#### `petrel drain` of a killed broker's directory into a live broker serving "
                      f"{args.light_rate:,.0f} persistent msg/s of its own (medians of {args.runs}; filled once, "

@@ -55,7 +55,7 @@ from stompbench.brokers import BrokerFailed  # noqa: E402
 from stompbench.dialect import PETREL, Dialect  # noqa: E402
 from stompbench.harness import Plan, describe, measure_workload  # noqa: E402
 from stompbench.metrics import Measurement  # noqa: E402
-from stompbench.report import figure, write_json  # noqa: E402
+from stompbench.report import figure, source_state, write_json  # noqa: E402
 from stompbench.workloads import Counts, build, warmup  # noqa: E402
 
 VARIANTS = ("off", "auth", "tls")
@@ -136,15 +136,6 @@ def busiest() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pcpu,etime,comm", "--sort=-pcpu"], capture_output=True, text=True,
                          timeout=10).stdout.splitlines()
     return [" ".join(line.split()) for line in out[1:6]]
-
-
-def commit() -> str:
-    """HEAD, and the tracked files under src/ and bench/ that differ from it (others' work in progress)."""
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(BENCH_DIR.parent), *a], capture_output=True, text=True).stdout.strip()
-
-    dirty = git("diff", "--name-only", "HEAD", "--", "src", "bench").split()
-    return git("rev-parse", "--short", "HEAD") + (f" + uncommitted {', '.join(dirty)}" if dirty else "")
 
 
 def median_of(ms: list[Measurement], variant: str, row: str, metric: str) -> float | None:
@@ -229,7 +220,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the broker in the finally below
 
     started = dt.datetime.now(dt.timezone.utc)
-    env = {"started": started.isoformat(timespec="seconds"), "commit": commit(), "argv": sys.argv,
+    env = {"started": started.isoformat(timespec="seconds"), "commit": source_state(), "argv": sys.argv,
            "host": f"{os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}",
            "loadavg_before": loadavg(), "busiest_before": busiest()}
     print(f"{env['started']} commit {env['commit']}\nload average before: {env['loadavg_before']} "

@@ -45,6 +45,7 @@ if str(BENCH_DIR) not in sys.path:
 
 from petrel.client import Connection, Message  # noqa: E402
 from petrel.testing.process import BrokerProcess, wait_for  # noqa: E402
+from stompbench.report import source_state  # noqa: E402
 
 QUEUE = "bench.spark.source"
 
@@ -156,15 +157,6 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
 
 
-def commit() -> str:
-    """HEAD, and the tracked files under src/ and bench/ that differ from it (others' work in progress)."""
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(BENCH_DIR), *a], capture_output=True, text=True).stdout.strip()
-
-    dirty = git("diff", "--name-only", "HEAD", "--", "src", "bench").split()
-    return git("rev-parse", "--short", "HEAD") + (f" + uncommitted {', '.join(dirty)}" if dirty else "")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=1_000_000)
@@ -187,7 +179,7 @@ def main() -> None:
     def fits(seconds: float) -> bool:
         return args.budget is None or time.monotonic() - t_start + seconds <= args.budget
 
-    env = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
+    env = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": source_state(),
            "uptime_before": uptime(), "argv": sys.argv}
     print(f"{env['started']} commit {env['commit']}; {env['uptime_before']}", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="petrel-bench-source-"))

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 from .metrics import METRICS, Cell, Measurement, medians, ratio
 
 BEGIN = "<!-- stompbench:results:begin -->"
 END = "<!-- stompbench:results:end -->"
+
+
+def source_state(repo: Path = Path(__file__).resolve().parents[2]) -> str:
+    """The commit a benchmark measures: HEAD, and the tracked files under src/ and bench/ that
+    differ from it (work in progress), or "?" without git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout.strip()
+
+    try:
+        dirty = git("diff", "--name-only", "HEAD", "--", "src", "bench").split()
+        head = git("rev-parse", "--short", "HEAD")
+    except OSError:
+        return "?"
+    return (head or "?") + (f" + uncommitted {', '.join(dirty)}" if dirty else "")
 
 
 def figure(v: float | None, digits: int = 1) -> str:
