@@ -22,7 +22,6 @@ killed.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import hashlib
 import os
@@ -30,11 +29,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from petrel.testing.process import free_port
+from petrel.testing.server_process import ServerProcess
 
 __all__ = ["SLAPD", "LdapServer", "LdapStartError", "ldap_available", "ssha"]
 
@@ -45,9 +44,6 @@ MODULE_DIR = Path("/usr/lib/ldap")
 SUFFIX = "dc=example,dc=com"
 ROOT_DN = f"cn=admin,{SUFFIX}"
 ROOT_PASSWORD = "root-secret"
-
-_running: set[LdapServer] = set()
-
 
 class LdapStartError(RuntimeError):
     """The server did not answer in time, or its process exited."""
@@ -67,13 +63,11 @@ def ssha(password: str) -> str:
     return "{SSHA}" + base64.b64encode(hashlib.sha1(password.encode() + salt).digest() + salt).decode()
 
 
-class LdapServer:
+class LdapServer(ServerProcess):
     def __init__(self, workdir: Path | str | None = None, *, users: dict[str, str] | None = None,
                  groups: dict[str, list[str]] | None = None, port: int | None = None,
                  tls: tuple[Path, Path] | None = None, start_timeout: float = 30.0) -> None:
-        self._owns_workdir = workdir is None
-        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="petrel-ldap-"))
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        super().__init__(workdir, prefix="petrel-ldap-", log_name="slapd.log")
         self.db_dir = self.workdir / "db"
         self.host = "127.0.0.1"
         self.port = port if port is not None else free_port()
@@ -82,17 +76,11 @@ class LdapServer:
         self.groups = {name: list(members) for name, members in (groups or {}).items()}
         self.tls = tls  # (certificate, key) PEM files: the server speaks ldaps:// only
         self.config_path = self.workdir / "slapd.conf"
-        self.log_path = self.workdir / "slapd.log"
-        self.process: subprocess.Popen | None = None
         self._loaded = False
 
     @property
     def url(self) -> str:
         return f"{'ldaps' if self.tls else 'ldap'}://{self.host}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def user_dn(self, user: str) -> str:
         return f"uid={user},ou=people,{SUFFIX}"
@@ -152,10 +140,7 @@ class LdapServer:
         if not self._loaded:
             self._load()
         command = [str(SLAPD), "-f", str(self.config_path), "-h", f"{self.url}/", "-d", "256"]
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            cwd=self.workdir, start_new_session=True)
-        _running.add(self)
+        self._spawn(command)
         deadline = time.monotonic() + self.start_timeout
         while not self._answers():
             if self.process.poll() is not None:
@@ -192,52 +177,3 @@ class LdapServer:
     def resume(self) -> None:
         if self.running:
             os.killpg(self.process.pid, signal.SIGCONT)
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM and wait for the exit (SIGKILL after `timeout`)."""
-        self._signal(signal.SIGTERM, timeout)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown at all, as in a crash."""
-        self._signal(signal.SIGKILL, 15.0)
-
-    def _signal(self, signum: int, timeout: float) -> None:
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGCONT)
-                os.killpg(process.pid, signum)
-            except ProcessLookupError:
-                pass
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout)
-        _running.discard(self)
-
-    def close(self) -> None:
-        """Kill the server, and remove its directory when it made one itself."""
-        self.kill()
-        if self._owns_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> LdapServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for server in list(_running):
-        server.kill()

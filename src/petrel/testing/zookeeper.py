@@ -22,17 +22,13 @@ interpreter exit is killed, so a failed test never leaves a JVM behind.
 
 from __future__ import annotations
 
-import atexit
-import os
 import shutil
-import signal
 import socket
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from petrel.testing.process import free_port
+from petrel.testing.server_process import ServerProcess
 
 __all__ = ["ZOOKEEPER_JAR", "ZooKeeperServer", "ZooKeeperStartError", "zookeeper_available"]
 
@@ -52,9 +48,6 @@ JVM_OPTIONS = (
     "-Dzookeeper.admin.enableServer=false",
     "-Dzookeeper.jmx.log4j.disable=true",
 )
-
-_running: set[ZooKeeperServer] = set()
-
 
 class ZooKeeperStartError(RuntimeError):
     """The server did not answer in time, or its process exited."""
@@ -82,20 +75,16 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> s
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ServerProcess):
     def __init__(self, workdir: Path | str | None = None, *, port: int | None = None,
                  start_timeout: float = 60.0) -> None:
-        self._owns_workdir = workdir is None
-        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="petrel-zk-"))
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        super().__init__(workdir, prefix="petrel-zk-", log_name="zookeeper.log")
         self.data_dir = self.workdir / "data"
         self.data_dir.mkdir(exist_ok=True)
         self.host = "127.0.0.1"
         self.port = port if port is not None else free_port()
         self.start_timeout = start_timeout
         self.config_path = self.workdir / "zoo.cfg"
-        self.log_path = self.workdir / "zookeeper.log"
-        self.process: subprocess.Popen | None = None
         #: Seconds the last `start()` took until the server answered.
         self.last_start_seconds: float | None = None
         self._write_config()
@@ -103,10 +92,6 @@ class ZooKeeperServer:
     @property
     def connect_string(self) -> str:
         return f"{self.host}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def _write_config(self) -> None:
         self.config_path.write_text(
@@ -131,10 +116,7 @@ class ZooKeeperServer:
         began = time.monotonic()
         command = [shutil.which("java") or "java", *JVM_OPTIONS, "-cp", str(ZOOKEEPER_JAR), MAIN_CLASS,
                    str(self.config_path)]
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            cwd=self.workdir, start_new_session=True)
-        _running.add(self)
+        self._spawn(command)
         deadline = began + self.start_timeout
         while True:
             if self.process.poll() is not None:
@@ -155,30 +137,6 @@ class ZooKeeperServer:
         self.last_start_seconds = time.monotonic() - began
         return self
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM and wait for the exit (SIGKILL after `timeout`)."""
-        self._signal(signal.SIGTERM, timeout)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown at all, as in a crash."""
-        self._signal(signal.SIGKILL, 15.0)
-
-    def _signal(self, signum: int, timeout: float) -> None:
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signum)
-            except ProcessLookupError:
-                pass
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout)
-        _running.discard(self)
-
     def detach(self) -> int:
         """Let the running server outlive this object and this process (``petrel cluster up``
         leaves it to ``petrel cluster down``): it is no longer stopped by `stop`, `kill`,
@@ -187,33 +145,9 @@ class ZooKeeperServer:
         if process is None or process.poll() is not None:
             raise ZooKeeperStartError(f"no running ZooKeeper on {self.connect_string} to detach")
         self.process = None
-        _running.discard(self)
+        self._forget()
         return process.pid
-
-    def close(self) -> None:
-        """Kill the server, and remove its directory when it made one itself."""
-        self.kill()
-        if self._owns_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def srvr(self) -> str:
         """The ``srvr`` report: version, mode, connections, zxid, node count."""
         return four_letter_word(self.host, self.port, "srvr")
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> ZooKeeperServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for server in list(_running):
-        server.kill()
