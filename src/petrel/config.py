@@ -470,11 +470,14 @@ def load_config(
         # from the file, or the default while a file is used: next to the file
         from_file = path is not None and sources.get("data_dir", (str(path),))[0] == str(path)
         data_dir = (base_dir if from_file else Path.cwd()) / data_dir
-    users_file = config.security.users_file
+    security = config.security
+    users_file = security.users_file
     if users_file is not None and not users_file.expanduser().is_absolute():  # next to the file
-        security = config.security.model_copy(update={"users_file": base_dir / users_file})
-        return config.model_copy(update={"data_dir": data_dir, "security": security})
-    return config.model_copy(update={"data_dir": data_dir})
+        security = security.model_copy(update={"users_file": base_dir / users_file})
+    ldap = security.ldap
+    if ldap is not None and ldap.ca_file is not None and not ldap.ca_file.expanduser().is_absolute():
+        security = security.model_copy(update={"ldap": ldap.model_copy(update={"ca_file": base_dir / ldap.ca_file})})
+    return config.model_copy(update={"data_dir": data_dir, "security": security})
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

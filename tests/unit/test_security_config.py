@@ -73,3 +73,42 @@ def test_security_enabled_from_the_environment() -> None:
     message = error_of(None, env={"PETREL_SECURITY_ENABLED": "maybe"})
     assert message.startswith("environment: PETREL_SECURITY_ENABLED:")
     assert "only be set in the config file" in error_of(None, env={"PETREL_SECURITY_SETTINGS": "x"})
+
+
+def test_a_relative_ldap_ca_file_is_next_to_broker_toml(tmp_path: Path) -> None:
+    path = write(tmp_path, '''
+[security.ldap]
+url = "ldaps://ldap.example.com"
+ca_file = "etc/ldap-ca.pem"
+user_dn_template = "uid={user},ou=people,dc=example,dc=com"
+''')
+    assert load_config(path, env={}).security.ldap.ca_file == tmp_path / "etc" / "ldap-ca.pem"
+    absolute = write(tmp_path, '''
+[security.ldap]
+url = "ldaps://ldap.example.com"
+ca_file = "/srv/ca.pem"
+user_dn_template = "uid={user},ou=people,dc=example,dc=com"
+''')
+    assert load_config(absolute, env={}).security.ldap.ca_file == Path("/srv/ca.pem")
+
+
+def test_a_stopping_broker_ends_its_ldap_login_threads(tmp_path: Path) -> None:
+    import asyncio
+
+    from petrel.config import BrokerConfig
+    from petrel.security.config import SecurityModel
+    from petrel.server.broker import Broker
+
+    ldap = {"url": "ldap://127.0.0.1:1", "user_dn_template": "uid={user},dc=example"}
+    config = BrokerConfig(data_dir=tmp_path / "data", port=0, stomp_port=-1, http_port=-1, max_disk_usage=100,
+                          security=SecurityModel(ldap=ldap))
+
+    async def run() -> Broker:
+        broker = Broker(config)
+        await broker.start()
+        await broker.stop()
+        return broker
+
+    broker = asyncio.run(run())
+    with pytest.raises(RuntimeError, match="shutdown"):  # its pool takes no more logins
+        broker.security.ldap.executor.submit(print)

@@ -83,6 +83,11 @@ class Security:
             ldap=ldap,
         )
 
+    def close(self) -> None:
+        """The broker stops: the LDAP login threads end (a login under way within its timeout)."""
+        if self.ldap is not None:
+            self.ldap.close()
+
     def prepare(self) -> str | None:
         """Read the users file; with none yet, create it with user ``admin`` and a generated
         password, shown once in the log (on stderr if the log level hides warnings) and

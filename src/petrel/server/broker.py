@@ -312,6 +312,7 @@ class Broker:
             await self.activation.stop(timeout)
         else:
             await self.deactivate(timeout)
+        self.security.close()
         log.info("Petrel stopped", extra={"event": "broker.stopped"})
 
     async def deactivate(self, timeout: float = 10.0, *, reason: str = "the broker is shutting down",
