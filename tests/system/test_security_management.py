@@ -33,6 +33,7 @@ manage = ["admin"]
 [security_settings."orders.#"]
 view = ["admin", "viewer", "orders"]
 manage = ["admin", "orders"]
+send = ["admin"]
 """
 
 
@@ -137,6 +138,27 @@ def test_a_move_needs_manage_on_its_target_too(broker):
     status, body = call(broker, "POST", "/api/v1/queues/orders.src/move", {"to": "orders.dst"}, auth=ORDERS)[:2]
     assert status == 200 and body["moved"] == 0, body
     assert call(broker, "POST", "/api/v1/queues/orders.src/move", {"to": "general.dst"}, auth=ADMIN)[0] == 200
+
+
+def test_a_retry_sends_back_only_to_addresses_the_user_manages(broker):
+    """Retrying a dead-letter queue needs manage on each address a message goes back to: the others
+    stay, and the answer names their addresses."""
+    from petrel.client import Connection, Message
+    from petrel.core.message import ORIGINAL_ADDRESS
+
+    for name in ("orders.dlq", "orders.back", "general.back"):
+        assert call(broker, "POST", "/api/v1/queues", {"name": name}, auth=ADMIN)[0] == 201
+    with Connection(f"tcp://127.0.0.1:{broker.port}", user="admin", password="admin-pw") as conn:
+        producer = conn.session().producer("queue://orders.dlq")
+        for back in ("orders.back", "general.back"):
+            producer.send(Message(back.encode(), {ORIGINAL_ADDRESS: back}, durable=True), wait=True)
+    status, body = call(broker, "POST", "/api/v1/queues/orders.dlq/retry", {}, auth=ORDERS)[:2]
+    assert status == 200 and body["retried"] == 1 and body["not_permitted"] == ["general.back"], body
+    count = lambda name: call(broker, "GET", f"/api/v1/queues/{name}/count", auth=ADMIN)[1]["count"]  # noqa: E731
+    assert (count("orders.back"), count("general.back"), count("orders.dlq")) == (1, 0, 1)
+    status, body = call(broker, "POST", "/api/v1/queues/orders.dlq/retry", {}, auth=ADMIN)[:2]
+    assert status == 200 and body["retried"] == 1 and "not_permitted" not in body, body
+    assert count("general.back") == 1
 
 
 def test_bearer_tokens(broker):

@@ -6,6 +6,8 @@ moved in its own store transaction so a crash never loses or doubles one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from petrel.core.message import ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message, RoutingType
 from petrel.core.postoffice import PostOffice, RoutingError
 from petrel.core.queue import MessageReference, Queue
@@ -56,12 +58,14 @@ def move(office: PostOffice, queue: Queue, target: str, filter: str | None = Non
     return moved
 
 
-def retry(office: PostOffice, queue: Queue, filter: str | None = None) -> int:
-    """Send dead-lettered (or expired) messages back to the address they came from."""
+def retry(office: PostOffice, queue: Queue, filter: str | None = None,
+          allowed: Callable[[str], bool] = lambda address: True) -> int:
+    """Send dead-lettered (or expired) messages back to the address they came from; those whose
+    address is not `allowed` (the caller may not manage it) stay."""
     moved = 0
     for ref in _select(queue, filter):
         original = ref.message.properties.get(ORIGINAL_ADDRESS)
-        if not original:
+        if not original or not allowed(str(original)):
             continue
         original_queue = ref.message.properties.get(ORIGINAL_QUEUE)
         target_queue = office.queues.get(str(original_queue)) if original_queue else None

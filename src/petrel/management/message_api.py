@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from petrel.core import operations
-from petrel.management.auth import require
+from petrel.management.auth import permitted, require
 from petrel.management.errors import bad_request, not_found
 from petrel.management.keys import BROKER
 from petrel.management.params import json_body, query_choice, query_int, selector_text, text_field
@@ -76,5 +76,16 @@ async def retry_messages(request: web.Request) -> web.Response:
     queue = find_queue(request)
     body = await json_body(request)
     filter = selector_text(text_field(body, "filter"))
-    retried = operations.retry(office, queue, filter)
-    return web.json_response({"queue": queue.name, "retried": retried})
+    left = set()  # addresses the user may not manage: their messages stay in the queue
+
+    def allowed(address: str) -> bool:
+        if permitted(request, "manage", address):
+            return True
+        left.add(address)
+        return False
+
+    retried = operations.retry(office, queue, filter, allowed)
+    body = {"queue": queue.name, "retried": retried}
+    if left:
+        body["not_permitted"] = sorted(left)  # manage is needed on each address a message goes back to
+    return web.json_response(body)

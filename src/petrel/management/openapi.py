@@ -294,8 +294,10 @@ def _paths() -> dict[str, Any]:
                           _json(_obj({"queue": _STR, "deleted": _STR}), "deleted"), tag="queues",
                           errors={"404": "no such queue or cursor"})},
         "/api/v1/queues/{name}/retry": {"parameters": [_NAME], "post": _op(
-            "Send dead-lettered or expired messages back to their original address",
-            _json(_obj({"queue": _STR, "retried": _INT}), "retried"), body=_ref("FilterBody"),
+            "Send dead-lettered or expired messages back to their original address (with security on, only to "
+            "addresses the user may manage; the others stay and are listed in not_permitted)",
+            _json(_obj({"queue": _STR, "retried": _INT, "not_permitted": {"type": "array", "items": _STR}}),
+                  "retried"), body=_ref("FilterBody"),
             tag="messages", errors=bad_filter)},
     }
 
