@@ -365,3 +365,35 @@ def test_a_flood_of_silent_sockets_is_capped_and_cleared(tmp_path, pki):
             for sock in silent:
                 sock.close()
         assert run(round_trip(core_url(b, pki), "tls.after.flood")) == b"over TLS"
+
+
+def test_a_drain_into_a_tls_only_target(tmp_path, pki):
+    """`petrel drain --target ssl://...` moves an orphaned directory into a broker that speaks only
+    TLS, trusting the CA of --config's ssl_ca; without it the certificate is refused, clearly."""
+    import subprocess
+    import sys
+
+    from petrel.testing.ha import send_range
+
+    src = BrokerProcess(tmp_path / "src").start()
+    run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://orders", range(200)))
+    src.kill9()
+    dst = BrokerProcess(tmp_path / "dst", settings=tls_settings(pki)).start()
+    try:
+        command = [sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir),
+                   "--target", f"ssl://127.0.0.1:{dst.port}", "--progress", "json"]
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1 and "certificate" in refused.stderr.lower(), refused.stderr
+        config = tmp_path / "drain.toml"
+        config.write_text(f"ssl_ca = {json.dumps(str(pki.ca.cert))}\n")
+        done = subprocess.run([*command, "--config", str(config)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.splitlines()[-1])["messages_moved"] == 200
+
+        async def count() -> int:
+            async with await connect(core_url(dst, pki)) as conn:
+                return (await conn.queue_info("orders"))["message_count"]
+
+        assert run(count()) == 200
+    finally:
+        dst.kill9()

@@ -25,7 +25,9 @@ __all__ = ["drain"]
 @click.command("drain")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="The orphaned data directory to empty.")
-@click.option("--target", required=True, metavar="URL", help="A live broker: tcp://host:port.")
+@click.option("--target", required=True, metavar="URL",
+              help="A live broker: tcp://host:port, or ssl://host:port over TLS (the CA and any client "
+                   "certificate from --config's ssl_ca, ssl_cert, ssl_key).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A broker.toml to take the cluster credentials and storage settings from.")
 @click.option("--user", help="Cluster user (default: cluster_user of --config, or the default).")
@@ -39,8 +41,8 @@ def drain(ctx: click.Context, data_dir: Path, target: str, config_file: Path | N
     """Move every message of DATA_DIR (a broker that is gone) to TARGET, then exit 0."""
     if not data_dir.is_dir():
         raise UsageError(f"{data_dir} is not a directory")
-    if not target.startswith("tcp://") and "://" in target:
-        raise UsageError(f"--target {target!r}: expected tcp://host:port")
+    if not target.startswith(("tcp://", "ssl://")) and "://" in target:
+        raise UsageError(f"--target {target!r}: expected tcp://host:port or ssl://host:port")
     base = load_config(config_file, overrides={"data_dir": data_dir})
     updates = {"port": -1, "stomp_port": -1, "http_port": -1, "cluster_connections": [],
                "broadcast_groups": [], "discovery_groups": [], "grouping_handler": None,
