@@ -21,7 +21,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from petrel.cluster.internal_names import drop_reserved, internal_write_problem
 from petrel.codec.core import (
     Ack,
     Browse,
@@ -53,15 +52,11 @@ from petrel.codec.core import (
     Send,
     SendChunk,
     SendConfirm,
-    SendFailed,
     Topology,
 )
 from petrel.codec.errors import RemoteProtocolError
-from petrel.core.limits import AddressFull
-from petrel.core.message import LargeBody, Message, now_ms
 from petrel.core.postoffice import RoutingError
 from petrel.core.selector import SelectorError
-from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.codec.core.cluster import (
     ClusterJoin,
     Forward,
@@ -75,14 +70,14 @@ from petrel.codec.core.cluster import (
 from petrel.security.errors import NotAuthorized
 from petrel.server.access import Access
 from petrel.server.adapters.core import guard
-from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.core.admin import AdminFrames
 from petrel.server.adapters.core.cluster import ClusterFrames
 from petrel.server.adapters.core import large
-from petrel.server.adapters.core.consuming import ROUTING, ConsumerFrames
+from petrel.server.adapters.core.consuming import ConsumerFrames
 from petrel.server.adapters.core.cursors import CursorFrames
 from petrel.server.adapters.core.migration import MigrationFrames
 from petrel.server.adapters.core.replication import ReplicationFrames
+from petrel.server.adapters.core.sending import SendFrames
 from petrel.codec.core.replication import ReplicaAck, ReplicaFailback, ReplicaRegister, ReplicaVote
 from petrel.server.adapters.core.session import CoreConsumer, Fatal, RequestFailed, ServerSession
 
@@ -95,7 +90,8 @@ __all__ = ["CoreAdapter"]
 log = logging.getLogger("petrel.server.core")
 
 
-class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames, MigrationFrames, CursorFrames):
+class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames, MigrationFrames,
+                  CursorFrames):
     protocol = "core"
 
     def __init__(self, broker: Broker, conn: Connection) -> None:
@@ -422,87 +418,6 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
             self.office.rollback(session.tx)
         large.abort(session)
 
-    # -- sending -----------------------------------------------------------------------------
-
-    def on_send(self, e: Send) -> None:
-        session = self.sessions.get(e.session)
-        if session is None:
-            raise Fatal(ErrorCode.PROTOCOL, f"no session {e.session} on this connection")
-        if session.large is not None:
-            raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
-        if (refused := internal_write_problem(self, e.address)) is not None:  # $.petrel.*
-            raise Fatal(ErrorCode.UNAUTHORIZED, refused)
-        drop_reserved(self, e.properties)  # _PETREL_*
-        if self.office.grouping is not None and wait_for_group(
-                self, e.address, e.properties, ROUTING[e.routing_type + 1] if -1 <= e.routing_type <= 1 else None,
-                lambda: self.on_send(e),
-                lambda reason: self.refuse(session, ErrorCode.ROUTING, reason)):
-            return
-        if e.more or len(e.body) > self._large_over:
-            large.start(self, session, e)
-            return
-        self._route(session, e, e.body)
-
-    def on_send_chunk(self, e: SendChunk) -> None:
-        session = self._session(e.session)
-        if session.large is None:
-            raise Fatal(ErrorCode.PROTOCOL, "SEND_CHUNK without a SEND that announced more")
-        large.chunk(self, session, e.body, e.more)
-
-    def route_large(self, session: ServerSession, e: Send | Forward, message_id: int, body: LargeBody) -> None:
-        """A SEND (or FORWARD) whose body is already in its file, named for `message_id`."""
-        if isinstance(e, Forward):
-            self.route_forward(session, e, b"", (message_id, body))
-        else:
-            self._route(session, e, b"", (message_id, body))
-
-    def refuse(self, session: ServerSession, code: ErrorCode, text: str) -> None:
-        """A message counted as sent, and refused."""
-        session.sent += 1
-        if session not in self._dirty:
-            self._dirty.append(session)
-        self._out.append(self.codec.send(SendFailed(session.id, session.sent, code, text)))
-
-    def _route(self, session: ServerSession, e: Send, body: bytes, large_body: tuple | None = None) -> None:
-        session.sent += 1
-        if session.sent - session.confirmed == 1:
-            self._dirty.append(session)
-        rt = e.routing_type
-        if not -1 <= rt <= 1 or not 0 <= e.priority <= 9:
-            if large_body is not None:
-                self.broker.large.delete(large_body[1])
-            self._out.append(self.codec.send(SendFailed(
-                session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
-            return
-        try:
-            self.access.send(self.office, e.address, ROUTING[rt + 1])
-        except NotAuthorized as exc:
-            if large_body is not None:
-                self.broker.large.delete(large_body[1])
-            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.UNAUTHORIZED, str(exc))))
-            return
-        # positional: id, address, body, properties, durable, priority, expiration, timestamp, scheduled
-        message = Message(large_body[0] if large_body else self._next_id(), e.address, body, e.properties,
-                          e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
-        if large_body is not None:  # from here the office owns the file (and drops it if it refuses)
-            message.large = large_body[1]
-        tx = session.tx
-        try:
-            result = self.office.send(message, ROUTING[rt + 1], tx)
-        except AddressFull as exc:
-            self.office.discard(message)
-            self._out.append(
-                self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL, str(exc))))
-            return
-        except (RoutingError, SelectorError, ValueError) as exc:
-            self.office.discard(message)
-            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ROUTING, str(exc))))
-            return
-        if e.durable and tx is None:
-            self._sync = True
-        if result.blocked or result.throttled:
-            self._block(session, message.address, quiet=not result.blocked)
-
     def hold(self) -> None:
         """Handle nothing more (and read nothing) until `resume_held`."""
         self._held = True
@@ -518,60 +433,6 @@ class CoreAdapter(ConsumerFrames, AdminFrames, ClusterFrames, ReplicationFrames,
         if self.conn.transport is not None:
             self.conn.transport.resume_reading()
         self._run(fn)
-
-    def _block(self, session: ServerSession, address: str, *, quiet: bool = False) -> None:
-        """BLOCK policy, a full disk, or consumers far behind (`quiet`): hold the session's
-        confirmations until there is room, so its producer stops once its confirmation window is
-        full. Other traffic on the connection (acks, credit, pings) keeps flowing, so consumers
-        can make the room."""
-        if session.blocked:
-            return
-        session.blocked = True
-        if not quiet:
-            log.info("producer session %d of %s blocked: address %s is full", session.id, self.conn.peer,
-                     address, extra={"event": "address.blocked"})
-
-        def unblock() -> None:
-            session.blocked = False
-            if not self.conn.closed and not self._closing:
-                self.conn.call_later(0, self._confirm_unblocked)
-
-        self.office.limits.wait_for_space(address, unblock)
-
-    def _confirm_unblocked(self) -> None:
-        if self.conn.closed or self._closing:
-            return
-        for session in self.sessions.values():
-            if not session.blocked and session.sent != session.confirmed and session not in self._dirty:
-                self._dirty.append(session)
-        self._sync = True
-        self._finish_read()
-
-    # -- consuming ---------------------------------------------------------------------------
-
-    # -- transactions -------------------------------------------------------------------------
-
-    def _tx_session(self, session_id: int) -> ServerSession:
-        session = self._session(session_id)
-        if session.tx is None:
-            raise RequestFailed(ErrorCode.INVALID, f"session {session_id} is not transacted")
-        return session
-
-    def on_commit(self, e: Commit) -> None:
-        session = self._tx_session(e.session)
-        tx, session.tx = session.tx, Transaction(f"core-{session.id}")
-        try:
-            self.office.commit(tx)
-        except TransactionRolledBack as exc:
-            self.reply(Result(e.corr, ErrorCode.TRANSACTION_ROLLED_BACK, f"transaction rolled back: {exc}"))
-            return
-        self.reply(Result(e.corr), sync=True, transactional=True)
-
-    def on_rollback(self, e: Rollback) -> None:
-        session = self._tx_session(e.session)
-        tx, session.tx = session.tx, Transaction(f"core-{session.id}")
-        self.office.rollback(tx)
-        self.reply(Result(e.corr))
 
     # -- lifecycle ----------------------------------------------------------------------------
 

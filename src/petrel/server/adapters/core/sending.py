@@ -1,0 +1,166 @@
+"""CORE sends and local transactions: SEND and SEND_CHUNK routed through the post office,
+refusals counted as sends (SEND_FAILED), producer sessions held back while their address is full
+(BLOCK), COMMIT and ROLLBACK of a transacted session. A mixin of `CoreAdapter`."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from petrel.cluster.internal_names import drop_reserved, internal_write_problem
+from petrel.codec.core import Commit, ErrorCode, Result, Rollback, Send, SendChunk, SendFailed
+from petrel.codec.core.cluster import Forward
+from petrel.core.limits import AddressFull
+from petrel.core.message import LargeBody, Message, now_ms
+from petrel.core.postoffice import RoutingError
+from petrel.core.selector import SelectorError
+from petrel.core.transaction import Transaction, TransactionRolledBack
+from petrel.security.errors import NotAuthorized
+from petrel.server.adapters.core import large
+from petrel.server.adapters.core.consuming import ROUTING
+from petrel.server.adapters.core.session import Fatal, RequestFailed, ServerSession
+from petrel.server.adapters.group_wait import wait_for_group
+
+if TYPE_CHECKING:
+    from petrel.server.adapters.core.adapter import CoreAdapter
+
+__all__ = ["SendFrames"]
+
+log = logging.getLogger("petrel.server.core")
+
+
+class SendFrames:
+    # -- sending -----------------------------------------------------------------------------
+
+    def on_send(self: CoreAdapter, e: Send) -> None:
+        session = self.sessions.get(e.session)
+        if session is None:
+            raise Fatal(ErrorCode.PROTOCOL, f"no session {e.session} on this connection")
+        if session.large is not None:
+            raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
+        if (refused := internal_write_problem(self, e.address)) is not None:  # $.petrel.*
+            raise Fatal(ErrorCode.UNAUTHORIZED, refused)
+        drop_reserved(self, e.properties)  # _PETREL_*
+        if self.office.grouping is not None and wait_for_group(
+                self, e.address, e.properties, ROUTING[e.routing_type + 1] if -1 <= e.routing_type <= 1 else None,
+                lambda: self.on_send(e),
+                lambda reason: self.refuse(session, ErrorCode.ROUTING, reason)):
+            return
+        if e.more or len(e.body) > self._large_over:
+            large.start(self, session, e)
+            return
+        self._route(session, e, e.body)
+
+    def on_send_chunk(self: CoreAdapter, e: SendChunk) -> None:
+        session = self._session(e.session)
+        if session.large is None:
+            raise Fatal(ErrorCode.PROTOCOL, "SEND_CHUNK without a SEND that announced more")
+        large.chunk(self, session, e.body, e.more)
+
+    def route_large(self: CoreAdapter, session: ServerSession, e: Send | Forward, message_id: int,
+                    body: LargeBody) -> None:
+        """A SEND (or FORWARD) whose body is already in its file, named for `message_id`."""
+        if isinstance(e, Forward):
+            self.route_forward(session, e, b"", (message_id, body))
+        else:
+            self._route(session, e, b"", (message_id, body))
+
+    def refuse(self: CoreAdapter, session: ServerSession, code: ErrorCode, text: str) -> None:
+        """A message counted as sent, and refused."""
+        session.sent += 1
+        if session not in self._dirty:
+            self._dirty.append(session)
+        self._out.append(self.codec.send(SendFailed(session.id, session.sent, code, text)))
+
+    def _route(self: CoreAdapter, session: ServerSession, e: Send, body: bytes,
+               large_body: tuple | None = None) -> None:
+        session.sent += 1
+        if session.sent - session.confirmed == 1:
+            self._dirty.append(session)
+        rt = e.routing_type
+        if not -1 <= rt <= 1 or not 0 <= e.priority <= 9:
+            if large_body is not None:
+                self.broker.large.delete(large_body[1])
+            self._out.append(self.codec.send(SendFailed(
+                session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
+            return
+        try:
+            self.access.send(self.office, e.address, ROUTING[rt + 1])
+        except NotAuthorized as exc:
+            if large_body is not None:
+                self.broker.large.delete(large_body[1])
+            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.UNAUTHORIZED, str(exc))))
+            return
+        # positional: id, address, body, properties, durable, priority, expiration, timestamp, scheduled
+        message = Message(large_body[0] if large_body else self._next_id(), e.address, body, e.properties,
+                          e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
+        if large_body is not None:  # from here the office owns the file (and drops it if it refuses)
+            message.large = large_body[1]
+        tx = session.tx
+        try:
+            result = self.office.send(message, ROUTING[rt + 1], tx)
+        except AddressFull as exc:
+            self.office.discard(message)
+            self._out.append(
+                self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL, str(exc))))
+            return
+        except (RoutingError, SelectorError, ValueError) as exc:
+            self.office.discard(message)
+            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ROUTING, str(exc))))
+            return
+        if e.durable and tx is None:
+            self._sync = True
+        if result.blocked or result.throttled:
+            self._block(session, message.address, quiet=not result.blocked)
+
+    def _block(self: CoreAdapter, session: ServerSession, address: str, *, quiet: bool = False) -> None:
+        """BLOCK policy, a full disk, or consumers far behind (`quiet`): hold the session's
+        confirmations until there is room, so its producer stops once its confirmation window is
+        full. Other traffic on the connection (acks, credit, pings) keeps flowing, so consumers
+        can make the room."""
+        if session.blocked:
+            return
+        session.blocked = True
+        if not quiet:
+            log.info("producer session %d of %s blocked: address %s is full", session.id, self.conn.peer,
+                     address, extra={"event": "address.blocked"})
+
+        def unblock() -> None:
+            session.blocked = False
+            if not self.conn.closed and not self._closing:
+                self.conn.call_later(0, self._confirm_unblocked)
+
+        self.office.limits.wait_for_space(address, unblock)
+
+    def _confirm_unblocked(self) -> None:
+        if self.conn.closed or self._closing:
+            return
+        for session in self.sessions.values():
+            if not session.blocked and session.sent != session.confirmed and session not in self._dirty:
+                self._dirty.append(session)
+        self._sync = True
+        self._finish_read()
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def _tx_session(self: CoreAdapter, session_id: int) -> ServerSession:
+        session = self._session(session_id)
+        if session.tx is None:
+            raise RequestFailed(ErrorCode.INVALID, f"session {session_id} is not transacted")
+        return session
+
+    def on_commit(self: CoreAdapter, e: Commit) -> None:
+        session = self._tx_session(e.session)
+        tx, session.tx = session.tx, Transaction(f"core-{session.id}")
+        try:
+            self.office.commit(tx)
+        except TransactionRolledBack as exc:
+            self.reply(Result(e.corr, ErrorCode.TRANSACTION_ROLLED_BACK, f"transaction rolled back: {exc}"))
+            return
+        self.reply(Result(e.corr), sync=True, transactional=True)
+
+    def on_rollback(self: CoreAdapter, e: Rollback) -> None:
+        session = self._tx_session(e.session)
+        tx, session.tx = session.tx, Transaction(f"core-{session.id}")
+        self.office.rollback(tx)
+        self.reply(Result(e.corr))
