@@ -15,7 +15,7 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-from petrel.client.url import _bool, option, parse_endpoint, parse_url
+from petrel.client.url import option, parse_bool, parse_endpoint, parse_url
 
 if TYPE_CHECKING:
     from petrel.client.connection import AsyncConnection
@@ -32,7 +32,7 @@ async def balanced(conn: AsyncConnection, url: str, options: dict[str, Any]) -> 
     """`conn`, or a connection to the member whose turn it is (closing `conn`)."""
     parsed = parse_url(url)
     wanted = option(parsed.options, "useTopologyForLoadBalancing")
-    if wanted is None or not _bool(wanted):
+    if wanted is None or not parse_bool(wanted):
         return conn
     loop = asyncio.get_running_loop()
     deadline = loop.time() + TOPOLOGY_WAIT

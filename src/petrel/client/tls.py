@@ -20,20 +20,9 @@ import ssl
 from typing import Any
 
 from petrel.client.errors import ConnectionFailed
-from petrel.client.url import option
+from petrel.client.url import option, parse_bool
 
 __all__ = ["client_context", "handshake_error", "handshake_lost"]
-
-
-def _flag(text: str | None, default: bool) -> bool:
-    if text is None:
-        return default
-    value = text.strip().lower()
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, not {text!r}")
 
 
 def client_context(options: dict[str, str]) -> ssl.SSLContext:
@@ -47,7 +36,8 @@ def client_context(options: dict[str, str]) -> ssl.SSLContext:
         raise ValueError(f"trustStorePath: cannot read {ca}: {getattr(exc, 'reason', None) or exc}") from None
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        ctx.check_hostname = _flag(option(options, "verifyHost"), True)
+        verify = option(options, "verifyHost")
+        ctx.check_hostname = True if verify is None else parse_bool(verify)
     except ValueError as exc:
         raise ValueError(f"verifyHost: {exc}") from None
     cert = option(options, "keyStorePath", "sslCert")

@@ -36,7 +36,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
 
-__all__ = ["Endpoint", "FailoverOptions", "ClientURL", "parse_url", "parse_endpoint"]
+__all__ = ["Endpoint", "FailoverOptions", "ClientURL", "parse_bool", "parse_url", "parse_endpoint"]
 
 DEFAULT_PORT = 61616
 
@@ -80,7 +80,8 @@ class ClientURL:
 
 
 # URL option -> (field, parser)
-def _bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
+    """A URL option's true/1/yes/on or false/0/no/off (``ValueError`` otherwise)."""
     value = text.strip().lower()
     if value in ("true", "1", "yes", "on"):
         return True
@@ -90,18 +91,18 @@ def _bool(text: str) -> bool:
 
 
 _FAILOVER = {
-    "randomize": ("randomize", _bool),
+    "randomize": ("randomize", parse_bool),
     "initialreconnectdelay": ("initial_reconnect_delay", int),
     "maxreconnectdelay": ("max_reconnect_delay", int),
-    "useexponentialbackoff": ("use_exponential_backoff", _bool),
+    "useexponentialbackoff": ("use_exponential_backoff", parse_bool),
     "reconnectdelayexponent": ("reconnect_delay_exponent", float),
     "backoffmultiplier": ("reconnect_delay_exponent", float),
     "maxreconnectattempts": ("max_reconnect_attempts", int),
     "startupmaxreconnectattempts": ("startup_max_reconnect_attempts", int),
     "timeout": ("timeout", int),
-    "prioritybackup": ("priority_backup", _bool),
+    "prioritybackup": ("priority_backup", parse_bool),
     "priorityuris": ("priority_uris", lambda text: tuple(parse_endpoint(u) for u in text.split(",") if u)),
-    "updateurissupported": ("update_uris_supported", _bool),
+    "updateurissupported": ("update_uris_supported", parse_bool),
     "backupwait": ("backup_wait", int),
 }
 
@@ -173,7 +174,7 @@ def _ssl_enabled(endpoints: tuple[Endpoint, ...], options: dict[str, str]) -> tu
     if text is None:
         return endpoints
     try:
-        on = _bool(text)
+        on = parse_bool(text)
     except ValueError as exc:
         raise ValueError(f"sslEnabled: {exc}") from None
     return tuple(dataclasses.replace(e, tls=True) for e in endpoints) if on else endpoints
