@@ -211,6 +211,12 @@ class BrokerConfig(BaseModel):
         0, ge=0, le=65535, description="added to every port below, to run several brokers on one host")
     port: Port = Field(61616, description="acceptor for all protocols, detected from the first bytes (-1 = off, 0 = any free port)")
     stomp_port: Port = Field(61613, description="STOMP-only acceptor (-1 = off, 0 = any free port)")
+    mqtt_port: Port | None = Field(
+        None, description="MQTT-only acceptor (-1 = off, 0 = any free port); unset: 1883 when port is the "
+        "standard 61616, else off (the all-protocols port speaks MQTT too)")
+    amqp_port: Port | None = Field(
+        None, description="AMQP-only acceptor (-1 = off, 0 = any free port); unset: 5672 when port is the "
+        "standard 61616, else off (the all-protocols port speaks AMQP too)")
     http_port: Port = Field(8161, description="management API and console (-1 = off, 0 = any free port)")
     http_host: str = Field(
         "127.0.0.1", description="interface the management API listens on (only this host by default; "
@@ -327,9 +333,9 @@ class BrokerConfig(BaseModel):
     def _check(self) -> BrokerConfig:
         if self.message_expiry_scan_period == 0:
             raise ValueError("message_expiry_scan_period: must be -1 (never) or a positive number of ms")
-        for field in ("port", "stomp_port", "http_port"):
+        for field in ("port", "stomp_port", "mqtt_port", "amqp_port", "http_port"):
             port = getattr(self, field)
-            if port > 0 and port + self.port_offset > 65535:
+            if port is not None and port > 0 and port + self.port_offset > 65535:
                 raise ValueError(
                     f"{field}: {port} + port_offset {self.port_offset} is above 65535")
         self._check_cluster()
@@ -381,6 +387,15 @@ class BrokerConfig(BaseModel):
     def listen_stomp_port(self) -> int:
         """The STOMP port after the offset (0 = ephemeral, -1 = off)."""
         return self._offset(self.stomp_port)
+
+    def protocol_port(self, setting: str, standard: int | None) -> int:
+        """A protocol's own acceptor after the offset (0 = ephemeral, -1 = off). Unset, it is
+        the protocol's standard port on a broker whose all-protocols port is the standard
+        61616, and off otherwise (tests, colocated backups, drainers: 61616 speaks it)."""
+        port = getattr(self, setting)
+        if port is None:
+            port = standard if standard is not None and self.port == 61616 else -1
+        return self._offset(port)
 
     def listen_http_port(self) -> int:
         """The management port after the offset (0 = ephemeral, -1 = off)."""

@@ -25,7 +25,7 @@ from petrel.security import Security
 from petrel.storage.disk import DiskWatch
 from petrel.storage.large import LargeMessageStore, reconcile
 from petrel.storage.store import NullStore
-from petrel.server import heap
+from petrel.server import heap, protocols
 from petrel.server.connection import Connection
 from petrel.server.limits import ConnectionLimits
 from petrel.server.tls import BrokerTls
@@ -156,11 +156,8 @@ class Broker:
             from petrel.cluster.connection import ClusterConnection
 
             self.cluster = ClusterConnection(self, config.cluster_connections[0])
-        if config.listen_port() >= 0:  # -1: no client listener (a drainer)
-            await self._listen("all", config.listen_port(), ("core", "stomp"))
-        stomp_port = config.listen_stomp_port()
-        if stomp_port >= 0:
-            await self._listen("stomp", stomp_port, ("stomp",))
+        for name, port, spoken in protocols.acceptors(config):  # all protocols, then each one's own
+            await self._listen(name, port, spoken)
         if self.management is not None:
             self.management.metrics.attach()
         if self.cluster is not None:
@@ -228,15 +225,7 @@ class Broker:
         self.ports[name] = server.sockets[0].getsockname()[1]
 
     def make_adapter(self, kind: str, conn: Connection):
-        if kind == "stomp":
-            from petrel.server.adapters.stomp import StompAdapter
-
-            return StompAdapter(self, conn)
-        if kind == "core":
-            from petrel.server.adapters.core import CoreAdapter
-
-            return CoreAdapter(self, conn)
-        raise ValueError(kind)
+        return protocols.BY_NAME[kind].make_adapter(self, conn)
 
     def _schedule_expiry_scan(self) -> None:
         period = self.config.message_expiry_scan_period

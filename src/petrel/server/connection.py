@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from petrel.server import protocols
 from petrel.server.tls import peer_subject
 
 if TYPE_CHECKING:
@@ -27,9 +28,6 @@ STREAM_CHUNK = 256 * 1024
 STREAM_BUDGET = 4 * 1024 * 1024
 
 FLUSH_AT = 256 * 1024  # bytes gathered before they go to the transport without waiting
-STOMP_PREFIXES = (b"CONNECT", b"STOMP")
-CORE_MAGIC = b"PETREL"  # petrel.codec.core.MAGIC
-DETECT_BYTES = 8
 
 # TCP keepalive on every accepted socket: a peer whose host died (no FIN, no RST) is found
 # within about KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES seconds, and the messages
@@ -67,21 +65,6 @@ class Adapter(Protocol):
     def connection_lost(self) -> None: ...
     def pause(self) -> None: ...
     def resume(self) -> None: ...
-
-
-def detect(head: bytes) -> str | None:
-    """The protocol a client speaks, from its first bytes: 'core', 'stomp', 'unknown', or None (need more)."""
-    n = min(len(CORE_MAGIC), len(head))
-    if n and head[:n] == CORE_MAGIC[:n]:
-        return "core" if n == len(CORE_MAGIC) else None
-    stripped = head.lstrip(b"\r\n")
-    if not stripped:
-        return None if len(head) < 1024 else "unknown"
-    for prefix in STOMP_PREFIXES:
-        n = min(len(prefix), len(stripped))
-        if stripped[:n] == prefix[:n]:
-            return "stomp" if n == len(prefix) else None
-    return "unknown"
 
 
 class Connection(asyncio.Protocol):
@@ -131,10 +114,10 @@ class Connection(asyncio.Protocol):
             self.broker.limits.account(self)  # unfinished frames' bytes (petrel.server.limits)
             return
         self._head += data
-        kind = detect(self._head)
+        kind = protocols.detect(self._head, self.protocols)
         if kind is None:
             return
-        if kind not in self.protocols:
+        if kind == "unknown":
             log.info("closing %s: unrecognised protocol (first bytes %r)", self.peer, self._head[:16])
             self.close()
             return

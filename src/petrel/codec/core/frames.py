@@ -23,6 +23,7 @@ from enum import IntEnum
 __all__ = [
     "PREAMBLE",
     "MAGIC",
+    "detect",
     "PROTOCOL_VERSIONS",
     "HEADER",
     "HEADER_SIZE",
@@ -44,6 +45,16 @@ __all__ = [
 MAGIC = b"PETREL"
 #: MAGIC, the preamble format (1) and a reserved byte.
 PREAMBLE = MAGIC + b"\x01\x00"
+
+
+def detect(head: bytes) -> bool | None:
+    """Whether a client's first bytes are CORE's: True, False, or None (too few to tell)."""
+    n = min(len(MAGIC), len(head))
+    if head[:n] != MAGIC[:n]:
+        return False
+    return True if n == len(MAGIC) else None
+
+
 #: Protocol versions this codec speaks, lowest first; agreed in CONNECT/CONNECTED.
 PROTOCOL_VERSIONS = (1,)
 

@@ -17,7 +17,24 @@ __all__ = [
     "COMMANDS",
     "UNESCAPED_COMMANDS",
     "VERSIONS",
+    "detect",
 ]
+
+#: The frames a STOMP client may open with.
+OPENING_COMMANDS = (b"CONNECT", b"STOMP")
+
+
+def detect(head: bytes) -> bool | None:
+    """Whether a client's first bytes are STOMP's (CONNECT or STOMP, after any blank lines):
+    True, False, or None (too few to tell)."""
+    stripped = head.lstrip(b"\r\n")
+    if not stripped:
+        return None
+    for command in OPENING_COMMANDS:
+        n = min(len(command), len(stripped))
+        if stripped[:n] == command[:n]:
+            return True if n == len(command) else None
+    return False
 
 #: Frames a client sends.
 CLIENT_COMMANDS = frozenset(
