@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from petrel.server import protocols
+from petrel.server.flow import ReadFlow
 from petrel.server.tls import peer_subject
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.closed = False
         self.writing_paused = False
+        self.reads = ReadFlow(self)  # the one owner of pausing and resuming reads (server/flow.py)
         # While a body streams: what is still to write, in order (bytes and body sources).
         self._backlog: deque | None = None
         self._pump_scheduled = False
