@@ -34,6 +34,7 @@ from petrel.core.remote import RemoteBinding
 from petrel.core.selector import compile_selector
 from petrel.core.settings import AddressSettings, AddressSettingsRepository
 from petrel.core.transaction import Transaction, TransactionRolledBack
+from petrel.core.wildcard_routing import WildcardRouting
 from petrel.storage.store import Store
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def _records(stored: list[Queue], remote: list[RemoteBinding]) -> int:
 
 
 class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing, Endings, FlowControl,
-                 DuplicateDetection, SeqCursors):
+                 DuplicateDetection, SeqCursors, WildcardRouting):
     def __init__(
         self,
         store: Store,
@@ -95,6 +96,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         self.large_holders: dict[str, int] = {}
         self._large_in_tx: dict[int, list[LargeBody]] = {}
         self.init_cluster()
+        self.init_wildcards()  # addresses named by a pattern (wildcard_routing.py)
         self.quota = AutoCreateQuota()  # max_auto_created_queues/addresses (set by the broker)
         self._names_from_elsewhere = 0  # inside `names_from_elsewhere`: names are not checked
         #: the user whose connection's frames are being handled (the adapters set it): the queues
@@ -131,6 +133,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
         address = Address(self.store.next_id(), name, routing_types, auto_created)
         self.addresses[name] = address
         self.quota.added(address)
+        self.wildcard_address_added(address)
         self.store.add_address(address_record(address))
         log.debug("address created: %s %s", name, routing_types)
         return address
@@ -417,6 +420,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
                 address, message, routing_type, self.remote_by_address[message.address])
         else:
             targets = address.targets(message, routing_type)
+        if self.wildcard_addresses and only is None and not diverted:
+            targets = self.wildcard_targets(message, routing_type, targets)
         dup_id = message.duplicate_id if track_dup and address is not None else None
         persist_dup = dup_id is not None and self.persist_id_cache
         stored = [q for q in targets if q.durable] if message.durable else []

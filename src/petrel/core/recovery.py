@@ -42,6 +42,7 @@ class Recovery:
         for rec in recovered.addresses:
             address = Address(rec.id, rec.name, {RoutingType(r) for r in rec.routing_types}, rec.auto_created)
             self.addresses[rec.name] = address
+            self.wildcard_address_added(address)
         for rec in recovered.queues:
             address = self.addresses.get(rec.address)
             if address is None:

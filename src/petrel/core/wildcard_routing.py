@@ -1,0 +1,65 @@
+"""Addresses named by a pattern (`news.*`, `news.#`): a message sent to any address the
+pattern matches reaches their multicast queues too, as Artemis's wildcard addresses do.
+
+A mixin of `PostOffice`. Such an address is made by a subscriber (MQTT's `+` and `#` topic
+filters become `*` and `#` words); it holds no messages of its own. Which patterns match an
+address is cached per address name; the cache is dropped whenever a pattern address comes or
+goes. A broker without pattern addresses pays one dict check per send.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from petrel.core.message import Message, RoutingType
+from petrel.core.wildcard import is_wildcard, matches
+
+if TYPE_CHECKING:
+    from petrel.core.address import Address
+    from petrel.core.queue import Queue
+
+__all__ = ["WildcardRouting"]
+
+_CACHE_LIMIT = 10_000
+
+
+class WildcardRouting:
+    addresses: dict[str, Address]
+
+    def init_wildcards(self) -> None:
+        self.wildcard_addresses: dict[str, Address] = {}
+        self._wildcard_cache: dict[str, list[Address]] = {}
+
+    def wildcard_address_added(self, address: Address) -> None:
+        if is_wildcard(address.name):
+            self.wildcard_addresses[address.name] = address
+            self._wildcard_cache.clear()
+
+    def wildcard_targets(self, message: Message, routing_type: RoutingType | None,
+                         targets: list[Queue]) -> list[Queue]:
+        """`targets` and the multicast queues of every pattern address matching the message's."""
+        if routing_type is RoutingType.ANYCAST:
+            return targets
+        name = message.address
+        cache = self._wildcard_cache
+        found = cache.get(name)
+        if found is None:
+            found = self._matching(name)
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[name] = found
+        if not found:
+            return targets
+        out = list(targets)
+        for address in found:
+            if self.addresses.get(address.name) is not address:  # deleted since
+                self.wildcard_addresses.pop(address.name, None)
+                cache.clear()
+                continue
+            for queue in address.targets(message, RoutingType.MULTICAST):
+                if queue not in out:
+                    out.append(queue)
+        return out
+
+    def _matching(self, name: str) -> list[Address]:
+        return [a for pattern, a in self.wildcard_addresses.items() if pattern != name and matches(pattern, name)]
