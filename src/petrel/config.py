@@ -217,6 +217,9 @@ class BrokerConfig(BaseModel):
     amqp_port: Port | None = Field(
         None, description="AMQP-only acceptor (-1 = off, 0 = any free port); unset: 5672 when port is the "
         "standard 61616, else off (the all-protocols port speaks AMQP too)")
+    ws_port: Port | None = Field(
+        None, description="STOMP and MQTT over WebSocket (ws://host:61614/stomp, /mqtt; wss with ssl_enabled; "
+        "-1 = off, 0 = any free port); unset: 61614 when port is the standard 61616, else off")
     http_port: Port = Field(8161, description="management API and console (-1 = off, 0 = any free port)")
     http_host: str = Field(
         "127.0.0.1", description="interface the management API listens on (only this host by default; "
@@ -298,7 +301,8 @@ class BrokerConfig(BaseModel):
         '[security_settings."orders.#"] send = ["app"] (most specific pattern wins)')
     # TLS (petrel.server.tls checks the files and builds the contexts)
     ssl_enabled: bool = Field(
-        False, description="the all-protocols and STOMP acceptors speak TLS only (a plain-TCP client is refused)")
+        False, description="the client acceptors (all-protocols, STOMP, MQTT, AMQP, WebSocket) speak TLS only "
+        "(a plain-TCP client is refused)")
     ssl_cert: Path | None = Field(None, description="PEM certificate (chain, leaf first) the broker presents")
     ssl_key: Path | None = Field(None, description="PEM private key of ssl_cert")
     ssl_key_password: str | None = Field(None, description="password of an encrypted ssl_key")
@@ -333,7 +337,7 @@ class BrokerConfig(BaseModel):
     def _check(self) -> BrokerConfig:
         if self.message_expiry_scan_period == 0:
             raise ValueError("message_expiry_scan_period: must be -1 (never) or a positive number of ms")
-        for field in ("port", "stomp_port", "mqtt_port", "amqp_port", "http_port"):
+        for field in ("port", "stomp_port", "mqtt_port", "amqp_port", "ws_port", "http_port"):
             port = getattr(self, field)
             if port is not None and port > 0 and port + self.port_offset > 65535:
                 raise ValueError(

@@ -25,7 +25,7 @@ from petrel.security import Security
 from petrel.storage.disk import DiskWatch
 from petrel.storage.large import LargeMessageStore, reconcile
 from petrel.storage.store import NullStore
-from petrel.server import heap, protocols
+from petrel.server import heap, protocols, websocket
 from petrel.server.connection import Connection
 from petrel.server.limits import ConnectionLimits
 from petrel.server.tls import BrokerTls
@@ -158,6 +158,9 @@ class Broker:
             self.cluster = ClusterConnection(self, config.cluster_connections[0])
         for name, port, spoken in protocols.acceptors(config):  # all protocols, then each one's own
             await self._listen(name, port, spoken)
+        ws_port = config.protocol_port("ws_port", websocket.STANDARD_PORT)
+        if ws_port >= 0:  # STOMP and MQTT over WebSocket
+            await self._listen("ws", ws_port, (), factory=lambda: websocket.WebSocket(self))
         if self.management is not None:
             self.management.metrics.attach()
         if self.cluster is not None:
@@ -213,12 +216,12 @@ class Broker:
             compact_percentage=config.journal_compact_percentage,
         )
 
-    async def _listen(self, name: str, port: int, protocols: tuple[str, ...]) -> None:
-        loop = asyncio.get_running_loop()
+    async def _listen(self, name: str, port: int, protocols: tuple[str, ...],
+                      factory: Callable[[], asyncio.Protocol] | None = None) -> None:
         try:
             server = await self.tls.create_server(  # loop.create_server, or a TLS listener
-                lambda: Connection(self, protocols), self.config.host, port, reuse_address=True, backlog=1024
-            )
+                factory or (lambda: Connection(self, protocols)), self.config.host, port, reuse_address=True,
+                backlog=1024)
         except OSError as exc:
             raise PetrelError(f"cannot listen on {self.config.host}:{port} ({name}): {exc.strerror}") from None
         self.servers.append(server)
@@ -350,7 +353,7 @@ class Broker:
             # the store's last callbacks were handed to the loop; let them run
             await asyncio.sleep(0)
         self.servers = []
-        for name in ("all", "stomp"):
+        for name in ("all", "stomp", "ws"):
             self.ports.pop(name, None)
         self.cluster = None
         self.office = None
