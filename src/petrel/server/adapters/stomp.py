@@ -1,11 +1,13 @@
-"""STOMP 1.0/1.1/1.2 on the post office.
+"""STOMP 1.0/1.1/1.2 on the post office, through the server session (`petrel.server.session`).
 
-Frames from one read are handled in order; receipts that must wait for the disk (persistent
-sends, commits, DISCONNECT) are collected and released by one store sync per read, so a
-pipelining producer gets many receipts per fdatasync.
+A translator: frames from one read are handled in order and become session calls (sends,
+acks, transactions, consumers); receipts that must wait for the disk (persistent sends,
+commits, DISCONNECT) are session confirmations, released by one store sync per read and in
+read order, so a pipelining producer gets many receipts per fdatasync. Refusals
+(`petrel.server.refusals`) become an ERROR frame, then the connection closes.
 
 This module holds the connection (read loop, CONNECT and heart-beats, SEND, transactions,
-receipts, errors, flow control of producers); `stomp_subscriptions` the subscriptions
+receipts, errors); `stomp_subscriptions` the subscriptions
 (SUBSCRIBE, UNSUBSCRIBE, ACK/NACK, MESSAGE delivery); `stomp_headers` the headers SEND and
 SUBSCRIBE share and `StompError`; `stomp_large` large bodies; `stomp_render` the rendering of
 MESSAGE and RECEIPT frames.
@@ -19,7 +21,6 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from petrel.cluster.internal_names import drop_reserved, internal_write_problem
 from petrel.codec.errors import RemoteProtocolError
 from petrel.codec.stomp.connection import StompConnection, negotiate_heartbeat, parse_heartbeat
 from petrel.codec.stomp.frames import NEED_DATA, Frame, Heartbeat
@@ -30,19 +31,16 @@ from petrel.core.message import (
     Message,
     now_ms,
 )
-from petrel.core.limits import AddressFull
-from petrel.core.postoffice import RoutingError
-from petrel.core.selector import SelectorError
-from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.server.adapters.stomp_headers import StompError, int_header, parse_destination
 from petrel.server.adapters.stomp_large import LargeSends
-from petrel.server.adapters.group_wait import wait_for_group
 from petrel.server.adapters.stomp_render import receipt_bytes
 from petrel.server.adapters.stomp_subscriptions import Subscription, SubscriptionFrames
 from petrel.security.errors import NotAuthorized
 from petrel.server.access import Access
 from petrel.server.adapters.stomp_login import log_in
 from petrel.server.limits import watch_silence
+from petrel.server.refusals import NotDurable, Refused
+from petrel.server.session import ServerSession
 
 if TYPE_CHECKING:
     from petrel.server.broker import Broker
@@ -66,24 +64,20 @@ class StompAdapter(SubscriptionFrames):
         self._large_over = broker.config.min_large_message_size if broker.large is not None else None
         self.codec = StompConnection(max_frame_size=broker.config.max_frame_size, stream_threshold=self._large_over)
         self._large = LargeSends(self)
-        self._held = False  # a large body is being made durable: handle nothing until it is
         self._large_taken = False
         self.connected = False
         self.client_id: str | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.by_consumer: dict[int, Subscription] = {}
-        self.transactions: dict[str, Transaction] = {}
-        self._deferred: list[bytes] | None = None  # receipts waiting for the next sync
-        self._deferred_tx = False
-        self._not_durable = False  # a store sync failed: no receipt goes out any more
         self._closing = False
         self._last_read = time.monotonic()
         self._hb_send: float = 0
         self._hb_recv: float = 0
         self._hb_timer = None
-        self._blocked = False
         self.access = Access(broker.security)  # who logged in, what it may do (CONNECT's login/passcode)
         self._login_task = None
+        # sends, acks, transactions, consumers, receipts after the disk, holds, BLOCK
+        self.session = ServerSession(broker, conn, self.access, run=self._run, on_sync_failed=self._sync_failed)
 
     @property
     def subject(self):
@@ -100,11 +94,12 @@ class StompAdapter(SubscriptionFrames):
     def _run(self, fn: Callable, *args) -> None:
         """Call `fn`, then handle the events buffered in the codec, in order."""
         codec = self.codec
+        session = self.session
         office, creator = self.office, self.office.creator
         office.creator = self.access.user  # the queues created meanwhile are the user's (max_queues_per_user)
         try:
             fn(*args)
-            while not self._held:
+            while not session.held:
                 event = codec.next_event()
                 if event is NEED_DATA:
                     break
@@ -118,14 +113,14 @@ class StompAdapter(SubscriptionFrames):
                     break
         except RemoteProtocolError as exc:
             self.error(exc.message, getattr(exc, "hint", None) or {})
-        except (StompError, NotAuthorized) as exc:
+        except (StompError, Refused, NotAuthorized) as exc:
             self.error(str(exc))
         except Exception as exc:  # never let one client take the broker down
             log.exception("internal error handling a frame from %s", self.conn.peer)
             self.error(f"internal error: {exc}")
         finally:
             office.creator = creator
-            self._release_deferred()
+            session.flush()
 
     def handle(self, frame: Frame) -> None:
         command = frame.command
@@ -140,24 +135,13 @@ class StompAdapter(SubscriptionFrames):
         elif command == "UNSUBSCRIBE":
             self.on_unsubscribe(frame)
         elif command == "BEGIN":
-            name = self._tx_name(frame)
-            if name in self.transactions:
-                raise StompError(f"transaction {name!r} is already open")
-            self.transactions[name] = Transaction(name)
+            self.session.begin(self._tx_name(frame))
             self.receipt(frame)
         elif command == "COMMIT":
-            tx = self._tx(frame)
-            try:
-                self.office.commit(tx)
-            except TransactionRolledBack as exc:
-                raise StompError(f"transaction {tx.name!r} rolled back: {exc}") from None
-            finally:
-                self.transactions.pop(tx.name, None)
+            self.session.commit(self._tx_name(frame))
             self.receipt(frame, durable=True, transactional=True)
         elif command == "ABORT":
-            tx = self._tx(frame)
-            self.transactions.pop(tx.name, None)
-            self.office.rollback(tx)
+            self.session.rollback(self._tx_name(frame))
             self.receipt(frame)
         elif command in ("CONNECT", "STOMP"):
             if self.connected:
@@ -167,7 +151,7 @@ class StompAdapter(SubscriptionFrames):
             self._release()  # unacknowledged messages are back in their queues before the RECEIPT
             self.receipt(frame, durable=True)
             self._closing = True
-            self._after_deferred(self.conn.close)
+            self.session.confirm(self.conn.close)
         else:
             raise StompError(f"unexpected frame {command}")
 
@@ -203,8 +187,9 @@ class StompAdapter(SubscriptionFrames):
             reply["heart-beat"] = f"{sx},{expect_every}"
             self._start_heartbeat(send_every, expect_every)
         if not self._hb_recv:  # no heart-beats from the client: connection_ttl applies, as in Artemis
+            reads = self.session.reads  # paused (BLOCK, a hold): we stopped reading, not the client
             watch_silence(self.conn, self.broker.config.connection_ttl, lambda: self._last_read,
-                          lambda: self._blocked or self._held, "connection_ttl, no heart-beats agreed")
+                          lambda: reads.paused, "connection_ttl, no heart-beats agreed")
         self.conn.write(self.codec.send(Frame("CONNECTED", reply)))
         self.receipt(frame)
 
@@ -218,10 +203,6 @@ class StompAdapter(SubscriptionFrames):
         if not dest:
             raise StompError("SEND needs a destination header")
         name, routing_type = parse_destination(dest)
-        self.access.send(self.office, name, routing_type)
-        if (refused := internal_write_problem(self, name)) is not None:  # $.petrel.*
-            raise StompError(refused)
-        drop_reserved(self, headers)  # _PETREL_*
         now = now_ms()
         message = Message(
             id=large[0] if large else self.broker.store.next_id(),
@@ -244,26 +225,15 @@ class StompAdapter(SubscriptionFrames):
             message.scheduled = int_header(headers, "AMQ_SCHEDULED_TIME", 0, None)
         elif SCHEDULED_DELIVERY_TIME in headers:
             message.scheduled = int_header(headers, SCHEDULED_DELIVERY_TIME, 0, None)
-        tx = self._tx(frame) if "transaction" in headers else None
-        if large is not None:  # from here the office owns the file (and drops it if it refuses)
+        tx = self._tx_name(frame) if "transaction" in headers else None
+        if large is not None:  # from here the session owns the file (and drops it if it refuses)
             message.large = large[1]
             self._large_taken = True
-        if self.office.grouping is not None and wait_for_group(
-                self, name, message.properties, routing_type, lambda: self.on_send(frame, large),
-                lambda reason: self._group_refused(reason, message)):
-            return
-        try:
-            result = self.office.send(message, routing_type, tx)
-        except (RoutingError, SelectorError, AddressFull) as exc:
-            self.office.discard(message)
-            raise StompError(str(exc)) from None
-        self.receipt(frame, durable=message.durable)
-        if result.blocked or result.throttled:
-            self._block(message.address, quiet=not result.blocked)
-
-    def _group_refused(self, reason: str, message: Message) -> None:
-        self.office.discard(message)  # a large body's file goes with it
-        raise StompError(reason)
+        durable = message.durable
+        then = None
+        if durable or "receipt" in headers:
+            then = lambda result: self.receipt(frame, durable=durable)  # noqa: E731
+        self.session.send(message, routing_type, tx, then)
 
     def send_large(self, headers: dict[str, str], message_id: int, body: LargeBody) -> None:
         """A SEND whose body is already in its file, named for `message_id`."""
@@ -276,18 +246,11 @@ class StompAdapter(SubscriptionFrames):
 
     def hold(self) -> None:
         """Handle nothing more (and read nothing) until `resume_held`."""
-        self._held = True
-        if self.conn.transport is not None:
-            self.conn.transport.pause_reading()
+        self.session.hold()
 
     def resume_held(self, fn: Callable[[], None]) -> None:
         """Run `fn` first, then the frames that waited behind it."""
-        self._held = False
-        if self.conn.closed:
-            return
-        if not self._blocked and self.conn.transport is not None:
-            self.conn.transport.resume_reading()
-        self._run(fn)
+        self.session.resume_held(fn)
 
     # -- receipts and errors ---------------------------------------------------------------
 
@@ -295,51 +258,25 @@ class StompAdapter(SubscriptionFrames):
         return receipt_bytes(self.codec, receipt_id)
 
     def receipt(self, frame: Frame, *, durable: bool = False, transactional: bool = False) -> None:
+        """The frame's RECEIPT, if it asked for one, once this read is handled (after its sync
+        when `durable`); a durable frame without a receipt still makes the read's later
+        receipts wait for the sync."""
         receipt_id = frame.headers.get("receipt")
-        if durable or self._deferred is not None:
-            if self._deferred is None:
-                self._deferred = []
-            self._deferred_tx = self._deferred_tx or transactional
-            if receipt_id is not None:
-                self._deferred.append(self._receipt_frame(receipt_id))
-            return
         if receipt_id is not None:
-            self.conn.write(self._receipt_frame(receipt_id))
+            self.session.confirm(self._receipt_frame(receipt_id), durable=durable, transactional=transactional)
+        elif durable:
+            self.session.need_sync(transactional)
 
-    def _after_deferred(self, fn: Callable[[], None]) -> None:
-        if self._deferred is None:
-            self._deferred = []
-        self._deferred.append(fn)  # type: ignore[arg-type]
-
-    def _release_deferred(self) -> None:
-        """One sync for everything this read appended; then its receipts go out, in order."""
-        pending, self._deferred = self._deferred, None
-        transactional, self._deferred_tx = self._deferred_tx, False
-        if not pending:
-            return
-        conn = self.conn
-
-        def durable() -> None:
-            if self._not_durable:
-                return  # an earlier sync failed: the ERROR went out, nothing after it is confirmed
-            for item in pending:
-                if callable(item):
-                    item()
-                else:
-                    conn.write(item)
-
-        self.broker.store.sync(durable, transactional=transactional, failed=self._sync_failed)
-
-    def _sync_failed(self, error: BaseException) -> None:
+    def _sync_failed(self, error: NotDurable) -> None:
         """The store could not make this connection's frames durable: an ERROR naming the cause
         instead of their receipts (none of them, nor any later one, is confirmed)."""
-        if self._not_durable:
-            return
-        self._not_durable = True
-        if not self.conn.closed:
-            self.error(f"not persisted: {error}; frames since the last receipt are not confirmed")
+        self.error(f"{error}; frames since the last receipt are not confirmed", now=True)
 
-    def error(self, message: str, extra: dict[str, str] | None = None) -> None:
+    def error(self, message: str, extra: dict[str, str] | None = None, *, now: bool = False) -> None:
+        """An ERROR frame, then close: after the receipts of what came before it, in order
+        (`now`: at once, when nothing more is confirmed)."""
+        if self._closing and not now:
+            return
         log.info("STOMP error for %s: %s", self.conn.peer, message)
         headers = {"message": message.replace("\n", " ")[:1000], "content-type": "text/plain"}
         if extra:
@@ -349,27 +286,14 @@ class StompAdapter(SubscriptionFrames):
         except Exception:
             data = b"ERROR\nmessage:" + message.replace("\n", " ").encode()[:1000] + b"\n\n\x00"
         self._closing = True
-        self.conn.write(data)
-        self.conn.close()
-
-    def _block(self, address: str, *, quiet: bool = False) -> None:
-        """BLOCK policy, a full disk, or consumers far behind (`quiet`): stop reading this
-        producer until there is space."""
-        transport = self.conn.transport
-        if transport is None or self._blocked:
+        if now or self.session.not_durable:
+            self.conn.write(data)
+            self.conn.close()
             return
-        self._blocked = True
-        transport.pause_reading()
-        if not quiet:
-            log.info("producer %s blocked: address %s is full", self.conn.peer, address,
-                     extra={"event": "address.blocked"})
-
-        def unblock() -> None:
-            self._blocked = False
-            if not self.conn.closed:
-                transport.resume_reading()
-
-        self.office.limits.wait_for_space(address, unblock)
+        session = self.session
+        session.confirm(data)
+        session.confirm(self.conn.close)
+        session.flush()
 
     # -- heart-beats -----------------------------------------------------------------------
 
@@ -402,17 +326,14 @@ class StompAdapter(SubscriptionFrames):
         if self._hb_timer is not None:
             self._hb_timer.cancel()
         self._large.abort()
-        self._release()
+        self.session.release()
+        self.subscriptions.clear()
+        self.by_consumer.clear()
 
     def _release(self) -> None:
         """Roll back open transactions and close every subscription (its messages go back)."""
-        for tx in list(self.transactions.values()):
-            self.office.rollback(tx)
-        self.transactions.clear()
-        for sub in list(self.subscriptions.values()):
-            queue = sub.consumer.queue
-            if not queue.deleted:
-                queue.remove_consumer(sub.consumer)
+        self.session.rollback_all()
+        self.session.close_consumers()
         self.subscriptions.clear()
         self.by_consumer.clear()
 
@@ -424,10 +345,4 @@ class StompAdapter(SubscriptionFrames):
             raise StompError(f"{frame.command} needs a transaction header")
         return name
 
-    def _tx(self, frame: Frame) -> Transaction:
-        name = self._tx_name(frame)
-        tx = self.transactions.get(name)
-        if tx is None:
-            raise StompError(f"transaction {name!r} is not open (send BEGIN first)")
-        return tx
 

@@ -39,13 +39,13 @@ def log_in(adapter: StompAdapter, frame: Frame) -> None:
         try:
             subject = task.result()
         except AuthenticationFailed as exc:
-            adapter._held = False
-            adapter.error(str(exc))
+            reason = str(exc)
+            adapter.resume_held(lambda: adapter.error(reason))
             return
         except Exception as exc:  # never the broker's end
             log.exception("login failed for %s", adapter.conn.peer)
-            adapter._held = False
-            adapter.error(f"internal error while logging in: {exc}")
+            reason = f"internal error while logging in: {exc}"
+            adapter.resume_held(lambda: adapter.error(reason))
             return
         adapter.access.login(subject)
         adapter.resume_held(lambda: adapter.on_connect(frame))

@@ -1,9 +1,9 @@
 """STOMP subscriptions: SUBSCRIBE, UNSUBSCRIBE, ACK and NACK, and the MESSAGE frames
 delivered to them.
 
-A mixin of `StompAdapter` (it uses the adapter's codec, connection, receipts and
-transactions). Each SUBSCRIBE becomes a `Consumer` on a queue (an anycast queue, a
-multicast subscription queue, or a durable one named ``<client-id>.<name>``); its window
+A mixin of `StompAdapter` (it uses the adapter's codec, connection, receipts and server
+session). Each SUBSCRIBE becomes a `Consumer` on the queue the session opens (an anycast
+queue, a multicast subscription queue, or a durable one named ``<client-id>.<name>``); its window
 comes from ``activemq.prefetchSize`` and ``consumer-window-size``. An ACK or NACK names a
 delivery by ``<consumer id>.<seq>``; in ``client`` mode it covers every earlier one too.
 """
@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from petrel.cluster.internal_names import internal_name_problem
 from petrel.codec.stomp.frames import Frame
-from petrel.core.message import RoutingType
-from petrel.core.postoffice import RoutingError
 from petrel.core.queue import Consumer, MessageReference
-from petrel.core.selector import SelectorError, compile_selector
 from petrel.server.adapters.stomp_headers import StompError, int_header, parse_destination
 from petrel.server.adapters.stomp_large import deliver_large
 from petrel.server.adapters.stomp_render import message_prefix, render_message
@@ -61,10 +57,6 @@ class SubscriptionFrames:
         if ack not in ("auto", "client", "client-individual"):
             raise StompError(f"ack mode must be auto, client or client-individual, not {ack!r}")
         selector_text = headers.get("selector") or None
-        try:
-            selector = compile_selector(selector_text) if selector_text else None
-        except SelectorError as exc:
-            raise StompError(str(exc)) from None
         durable_name = (
             headers.get("durable-subscription-name")
             or headers.get("activemq.subscriptionName")
@@ -72,30 +64,9 @@ class SubscriptionFrames:
         )
         client_id = headers.get("client-id") or self.client_id
         name, routing_type = parse_destination(dest)
-        if (refused := internal_name_problem(self, name)) is not None:  # the cluster's $.petrel.* queues
-            raise StompError(refused)
-        self.access.subscribe(self.office, name, routing_type, filter=selector_text,
-                              durable_queue=f"{client_id}.{durable_name}" if durable_name and client_id else None)
-        try:
-            existing_queue = self.office.queues.get(name)
-            if routing_type == RoutingType.ANYCAST and existing_queue is not None:
-                address = self.office.addresses[existing_queue.address]
-            else:
-                address, routing_type = self.office.ensure_address_for(name, routing_type)
-            existing = self.office.queues.get(name) if routing_type == RoutingType.ANYCAST else None
-            if existing is not None:
-                # A queue by that name, whatever its address (virtual-topic consumer queues).
-                queue, consumer_selector = existing, selector
-            elif routing_type == RoutingType.ANYCAST:
-                queue = self.office.ensure_anycast_queue(address)
-                consumer_selector = selector
-            else:
-                queue = self.office.subscribe_multicast(
-                    address, filter=selector_text, client_id=client_id, subscription=durable_name
-                )
-                consumer_selector = None  # the subscription queue filters at routing
-        except (RoutingError, SelectorError) as exc:
-            raise StompError(str(exc)) from None
+        session = self.session
+        queue, consumer_selector = session.open_queue(name, routing_type, selector=selector_text,
+                                                      client_id=client_id, durable_name=durable_name)
         window, window_bytes = self._window(headers, ack)
         consumer = Consumer(
             queue,
@@ -105,7 +76,7 @@ class SubscriptionFrames:
             window_bytes=window_bytes,
             auto_ack=(ack == "auto"),
         )
-        consumer.paused = self.conn.writing_paused
+        session.add_consumer(consumer)
         sub = Subscription(sub_id, dest, ack, consumer, durable_name)
         sub.prefix = self._message_prefix(sub_id, dest)
         self.subscriptions[sub_id] = sub
@@ -136,18 +107,10 @@ class SubscriptionFrames:
             raise StompError(f"no subscription with id {sub_id!r}")
         if sub is not None:
             self.by_consumer.pop(sub.consumer.id, None)
-            queue = sub.consumer.queue
-            queue.remove_consumer(sub.consumer)
+            self.session.remove_consumer(sub.consumer)
             durable_name = durable_name or None
         if durable_name:
-            client_id = headers.get("client-id") or self.client_id
-            qname = f"{client_id}.{durable_name}"
-            if qname in self.office.queues:
-                self.access.delete_queue(self.office.queues[qname])
-                try:
-                    self.office.delete_queue(qname)
-                except RoutingError as exc:
-                    raise StompError(str(exc)) from None
+            self.session.delete_durable(headers.get("client-id") or self.client_id, durable_name)
         self.receipt(frame)
 
     def on_ack(self: StompAdapter, frame: Frame, positive: bool) -> None:
@@ -165,23 +128,15 @@ class SubscriptionFrames:
         consumer = sub.consumer
         if seq not in consumer.delivering:
             raise StompError(f"no unacknowledged message with id {ack_id!r} on this connection")
-        if sub.ack == "client":  # cumulative
-            refs = []
-            for s, ref in consumer.delivering.items():
-                refs.append(ref)
-                if s == seq:
-                    break
+        session = self.session
+        refs = session.refs_through(consumer, seq) if sub.ack == "client" else [consumer.delivering[seq]]
+        tx = self._tx_name(frame) if "transaction" in headers else None
+        if positive:
+            session.acknowledge(consumer, refs, tx)
         else:
-            refs = [consumer.delivering[seq]]
-        tx = self._tx(frame) if "transaction" in headers else None
-        queue = consumer.queue
-        for ref in refs:
-            if tx is not None and positive and not queue.non_destructive:
-                tx.hold_ack(ref)
-            elif positive:
-                queue.acknowledge(ref, consumer=consumer)
-            else:
-                queue.cancel(ref, redelivered=True, consumer=consumer)
+            if tx is not None:
+                session.transaction(tx)  # (a NACK names an open transaction, or is refused)
+            session.cancel(consumer, refs)
         self.receipt(frame, durable=positive and tx is None)
 
     # -- output ----------------------------------------------------------------------------
@@ -219,9 +174,7 @@ class SubscriptionFrames:
     # -- flow ------------------------------------------------------------------------------
 
     def pause(self: StompAdapter) -> None:
-        for sub in self.subscriptions.values():
-            sub.consumer.paused = True
+        self.session.pause()
 
     def resume(self: StompAdapter) -> None:
-        for sub in list(self.subscriptions.values()):
-            sub.consumer.resume()
+        self.session.resume()
