@@ -409,3 +409,36 @@ def test_a_websocket_client_that_does_not_read_is_closed_past_max_pending_writes
         c = WsStomp(ws_port)
         assert c.connected[0] == "CONNECTED"
         c.close()
+
+
+def test_handshake_timeout_covers_the_http_upgrade_and_the_stomp_connect(tmp_path):
+    b, ws_port = ws_broker(tmp_path / "b", settings="handshake_timeout = 500\n")
+    with b:
+        silent = socket.create_connection(("127.0.0.1", ws_port), timeout=10)
+        silent.sendall(b"GET /stomp HTTP/1.1\r\n")  # and nothing more
+        upgraded = raw_ws(ws_port)  # and no STOMP at all
+        begun = raw_ws(ws_port)
+        begun.sendall(masked(0x1, b"CONNECT\naccept-version:1.2\n"))  # and not the rest
+        assert read_until_closed(silent) == b"<closed>"
+        assert read_until_closed(upgraded) == bytes((0x88, 0x02)) + (1000).to_bytes(2, "big") + b"<closed>"
+        data = read_until_closed(begun)
+        assert b"ERROR" in data and b"handshake_timeout" in data and data.endswith(b"<closed>"), data
+        assert bytes((0x88, 0x02)) + (1000).to_bytes(2, "big") in data  # after the ERROR, a Close
+        for s in (silent, upgraded, begun):
+            s.close()
+        wait_for(lambda: "did not finish their handshake within handshake_timeout" in b.log(), 10)
+        assert WsStomp(ws_port).connected[0] == "CONNECTED"
+
+
+def test_a_large_message_streams_through_websocket_both_ways(tmp_path):
+    b, ws_port = ws_broker(tmp_path / "b")
+    with b:
+        body = "".join(chr(0x41 + i % 26) for i in range(3 * 1024 * 1024))  # over min_large_message_size
+        c = WsStomp(ws_port)
+        c.send("SEND", {"destination": "/queue/big", "persistent": "true", "receipt": "big"}, body)
+        assert c.frame(30)[1] == {"receipt-id": "big"}
+        assert list((b.data_dir / "large-messages").iterdir()), "not stored as a large message"
+        c.send("SUBSCRIBE", {"id": "1", "destination": "/queue/big", "ack": "auto"})
+        command, headers, got = c.frame(30)  # (the client takes messages of at most 1 MiB)
+        assert command == "MESSAGE" and len(got) == len(body) and got == body
+        c.close()
