@@ -442,3 +442,33 @@ def test_a_large_message_streams_through_websocket_both_ways(tmp_path):
         command, headers, got = c.frame(30)  # (the client takes messages of at most 1 MiB)
         assert command == "MESSAGE" and len(got) == len(body) and got == body
         c.close()
+
+
+def test_wss_with_mutual_tls_logs_the_certificate_in_as_its_user(tmp_path):
+    from petrel.security.users import UserStore
+    from petrel.testing.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    users = tmp_path / "users.toml"
+    store = UserStore(users)
+    store.add("alice", "alice-password", ["app"])
+    store.save()
+    settings = (f'ssl_enabled = true\nssl_cert = "{pki.server.cert}"\nssl_key = "{pki.server.key}"\n'
+                f'ssl_ca = "{pki.ca.cert}"\nssl_handshake_timeout = 2000\nssl_need_client_auth = true\n'
+                f'[security]\nusers_file = "{users}"\nlogin_failure_delay = 0\n'
+                f'certificate_users = {{ {json.dumps(pki.client.subject)} = "alice" }}\n'
+                '[security_settings."tls.#"]\nsend = ["app"]\nconsume = ["app"]\ncreateAddress = ["app"]\n'
+                'createDurableQueue = ["app"]\n')
+    b, ws_port = ws_broker(tmp_path / "b", settings=settings, env=OWN_SECURITY)
+    with b:
+        context = ssl.create_default_context(cafile=str(pki.ca.cert))
+        context.load_cert_chain(str(pki.client.cert), str(pki.client.key))
+        c = WsStomp(ws_port, ssl_context=context)  # no login header: the certificate's user
+        assert c.connected[0] == "CONNECTED", c.connected
+        c.send("SEND", {"destination": "/queue/tls.ws", "receipt": "r"}, "as alice")  # needs alice's role
+        assert c.frame() == ("RECEIPT", {"receipt-id": "r"}, "")
+        c.close()
+        without = ssl.create_default_context(cafile=str(pki.ca.cert))
+        with pytest.raises(Exception):
+            WsStomp(ws_port, ssl_context=without)
+        wait_for(lambda: "no client certificate (ssl_need_client_auth)" in b.log(), 10, message=b.log())
