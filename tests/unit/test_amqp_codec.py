@@ -3,6 +3,7 @@ whole, byte by byte and with trailing bytes; checked against proton's own encode
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -186,8 +187,12 @@ def handshake_bytes(client: AmqpConnection, sasl: bool = True) -> bytes:
 
 
 def events(conn: AmqpConnection) -> list:
+    """The events, a joined transfer's frame count checked and left out of the comparison."""
     out = []
     while (e := conn.next_event()) is not NEED_DATA:
+        if isinstance(e, Frame) and e.frames > 1:
+            assert isinstance(e.performative, Transfer)
+            e = dataclasses.replace(e, frames=1)
         out.append(e)
     return out
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from petrel.codec.amqp.frames import detect as detect_amqp
 from petrel.codec.core.frames import detect as detect_core
 from petrel.codec.stomp.frames import detect as detect_stomp
 
@@ -46,6 +47,8 @@ PROTOCOLS: tuple[ProtocolSpec, ...] = (
     ProtocolSpec("core", detect_core, "petrel.server.adapters.core:CoreAdapter"),
     ProtocolSpec("stomp", detect_stomp, "petrel.server.adapters.stomp:StompAdapter",
                  port_setting="stomp_port", standard_port=61613),
+    ProtocolSpec("amqp", detect_amqp, "petrel.server.adapters.amqp:AmqpAdapter",
+                 port_setting="amqp_port", standard_port=5672),
 )
 
 BY_NAME: dict[str, ProtocolSpec] = {spec.name: spec for spec in PROTOCOLS}

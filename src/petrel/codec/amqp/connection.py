@@ -227,12 +227,12 @@ class AmqpConnection:
         chunks.append(payload)
         if t.aborted:
             self._partial.pop(key, None)
-            return Frame(channel, dataclasses.replace(first, more=False, aborted=True), b"")
+            return Frame(channel, dataclasses.replace(first, more=False, aborted=True), b"", len(chunks))
         if t.more:
             self._partial[key] = (first, chunks, size)
             return False
         self._partial.pop(key, None)
-        return Frame(channel, dataclasses.replace(first, more=False), b"".join(chunks))
+        return Frame(channel, dataclasses.replace(first, more=False), b"".join(chunks), len(chunks))
 
     # -- sending ---------------------------------------------------------------------------------
 

@@ -53,11 +53,13 @@ class ProtocolHeader:
 @dataclass(frozen=True, slots=True)
 class Frame:
     """A frame's performative on ``channel``; for a transfer, ``payload`` is the delivery's
-    whole message (the frames of a multi-frame transfer are joined into one event)."""
+    whole message (the frames of a multi-frame transfer are joined into one event, ``frames``
+    says how many there were: each counts against the session's incoming window)."""
 
     channel: int
     performative: Any
     payload: bytes = b""
+    frames: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,225 @@
+"""AMQP 1.0 messages to Petrel's `Message` and back, and the addresses AMQP clients name.
+
+Mapping (AMQP -> Petrel; the way back is the reverse):
+
+- header: ``durable`` -> durable, ``priority`` -> priority (0-9, default 4), ``ttl`` -> expiration
+  (now + ttl; properties' ``absolute-expiry-time`` wins when set).
+- properties: ``message-id`` -> ``_AMQP_MESSAGE_ID`` (typed text), ``correlation-id`` -> the
+  ``correlation-id`` property when it is a string (STOMP's name), else typed in
+  ``_AMQP_CORRELATION_ID``; ``reply-to`` -> ``reply-to``; ``content-type`` -> ``content-type``;
+  ``subject`` -> ``subject``; ``group-id`` -> ``JMSXGroupID``; ``group-sequence`` ->
+  ``JMSXGroupSeq``; ``creation-time`` -> timestamp.
+- application-properties -> properties (simple values; other types as text).
+- message-annotations with scalar values -> ``_AMQP_MA_<key>``; ``x-opt-delivery-time`` and
+  ``x-opt-delivery-delay`` schedule the message.
+- body: one data section -> body (several are joined); an amqp-value string -> its UTF-8 bytes
+  (``_AMQP_BODY=text``), binary -> the bytes (``binary``); any other body -> its encoded
+  sections kept as they came (``amqp``). A message from STOMP or CORE goes out as one data section.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from petrel.codec.amqp.message import BODY_DATA, BODY_VALUE, AmqpMessage, decode_message, encode_message
+from petrel.codec.amqp.performatives import AmqpSequence, AmqpValue, Header, Properties
+from petrel.codec.amqp.types import Described, Symbol, Timestamp, UByte, UInt, ULong, encode
+from petrel.core.message import GROUP_ID, Message, RoutingType
+
+__all__ = ["parse_address", "to_petrel", "to_amqp", "RESERVED"]
+
+BODY = "_AMQP_BODY"
+MESSAGE_ID = "_AMQP_MESSAGE_ID"
+CORRELATION_ID = "_AMQP_CORRELATION_ID"
+ANNOTATION = "_AMQP_MA_"
+GROUP_SEQ = "JMSXGroupSeq"
+#: Properties that become AMQP header or properties fields, not application properties.
+RESERVED = frozenset({BODY, MESSAGE_ID, CORRELATION_ID, "correlation-id", "reply-to", "content-type", "subject",
+                      GROUP_ID, GROUP_SEQ})
+
+QUEUE_PREFIX, TOPIC_PREFIX = "queue://", "topic://"
+
+
+def parse_address(address: str | None, capabilities: tuple | None) -> tuple[str | None, RoutingType | None]:
+    """(name, routing type) of a source or target: ``queue://``/``topic://`` prefixes, then the
+    ``queue``/``topic`` capabilities Qpid JMS sends, else the address decides (None)."""
+    if not address:
+        return None, None
+    if address.startswith(QUEUE_PREFIX):
+        return address[len(QUEUE_PREFIX):], RoutingType.ANYCAST
+    if address.startswith(TOPIC_PREFIX):
+        return address[len(TOPIC_PREFIX):], RoutingType.MULTICAST
+    caps = set(capabilities or ())
+    if "queue" in caps or "temporary-queue" in caps:
+        return address, RoutingType.ANYCAST
+    if "topic" in caps or "temporary-topic" in caps:
+        return address, RoutingType.MULTICAST
+    return address, None
+
+
+def _typed(value: Any) -> str:
+    if isinstance(value, uuid.UUID):
+        return f"g:{value}"
+    if isinstance(value, bytes):
+        return f"b:{value.hex()}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"u:{int(value)}"
+    return f"s:{value}"
+
+
+def _untyped(text: str) -> Any:
+    kind, _, value = text.partition(":")
+    try:
+        if kind == "g":
+            return uuid.UUID(value)
+        if kind == "b":
+            return bytes.fromhex(value)
+        if kind == "u":
+            return ULong(int(value))
+    except ValueError:
+        pass
+    return value if kind == "s" else text
+
+
+def _simple(value: Any) -> Any:
+    """A value a Petrel property holds: None, bool, int, float, str or bytes."""
+    if value is None or type(value) in (bool, float, str, bytes):
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return bytes(value)
+    return str(value)
+
+
+def to_petrel(payload: bytes, *, message_id: int, address: str, now: int) -> Message:
+    """The Petrel message for a transfer's payload (raises `AmqpError` if it does not decode)."""
+    m = decode_message(payload)
+    props: dict[str, object] = {}
+    if m.application_properties:
+        for k, v in m.application_properties.items():
+            props[str(k)] = _simple(v)
+    message = Message(id=message_id, address=address, body=b"", properties=props, timestamp=now)
+    h = m.header
+    if h is not None:
+        message.durable = bool(h.durable)
+        if h.priority is not None:
+            message.priority = min(int(h.priority), 9)
+        if h.ttl:
+            message.expiration = now + int(h.ttl)
+    p = m.properties
+    if p is not None:
+        if p.message_id is not None:
+            props[MESSAGE_ID] = _typed(p.message_id)
+        if p.correlation_id is not None:
+            if isinstance(p.correlation_id, str):
+                props["correlation-id"] = str(p.correlation_id)
+            else:
+                props[CORRELATION_ID] = _typed(p.correlation_id)
+        for field, name in (("reply_to", "reply-to"), ("content_type", "content-type"), ("subject", "subject"),
+                            ("group_id", GROUP_ID)):
+            value = getattr(p, field)
+            if value is not None:
+                props[name] = str(value)
+        if p.group_sequence is not None:
+            props[GROUP_SEQ] = int(p.group_sequence)
+        if p.absolute_expiry_time:
+            message.expiration = int(p.absolute_expiry_time)
+        if p.creation_time:
+            message.timestamp = int(p.creation_time)
+    if m.message_annotations:
+        for k, v in m.message_annotations.items():
+            if isinstance(k, str) and (v is None or isinstance(v, (bool, int, float, str))):
+                props[ANNOTATION + k] = _simple(v)
+        when = m.message_annotations.get("x-opt-delivery-time")
+        delay = m.message_annotations.get("x-opt-delivery-delay")
+        if isinstance(when, int) and when > now:
+            message.scheduled = int(when)
+        elif isinstance(delay, int) and delay > 0:
+            message.scheduled = now + int(delay)
+    if m.body_kind == BODY_DATA:
+        message.body = m.body[0] if len(m.body) == 1 else b"".join(m.body)
+    elif m.body_kind == BODY_VALUE and isinstance(m.body, str):
+        message.body = m.body.encode("utf-8")
+        props[BODY] = "text"
+    elif m.body_kind == BODY_VALUE and isinstance(m.body, bytes):
+        message.body = m.body
+        props[BODY] = "binary"
+    elif m.body_kind is not None:
+        message.body = _body_sections(m)
+        props[BODY] = "amqp"
+    return message
+
+
+def _body_sections(m: AmqpMessage) -> bytes:
+    if m.body_kind == BODY_VALUE:
+        return encode(Described(ULong(AmqpValue), m.body))
+    return b"".join(encode(Described(ULong(AmqpSequence), s)) for s in m.body)
+
+
+def _wire_value(v: Any) -> Any:
+    if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < 1 << 63:
+        return str(v)
+    return v
+
+
+def to_amqp(message: Message, delivery_count: int) -> bytes:
+    """The transfer payload for a Petrel message (from any protocol)."""
+    props = message.properties
+    app: dict[str, Any] = {}
+    annotations: dict[Any, Any] = {}
+    for k, v in props.items():
+        if k in RESERVED:
+            continue
+        if k.startswith(ANNOTATION):
+            annotations[Symbol(k[len(ANNOTATION):])] = _wire_value(v)
+        elif not k.startswith("_AMQP_"):
+            app[k] = _wire_value(v)
+    header = Header(durable=message.durable or None, priority=UByte(message.priority),
+                    delivery_count=UInt(delivery_count) if delivery_count else None)
+    message_id = props.get(MESSAGE_ID)
+    correlation = props.get(CORRELATION_ID)
+    group_seq = props.get(GROUP_SEQ)
+    properties = Properties(
+        message_id=_untyped(message_id) if isinstance(message_id, str) else f"ID:{message.id}",
+        to=message.address,
+        subject=_str(props.get("subject")),
+        reply_to=_str(props.get("reply-to")),
+        correlation_id=_untyped(correlation) if isinstance(correlation, str) else _str(props.get("correlation-id")),
+        content_type=_str(props.get("content-type")),
+        absolute_expiry_time=Timestamp(message.expiration) if message.expiration else None,
+        creation_time=Timestamp(message.timestamp) if message.timestamp else None,
+        group_id=_str(props.get(GROUP_ID)),
+        group_sequence=_uint(group_seq),
+    )
+    kind = props.get(BODY)
+    out = AmqpMessage(header=header, message_annotations=annotations or None, properties=properties,
+                      application_properties=app or None)
+    if kind == "text":
+        out.body_kind, out.body = BODY_VALUE, message.body.decode("utf-8", "replace")
+    elif kind == "binary":
+        out.body_kind, out.body = BODY_VALUE, message.body
+    elif kind == "amqp":
+        return encode_message(out) + message.body
+    else:
+        out.body_kind, out.body = BODY_DATA, [message.body]
+    return encode_message(out)
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _uint(v: Any) -> UInt | None:
+    try:
+        n = int(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return UInt(n) if 0 <= n < 1 << 32 else None
