@@ -6,6 +6,7 @@ from petrel.server import protocols
 OPENINGS = {
     "core": b"PETREL\x01\x00",
     "stomp": b"\r\nCONNECT\naccept-version:1.2\n\n\x00",
+    "mqtt": b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00",
 }
 
 

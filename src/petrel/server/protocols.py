@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from petrel.codec.amqp.frames import detect as detect_amqp
 from petrel.codec.core.frames import detect as detect_core
+from petrel.codec.mqtt.connection import detect as detect_mqtt
 from petrel.codec.stomp.frames import detect as detect_stomp
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ PROTOCOLS: tuple[ProtocolSpec, ...] = (
     ProtocolSpec("core", detect_core, "petrel.server.adapters.core:CoreAdapter"),
     ProtocolSpec("stomp", detect_stomp, "petrel.server.adapters.stomp:StompAdapter",
                  port_setting="stomp_port", standard_port=61613),
+    ProtocolSpec("mqtt", detect_mqtt, "petrel.server.adapters.mqtt:MqttAdapter",
+                 port_setting="mqtt_port", standard_port=1883),
     ProtocolSpec("amqp", detect_amqp, "petrel.server.adapters.amqp:AmqpAdapter",
                  port_setting="amqp_port", standard_port=5672),
 )

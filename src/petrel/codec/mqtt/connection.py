@@ -93,6 +93,11 @@ class MqttConnection:
         return packet
 
     @property
+    def buffered_bytes(self) -> int:
+        """Received bytes not yet returned as events (the unfinished packet)."""
+        return len(self._buffer)
+
+    @property
     def trailing(self) -> bytes:
         """Bytes received and not yet part of an event."""
         return self._buffer.peek()

@@ -1,0 +1,290 @@
+"""What MQTT keeps across connections and restarts, for one broker.
+
+Three durable last-value queues hold it, so the journal keeps it like any message:
+
+- ``$sys.mqtt.sessions``: one message per persistent session (its client id is the last-value
+  key): the session expiry interval, its subscriptions (filter, QoS, options, identifier) and
+  when it was last disconnected. Its subscription queues (``<client id>.<address>``) are
+  ordinary durable multicast queues, so what they hold survives like any message.
+- ``$sys.mqtt.retain``: one message per retained topic (keyed by its address); a new retained
+  PUBLISH replaces it, an empty one removes it.
+- ``$sys.mqtt.qos2``: QoS 2 PUBLISHes received and answered with PUBREC, not yet released by
+  PUBREL (keyed by client id and packet id). PUBREL routes the message and removes it in one
+  store transaction, so a resend after a crash is recognised and never routed twice.
+
+The state is loaded when the first MQTT client connects after a start; sessions whose expiry
+passed while the broker was down end then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from petrel.codec.mqtt import Subscription
+from petrel.core.message import Message, RoutingType, now_ms
+from petrel.core.transaction import Transaction
+from petrel.core.wildcard import matches
+from petrel.server.adapters.mqtt_topics import Filter, parse_filter, queue_name
+
+if TYPE_CHECKING:
+    from petrel.core.queue import MessageReference, Queue
+    from petrel.server.broker import Broker
+
+__all__ = ["MqttState", "MqttSession", "SessionSubscription", "NEVER"]
+
+log = logging.getLogger("petrel.server.mqtt")
+
+SESSIONS = "$sys.mqtt.sessions"
+RETAINED = "$sys.mqtt.retain"
+QOS2 = "$sys.mqtt.qos2"
+KEY = "_MQTT_KEY"
+RETAINED_TOPIC = "_MQTT_RETAINED"  # on a copy of a retained message routed to a new subscription
+NEVER = 0xFFFFFFFF  # session expiry interval: the session never ends
+
+
+@dataclass(slots=True)
+class SessionSubscription:
+    filter: Filter
+    options: Subscription
+    identifier: int | None = None
+    queue: str = ""
+
+
+@dataclass(slots=True)
+class MqttSession:
+    client_id: str
+    expiry: int = 0  # seconds after a disconnect; 0: ends with the connection; NEVER
+    subscriptions: dict[str, SessionSubscription] = field(default_factory=dict)
+    adapter: Any = None  # the connection it is attached to
+    pubrel_pending: set[int] = field(default_factory=set)  # QoS 2 out: PUBREC seen, PUBCOMP not yet
+    packet_ids: dict[tuple[int, int], int] = field(default_factory=dict)  # (queue id, message id) -> id
+    timer: Any = None  # session expiry, or a delayed will
+    will_timer: Any = None
+
+    @property
+    def persistent(self) -> bool:
+        return self.expiry > 0
+
+
+class MqttState:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.office = broker.office
+        self.sessions: dict[str, MqttSession] = {}
+        self._loaded = False
+
+    @classmethod
+    def of(cls, broker: Broker) -> MqttState:
+        state = getattr(broker, "_mqtt_state", None)
+        if state is None:
+            state = cls(broker)
+            broker._mqtt_state = state  # type: ignore[attr-defined]
+        state.load()
+        return state
+
+    # -- the system queues -----------------------------------------------------------------
+
+    def _queue(self, name: str) -> Queue:
+        queue = self.office.queues.get(name)
+        if queue is None:
+            creator, self.office.creator = self.office.creator, None
+            try:
+                queue = self.office.create_queue(name, name, RoutingType.ANYCAST, durable=True,
+                                                 attributes={"last_value_key": KEY})
+            finally:
+                self.office.creator = creator
+        return queue
+
+    def _put(self, queue_name_: str, key: str, body: bytes, properties: dict | None = None, *,
+             address_props: Message | None = None) -> None:
+        props = dict(properties or {})
+        props[KEY] = key
+        message = Message(id=self.broker.store.next_id(), address=queue_name_, body=body, properties=props,
+                          durable=True, timestamp=now_ms())
+        self._queue(queue_name_)
+        self.office.send(message, RoutingType.ANYCAST)
+
+    def _find(self, queue_name_: str, key: str) -> MessageReference | None:
+        queue = self.office.queues.get(queue_name_)
+        if queue is None:
+            return None
+        ref = queue._last_values.get(key)  # the last-value queue's index by key
+        if ref is None or ref.state not in (0, 2):  # AVAILABLE, SCHEDULED
+            return None
+        return ref
+
+    def _remove(self, ref: MessageReference, tx_id: int = 0) -> None:
+        queue = ref.queue
+        queue.take(ref)
+        queue.messages_acked += 1
+        queue._last_values.pop(ref.message.properties.get(KEY), None)
+        self.office.reference_done(ref, tx_id)
+
+    def sync(self) -> None:
+        """Make what was written durable soon (nobody waits for it)."""
+        self.broker.store.sync(lambda: None, failed=lambda exc: log.error("MQTT state not persisted: %s", exc))
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        queue = self.office.queues.get(SESSIONS)
+        if queue is None:
+            return
+        now = now_ms()
+        for ref in list(queue.iter_refs()):
+            try:
+                data = json.loads(ref.message.body)
+                session = MqttSession(data["client_id"], int(data["expiry"]))
+                for text, qos, nl, rap, rh, ident in data["subs"]:
+                    f = parse_filter(text)
+                    session.subscriptions[text] = SessionSubscription(
+                        f, Subscription(text, qos, nl, rap, rh), ident, queue_name(session.client_id, f))
+            except Exception as exc:
+                log.error("an MQTT session record that does not load (%s); dropped", exc)
+                self._remove(ref)
+                continue
+            self.sessions[session.client_id] = session
+            disconnected = int(data.get("at") or 0) or now
+            if session.expiry != NEVER:
+                left = max(0.0, (disconnected + session.expiry * 1000 - now) / 1000)
+                self.expire_later(session, left)
+        log.info("MQTT: %d persistent sessions loaded", len(self.sessions))
+
+    def save(self, session: MqttSession, *, disconnected: bool = False) -> None:
+        if not session.persistent:
+            return
+        subs = [[s.options.filter, s.options.qos, s.options.no_local, s.options.retain_as_published,
+                 s.options.retain_handling, s.identifier] for s in session.subscriptions.values()]
+        body = json.dumps({"client_id": session.client_id, "expiry": session.expiry, "subs": subs,
+                           "at": now_ms() if disconnected else 0}).encode()
+        self._put(SESSIONS, session.client_id, body)
+
+    def end(self, session: MqttSession) -> None:
+        """The session is over: its subscription queues and its record go."""
+        if session.timer is not None:
+            session.timer.cancel()
+            session.timer = None
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+        for sub in session.subscriptions.values():
+            self.drop_queue(sub)
+        session.subscriptions.clear()
+        ref = self._find(SESSIONS, session.client_id)
+        if ref is not None:
+            self._remove(ref)
+        self.sync()
+
+    def drop_queue(self, sub: SessionSubscription) -> None:
+        queue = self.office.queues.get(sub.queue)
+        if queue is None or sub.filter.group is not None and queue.consumers:
+            return  # a shared subscription's queue stays while other members consume
+        try:
+            self.office.delete_queue(sub.queue)
+        except Exception as exc:  # deleted meanwhile
+            log.debug("MQTT subscription queue %s not deleted: %s", sub.queue, exc)
+
+    def expire_later(self, session: MqttSession, seconds: float) -> None:
+        if session.timer is not None:
+            session.timer.cancel()
+        loop = asyncio.get_running_loop()
+
+        def expire() -> None:
+            session.timer = None
+            if session.adapter is None and self.sessions.get(session.client_id) is session:
+                log.info("MQTT session %s expired", session.client_id)
+                self.end(session)
+
+        session.timer = loop.call_later(min(seconds, 10 * 365 * 86400), expire)
+
+    # -- retained messages --------------------------------------------------------------------
+
+    def retain(self, message: Message) -> None:
+        """Keep `message` as its address's retained message; an empty body clears it."""
+        address = message.address
+        old = self._find(RETAINED, address)
+        if not message.body and message.large is None:
+            if old is not None:
+                self._remove(old)
+            return
+        props = dict(message.properties)
+        props[RETAINED_TOPIC] = address
+        copy = Message(id=self.broker.store.next_id(), address=RETAINED, body=message.body, properties=props,
+                       durable=True, priority=message.priority, expiration=message.expiration,
+                       timestamp=message.timestamp)
+        props[KEY] = address
+        self._queue(RETAINED)
+        self.office.send(copy, RoutingType.ANYCAST)  # replaces the older one (last value)
+
+    def retained_for(self, pattern: str) -> list[Message]:
+        """Copies of the retained messages whose address `pattern` matches, for a new subscription."""
+        queue = self.office.queues.get(RETAINED)
+        if queue is None:
+            return []
+        now = now_ms()
+        out = []
+        for ref in queue.iter_refs():
+            m = ref.message
+            address = m.properties.get(RETAINED_TOPIC)
+            if not isinstance(address, str) or (m.expiration and m.expired(now)):
+                continue
+            if address == pattern or matches(pattern, address):
+                props = {k: v for k, v in m.properties.items() if k != KEY}
+                out.append(Message(id=self.broker.store.next_id(), address=address, body=m.body,
+                                   properties=props, durable=m.durable, priority=m.priority,
+                                   expiration=m.expiration, timestamp=m.timestamp))
+        return out
+
+    # -- QoS 2 received, not yet released -----------------------------------------------------
+
+    @staticmethod
+    def _qos2_key(client_id: str, packet_id: int) -> str:
+        return f"{packet_id}:{client_id}"
+
+    def qos2_pending(self, client_id: str, packet_id: int) -> bool:
+        return self._find(QOS2, self._qos2_key(client_id, packet_id)) is not None
+
+    def qos2_hold(self, client_id: str, packet_id: int, message: Message) -> None:
+        props = dict(message.properties)
+        props[RETAINED_TOPIC] = message.address
+        props[KEY] = self._qos2_key(client_id, packet_id)
+        held = Message(id=message.id, address=QOS2, body=message.body, properties=props, durable=True,
+                       priority=message.priority, expiration=0, timestamp=message.timestamp)
+        held.properties["_MQTT_EXPIRATION"] = message.expiration
+        self._queue(QOS2)
+        self.office.send(held, RoutingType.ANYCAST)
+
+    def qos2_release(self, client_id: str, packet_id: int, route) -> bool:
+        """PUBREL: route the held message (``route(message, tx)``) and forget it, in one store
+        transaction. False when nothing is held under that id (released before)."""
+        ref = self._find(QOS2, self._qos2_key(client_id, packet_id))
+        if ref is None:
+            return False
+        m = ref.message
+        props = {k: v for k, v in m.properties.items() if k not in (KEY, RETAINED_TOPIC, "_MQTT_EXPIRATION")}
+        expiration = m.properties.get("_MQTT_EXPIRATION") or 0
+        message = Message(id=self.broker.store.next_id(), address=str(m.properties[RETAINED_TOPIC]), body=m.body,
+                          properties=props, durable=True, priority=m.priority,
+                          expiration=int(expiration), timestamp=m.timestamp)
+        tx = Transaction(f"mqtt-qos2-{client_id}-{packet_id}")
+        route(message, tx)
+        tx.acks.append(ref)
+        ref.queue._last_values.pop(m.properties.get(KEY), None)
+        self.office.commit(tx)
+        return True
+
+    def qos2_forget_client(self, client_id: str) -> None:
+        """A clean start: QoS 2 messages the old session never released are dropped."""
+        queue = self.office.queues.get(QOS2)
+        if queue is None:
+            return
+        suffix = f":{client_id}"
+        for ref in [r for r in queue.iter_refs() if str(r.message.properties.get(KEY, "")).endswith(suffix)
+                    and str(r.message.properties.get(KEY, "")).split(":", 1)[1] == client_id]:
+            self._remove(ref)

@@ -1,0 +1,278 @@
+"""MQTT subscriptions: SUBSCRIBE, UNSUBSCRIBE, deliveries and the client's PUBACK, PUBREC and
+PUBCOMP. A mixin of `MqttAdapter`.
+
+Each topic filter is a multicast queue on its address (a pattern address for ``+`` and ``#``):
+``<client id>.<address>``, durable when the session outlives the connection, temporary
+otherwise; ``$share/<group>/<filter>`` is one queue ``$share.<group>.<address>`` whose
+consumers (the group's members) share its messages. A delivery's QoS is the lower of the
+subscription's and the message's; a QoS 0 delivery is acknowledged as it is written, a QoS 1
+one at PUBACK, a QoS 2 one at PUBREC (then PUBREL, PUBCOMP). The client's receive maximum
+bounds the QoS 1 and 2 deliveries in flight over all its subscriptions. Retained messages
+matching a new subscription are routed into its queue after the SUBACK.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from petrel.codec.mqtt import (
+    MqttProtocolError,
+    PropertyId as P,
+    Pubrel,
+    ReasonCode as R,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+)
+from petrel.codec.mqtt.codes import PacketType as T
+from petrel.core.message import RoutingType
+from petrel.core.queue import Consumer, MessageReference
+from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
+from petrel.server.adapters.mqtt_messages import message_qos, to_publish
+from petrel.server.adapters.mqtt_state import RETAINED_TOPIC, SessionSubscription
+from petrel.server.adapters.mqtt_topics import TopicError, address_to_topic, parse_filter, queue_name
+
+if TYPE_CHECKING:
+    from petrel.core.queue import Queue
+    from petrel.server.adapters.mqtt import MqttAdapter
+
+log = logging.getLogger("petrel.server.mqtt")
+
+V3_RECEIVE_MAXIMUM = 1000  # QoS 1/2 deliveries in flight to a 3.1.1 client
+
+
+class MqttSubscriptions:
+    def init_subscriptions(self: MqttAdapter) -> None:
+        self.by_consumer: dict[int, SessionSubscription] = {}
+        self.consumers: dict[str, Consumer] = {}  # filter -> consumer
+        self.inflight: dict[int, tuple[Consumer | None, MessageReference | None]] = {}
+        self.receive_max = V3_RECEIVE_MAXIMUM
+        self.client_max_packet: int | None = None
+        self._next_pid = 1
+        self._window_full = False
+
+    def configure_delivery(self: MqttAdapter, receive_max: int | None, max_packet: int | None) -> None:
+        self.receive_max = receive_max or V3_RECEIVE_MAXIMUM
+        self.client_max_packet = max_packet
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------
+
+    def on_subscribe(self: MqttAdapter, s: Subscribe) -> None:
+        session = self.mqtt
+        ident = None
+        if self.v5 and P.SUBSCRIPTION_IDENTIFIER in s.properties:
+            ident = s.properties[P.SUBSCRIPTION_IDENTIFIER][0]
+        reasons = []
+        attach = []
+        for option in s.subscriptions:
+            try:
+                f = parse_filter(option.filter)
+            except TopicError as exc:
+                log.info("MQTT SUBSCRIBE of %s refused: %s", self.client_id, exc)
+                reasons.append(exc.reason if self.v5 else 0x80)
+                continue
+            if f.group is not None and option.no_local:
+                raise MqttProtocolError("No Local on a shared subscription", R.PROTOCOL_ERROR)
+            sub = SessionSubscription(f, option, ident, queue_name(self.client_id, f))
+            existed = option.filter in session.subscriptions
+            try:
+                queue = self._open_queue(sub, session.persistent)
+            except SecurityNotAuthorized as exc:
+                log.info("MQTT SUBSCRIBE of %s to %r refused: %s", self.client_id, option.filter, exc)
+                reasons.append(R.NOT_AUTHORIZED if self.v5 else 0x80)
+                continue
+            except Exception as exc:
+                log.info("MQTT SUBSCRIBE of %s to %r refused: %s", self.client_id, option.filter, exc)
+                reasons.append(R.IMPLEMENTATION_SPECIFIC_ERROR if self.v5 else 0x80)
+                continue
+            old = self.consumers.pop(option.filter, None)
+            if old is not None:
+                self.by_consumer.pop(old.id, None)
+                self.session.remove_consumer(old)
+            session.subscriptions[option.filter] = sub
+            reasons.append(option.qos)
+            retained = f.group is None and (option.retain_handling == 0 or
+                                            (option.retain_handling == 1 and not existed))
+            attach.append((sub, queue, retained))
+        self.state.save(session)
+        self.confirm(Suback(s.packet_id, tuple(reasons)), durable=session.persistent)
+        if attach:
+            self.session.confirm(lambda: self._attach_all(attach))
+
+    def _open_queue(self: MqttAdapter, sub: SessionSubscription, durable: bool) -> Queue:
+        office = self.office
+        queue = office.queues.get(sub.queue)
+        self.access.subscribe(office, sub.filter.address, RoutingType.MULTICAST,
+                              durable_queue=sub.queue if durable else None)
+        if queue is not None and not queue.deleted:
+            return queue
+        with office.names_from_elsewhere():  # a pattern address and its queue (names checked by mqtt_topics)
+            office.ensure_address_for(sub.filter.address, RoutingType.MULTICAST)
+            return office.create_queue(sub.queue, sub.filter.address, RoutingType.MULTICAST, durable=durable,
+                                       temporary=not durable, client_id=self.client_id,
+                                       subscription=sub.filter.text)
+
+    def _attach_all(self: MqttAdapter, attach) -> None:
+        if self._closing or self.conn.closed:
+            return
+        for sub, queue, retained in attach:
+            if retained:
+                for message in self.state.retained_for(sub.filter.address):
+                    self.office.route_to(message, [queue], 0)
+            self._attach(sub, queue)
+
+    def _attach(self: MqttAdapter, sub: SessionSubscription, queue: Queue) -> None:
+        if queue.deleted:
+            return
+        consumer = Consumer(queue, self._deliver, window=self.receive_max)
+        self.session.add_consumer(consumer)
+        if self._window_full:
+            consumer.paused = True
+        self.consumers[sub.options.filter] = consumer
+        self.by_consumer[consumer.id] = sub
+        queue.add_consumer(consumer)
+
+    def resume_session(self: MqttAdapter) -> None:
+        """A persistent session resumed: its subscriptions consume again; PUBRELs go out again."""
+        session = self.mqtt
+        if session is None:
+            return
+        for pid in sorted(session.pubrel_pending):
+            self.write(Pubrel(pid))
+        for sub in list(session.subscriptions.values()):
+            try:
+                queue = self._open_queue(sub, session.persistent)
+            except Exception as exc:
+                log.info("MQTT %s: subscription %r not resumed: %s", self.client_id, sub.options.filter, exc)
+                continue
+            self._attach(sub, queue)
+
+    def on_unsubscribe(self: MqttAdapter, u: Unsubscribe) -> None:
+        session = self.mqtt
+        reasons = []
+        for text in u.filters:
+            sub = session.subscriptions.pop(text, None)
+            consumer = self.consumers.pop(text, None)
+            if consumer is not None:
+                self.by_consumer.pop(consumer.id, None)
+                self.session.remove_consumer(consumer)
+            if sub is None:
+                reasons.append(R.NO_SUBSCRIPTION_EXISTED)
+                continue
+            self.state.drop_queue(sub)
+            reasons.append(R.SUCCESS)
+        self.state.save(session)
+        self.confirm(Unsuback(u.packet_id, tuple(reasons) if self.v5 else ()), durable=session.persistent)
+
+    def release_subscriptions(self: MqttAdapter) -> None:
+        self.consumers.clear()
+        self.by_consumer.clear()
+        self.inflight.clear()
+
+    # -- deliveries ----------------------------------------------------------------------------
+
+    def _deliver(self: MqttAdapter, consumer: Consumer, ref: MessageReference) -> None:
+        sub = self.by_consumer.get(consumer.id)
+        queue = consumer.queue
+        if sub is None or self.mqtt is None:
+            return
+        message = ref.message
+        if sub.options.no_local and message.properties.get("_MQTT_CLIENT") == self.client_id:
+            queue.acknowledge(ref, consumer=consumer)
+            return
+        qos = min(sub.options.qos, message_qos(message))
+        retained = RETAINED_TOPIC in message.properties
+        retain = retained or (sub.options.retain_as_published and bool(message.properties.get("_MQTT_RETAIN")))
+        pid = None
+        if qos:
+            pid = self._packet_id(ref)
+            if pid is None:  # cannot happen under the receive maximum; the message goes back
+                queue.cancel(ref, redelivered=False, consumer=consumer)
+                return
+        if message.large is not None:
+            message = _with_body(message, self.broker.large.read(message.large))  # whole, in memory
+        publish = to_publish(message, qos, pid, retain=retain, dup=ref.delivery_count > 0, v5=self.v5,
+                             topic=address_to_topic(message.address),
+                             subscription_ids=[sub.identifier] if sub.identifier else None)
+        if publish is None:  # expired on its way
+            queue.acknowledge(ref, consumer=consumer)
+            return
+        head, payload = self.codec.publish_parts(publish)
+        if self.client_max_packet is not None and len(head) + len(payload) > self.client_max_packet:
+            log.info("MQTT %s: a message of %d bytes over the client's maximum packet size is dropped",
+                     self.client_id, len(head) + len(payload))
+            queue.acknowledge(ref, consumer=consumer)
+            return
+        self.conn.write(head + payload if len(payload) < 4096 else head)
+        if len(payload) >= 4096:
+            self.conn.write(payload)
+        if not qos:
+            queue.acknowledge(ref, consumer=consumer)
+            return
+        self.inflight[pid] = (consumer, ref)
+        self.mqtt.packet_ids[(queue.id, message.id)] = pid
+        if len(self.inflight) + len(self.mqtt.pubrel_pending) >= self.receive_max:
+            self._window_full = True
+            for c in self.consumers.values():
+                c.paused = True
+
+    def _packet_id(self: MqttAdapter, ref: MessageReference) -> int | None:
+        session = self.mqtt
+        busy = self.inflight
+        pending = session.pubrel_pending
+        if ref.delivery_count:  # a redelivery keeps its packet id, when it still can
+            pid = session.packet_ids.get((ref.queue.id, ref.message.id))
+            if pid is not None and pid not in busy and pid not in pending:
+                return pid
+        for _ in range(65535):
+            pid = self._next_pid
+            self._next_pid = pid % 65535 + 1
+            if pid not in busy and pid not in pending:
+                return pid
+        return None
+
+    def on_delivery_ack(self: MqttAdapter, packet) -> None:
+        """PUBACK (QoS 1 done), PUBREC (QoS 2: the message is the client's; PUBREL follows),
+        PUBCOMP (QoS 2 done)."""
+        pid = packet.packet_id
+        session = self.mqtt
+        if packet.type == T.PUBCOMP:
+            session.pubrel_pending.discard(pid)
+        else:
+            entry = self.inflight.pop(pid, None)
+            if entry is None:
+                if packet.type == T.PUBREC and self.v5:
+                    self.write(Pubrel(pid, R.PACKET_IDENTIFIER_NOT_FOUND))
+                return
+            consumer, ref = entry
+            session.packet_ids.pop((ref.queue.id, ref.message.id), None)
+            if packet.type == T.PUBREC and packet.reason >= 0x80:
+                self.session.acknowledge(consumer, [ref])  # the client refused it: not sent again
+            else:
+                self.session.acknowledge(consumer, [ref])
+                if packet.type == T.PUBREC:
+                    session.pubrel_pending.add(pid)
+                    self.confirm(Pubrel(pid), durable=True)
+        if self._window_full and len(self.inflight) + len(session.pubrel_pending) < self.receive_max:
+            self._window_full = False
+            if not self.conn.writing_paused:
+                self.session.resume()
+
+    # -- the connection's write flow -------------------------------------------------------
+
+    def pause(self: MqttAdapter) -> None:
+        self.session.pause()
+
+    def resume(self: MqttAdapter) -> None:
+        if not self._window_full:
+            self.session.resume()
+
+
+def _with_body(message, body: bytes):
+    from petrel.core.message import Message
+
+    return Message(id=message.id, address=message.address, body=body, properties=message.properties,
+                   durable=message.durable, priority=message.priority, expiration=message.expiration,
+                   timestamp=message.timestamp)
