@@ -181,12 +181,16 @@ class WebSocket(asyncio.Protocol):
     # -- frames in ------------------------------------------------------------------------------------
 
     def _deliver(self) -> None:
-        """Hand the Connection what has been read, while it reads (see `pause_reading`)."""
+        """Hand the Connection what has been read, while it reads (see `pause_reading`): the
+        data of every whole or partial message read so far in one `data_received`, as a TCP
+        read hands over every frame it holds."""
         frames = self._frames
+        pending: list[bytes] = []
         while not self._paused and self.phase in (OPEN, CLOSING):
             try:
                 event = frames.next_event()
             except FrameError as exc:
+                self._hand_over(pending)
                 if self.phase == CLOSING:  # broken while we wait for its Close: cut it
                     self.abort()
                     return
@@ -195,11 +199,13 @@ class WebSocket(asyncio.Protocol):
                 self._close(exc.code, exc.message)
                 return
             if event is NEED_DATA:
-                return
-            if isinstance(event, Data):
+                break
+            if type(event) is Data:
                 if event.payload and self.phase == OPEN:
-                    self.conn.data_received(event.payload)
-            elif isinstance(event, Ping):
+                    pending.append(event.payload)
+                continue
+            self._hand_over(pending)
+            if isinstance(event, Ping):
                 if not self._close_sent:
                     self.socket.write(frame(Opcode.PONG, event.payload))
             elif isinstance(event, Close):
@@ -211,6 +217,14 @@ class WebSocket(asyncio.Protocol):
                 self.phase = CLOSED
                 self.socket.close()
                 return
+        self._hand_over(pending)
+
+    def _hand_over(self, pending: list[bytes]) -> None:
+        if pending:
+            data = pending[0] if len(pending) == 1 else b"".join(pending)
+            pending.clear()
+            if self.phase == OPEN:
+                self.conn.data_received(data)
 
     # -- the Connection's transport -------------------------------------------------------------------
 

@@ -162,27 +162,30 @@ class FrameDecoder:
 
     def _read_header(self) -> bool:
         buf = self._buf
-        head = buf.consume_exactly(2)
-        if head is None:
+        data, pos = buf.data, buf.pos
+        avail = len(data) - pos
+        if avail < 2:
             return False
-        first, second = head
-        fin, opcode, length = bool(first & 0x80), first & 0x0F, second & 0x7F
+        first, second = data[pos], data[pos + 1]
+        length = second & 0x7F
+        size = 2 if length < 126 else 4 if length == 126 else 10
+        masked = second & 0x80
+        if masked:
+            size += 4
+        if avail < size:
+            return False
         if length == 126:
-            raw = buf.consume_exactly(2)
-            length = -1 if raw is None else int.from_bytes(raw, "big")
+            length = int.from_bytes(data[pos + 2:pos + 4], "big")
         elif length == 127:
-            raw = buf.consume_exactly(8)
-            length = -1 if raw is None else int.from_bytes(raw, "big")
-        mask = buf.consume_exactly(4) if second & 0x80 and length >= 0 else b""
-        if length < 0 or mask is None:
-            buf.rollback()
-            return False
-        buf.commit()
+            length = int.from_bytes(data[pos + 2:pos + 10], "big")
+        mask = bytes(data[pos + size - 4:pos + size]) if masked else b""
+        buf.consume_to(pos + size)
+        fin, opcode = bool(first & 0x80), first & 0x0F
         if first & 0x70:
             raise FrameError("reserved bits set, but no extension was negotiated")
         if opcode not in Opcode._value2member_map_:
             raise FrameError(f"unknown opcode {opcode:#x}")
-        if not second & 0x80:
+        if not masked:
             raise FrameError("a client's frames must be masked")
         if length >> 63:
             raise FrameError("payload length over 2**63")
@@ -198,15 +201,18 @@ class FrameDecoder:
             raise FrameError("a new message began before the last one ended")
         else:
             self._message = Opcode(opcode)
-            self._utf8 = codecs.getincrementaldecoder("utf-8")() if opcode == Opcode.TEXT else None
+            self._utf8 = None  # made at the message's first byte over 0x7f
         self._opcode, self._fin, self._mask, self._remaining, self._offset = opcode, fin, mask, length, 0
         return True
 
     def _data(self) -> Data | None:
         """The payload bytes of the current data frame received so far (None: none yet, or the
         frame ended empty without ending its message)."""
-        chunk = self._buf.consume_at_most(self._remaining) if self._remaining else b""
-        self._buf.commit()
+        buf = self._buf
+        pos = buf.pos
+        end_at = min(pos + self._remaining, len(buf.data))
+        chunk = bytes(buf.data[pos:end_at])
+        buf.consume_to(end_at)
         if self._remaining and not chunk:
             return None
         payload = unmask(chunk, self._mask, self._offset)
@@ -214,7 +220,10 @@ class FrameDecoder:
         self._remaining -= len(chunk)
         end = self._fin and not self._remaining
         text = self._message == Opcode.TEXT
-        if text:
+        if text and (self._utf8 is not None or not payload.isascii()):
+            # (ASCII before the first other byte leaves no character unfinished)
+            if self._utf8 is None:
+                self._utf8 = codecs.getincrementaldecoder("utf-8")()
             try:
                 self._utf8.decode(payload, final=end)
             except UnicodeDecodeError:
