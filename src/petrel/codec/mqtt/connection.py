@@ -130,8 +130,9 @@ class MqttConnection:
 
 
 def detect(head: bytes) -> bool | None:
-    """Whether a client's first bytes are an MQTT CONNECT (3.1 "MQIsdp" level 3, or "MQTT"
-    level 4 or 5): True, False, or None (too few to tell)."""
+    """Whether a client's first bytes are an MQTT CONNECT (protocol name "MQTT", or "MQIsdp" for
+    3.1, whatever the level: a level not spoken here is answered with CONNACK's "unacceptable
+    protocol version"): True, False, or None (too few to tell)."""
     if not head:
         return None
     if head[0] != 0x10:
@@ -145,13 +146,12 @@ def detect(head: bytes) -> bool | None:
     _, used = got
     rest = head[1 + used:]
     undecided = False
-    for expected, levels in ((b"\x00\x04MQTT", (4, 5)), (b"\x00\x06MQIsdp", (3,))):
+    for expected in (b"\x00\x04MQTT", b"\x00\x06MQIsdp"):
         n = min(len(rest), len(expected))
         if rest[:n] != expected[:n]:
             continue
-        if len(rest) <= len(expected):
+        if n < len(expected):
             undecided = True
             continue
-        if rest[len(expected)] in levels:
-            return True
+        return True
     return None if undecided else False

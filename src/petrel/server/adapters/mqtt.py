@@ -371,7 +371,9 @@ class MqttAdapter(MqttSubscriptions):
     def fail(self, reason: R, why: str) -> None:
         log.info("MQTT error for %s (%s): %s", self.client_id or self.conn.peer, reason.name, why)
         if not self.connected:
-            if self.codec.level is not None and not self.codec.connected_out:
+            # a CONNECT that was read (or whose level is not spoken here) gets a CONNACK saying why
+            if (self.codec.level is not None or reason == R.UNSUPPORTED_PROTOCOL_VERSION) \
+                    and not self.codec.connected_out:
                 try:
                     self.refuse_connect(reason, why)
                     return

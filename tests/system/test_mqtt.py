@@ -1,0 +1,277 @@
+"""MQTT 3.1.1 and 5.0 through real `petrel run` processes with paho-mqtt 2.x, aiomqtt and a raw
+client on Petrel's codec: QoS 0/1/2, wildcards, persistent sessions and QoS 2 through kill -9,
+retained messages across a restart, wills, shared subscriptions, keep-alive, malformed packets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from mqtt_clients import V5, V311, Paho, Raw, mqtt_broker
+from petrel.codec.mqtt import (
+    ConnackCode,
+    Connect,
+    Disconnect,
+    PropertyId as P,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    Subscription,
+    Will,
+)
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture
+def b(tmp_path):
+    broker = mqtt_broker(tmp_path / "b").start()
+    yield broker
+    broker.kill9()
+
+
+def test_qos_0_1_2_round_trips_with_wildcards_in_3_1_1_and_5(b):
+    for version in (V311, V5):
+        sub = Paho(b.mqtt_port, f"sub-{version}", version=version)
+        sub.subscribe("rt/+/x", 2)
+        sub.subscribe("rt/deep/#", 1)
+        pub = Paho(b.port, version=version)  # the all-protocols port speaks MQTT too
+        for qos in (0, 1, 2):
+            pub.publish("rt/a/x", f"q{qos}".encode(), qos)
+        pub.publish("rt/deep/er/still", b"deep", 2)
+        pub.publish("rt/a/y", b"no match", 1)
+        got = sub.drain()
+        assert sorted((m.topic, m.payload, m.qos) for m in got) == [
+            ("rt/a/x", b"q0", 0), ("rt/a/x", b"q1", 1), ("rt/a/x", b"q2", 2), ("rt/deep/er/still", b"deep", 1)]
+        sub.close()
+        pub.close()
+
+
+def test_aiomqtt_round_trip(b):
+    import aiomqtt
+
+    async def run() -> list:
+        async with aiomqtt.Client("127.0.0.1", b.mqtt_port, identifier="aio-sub") as sub, \
+                aiomqtt.Client("127.0.0.1", b.mqtt_port, identifier="aio-pub") as pub:
+            await sub.subscribe("aio/#", qos=2)
+            for i in range(5):
+                await pub.publish(f"aio/{i}", f"m{i}".encode(), qos=i % 3)
+            out = []
+            async with asyncio.timeout(10):
+                async for message in sub.messages:
+                    out.append((str(message.topic), message.payload))
+                    if len(out) == 5:
+                        return out
+        return []
+
+    assert sorted(asyncio.run(run())) == [(f"aio/{i}", f"m{i}".encode()) for i in range(5)]
+
+
+def test_a_persistent_session_keeps_subscriptions_and_unacknowledged_messages_through_kill_9(b):
+    sub = Paho(b.mqtt_port, "keeper", clean=False)
+    sub.subscribe("ps/#", 1)
+    sub.close()
+    raw = Raw(b.mqtt_port, Connect("holder", 4, clean_start=False))
+    raw.send(Subscribe(1, (Subscription("hold/it", 1),)))
+    assert isinstance(raw.recv(), Suback)
+    pub = Paho(b.mqtt_port, "ps-pub")
+    for i in range(5):
+        pub.publish(f"ps/{i}", f"kept {i}".encode(), 1)  # PUBACKed: durable
+    pub.publish("hold/it", b"never acked", 1)
+    delivered = raw.recv()
+    assert isinstance(delivered, Publish) and delivered.payload == b"never acked" and not delivered.dup
+    pub.close()
+    b.kill9()
+    b.start()
+    sub = Paho(b.mqtt_port, "keeper", clean=False)
+    assert sub.connack[0].session_present
+    assert sorted(m.payload for m in sub.drain()) == [f"kept {i}".encode() for i in range(5)]
+    sub.close()
+    raw = Raw(b.mqtt_port, Connect("holder", 4, clean_start=False))  # no SUBSCRIBE again
+    assert raw.connack.session_present
+    again = raw.recv()
+    # (not marked DUP: the delivery count is written when a delivery goes back, and kill -9 gave no time)
+    assert again.payload == b"never acked" and again.qos == 1
+    raw.send(Puback(again.packet_id))
+    raw.send(Disconnect())
+    raw.close()
+    # acknowledged now: a third session gets nothing more
+    raw = Raw(b.mqtt_port, Connect("holder", 4, clean_start=False))
+    with pytest.raises(TimeoutError):
+        raw.recv(timeout=1.0)
+    raw.close()
+    # a clean start ends the session: its subscription is gone
+    Raw(b.mqtt_port, Connect("keeper", 4, clean_start=True)).send(Disconnect())
+    pub = Paho(b.mqtt_port, "ps-pub2")
+    pub.publish("ps/late", b"late", 1)
+    pub.close()
+    sub = Paho(b.mqtt_port, "keeper", clean=False)
+    assert not sub.connack[0].session_present
+    assert sub.drain(idle=0.5) == []
+    sub.close()
+
+
+def test_qos_2_is_exactly_once_through_kill_9(b):
+    sub = Paho(b.mqtt_port, "eo-sub", clean=False)
+    sub.subscribe("eo/#", 2)
+    sub.close()
+    pub = Raw(b.mqtt_port, Connect("eo-pub", 5, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600}))
+    # 1: PUBREC seen, then a crash; PUBREL after the restart releases it once
+    pub.send(Publish("eo/one", b"one", 2, packet_id=1))
+    assert isinstance(pub.recv(), Pubrec)
+    # 2: PUBREC lost in the crash (as the client sees it): the PUBLISH is sent again, DUP
+    pub.send(Publish("eo/two", b"two", 2, packet_id=2))
+    assert isinstance(pub.recv(), Pubrec)
+    b.kill9()
+    b.start()
+    pub = Raw(b.mqtt_port, Connect("eo-pub", 5, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600}))
+    assert pub.connack.session_present
+    pub.send(Pubrel(1))
+    assert pub.recv() == Pubcomp(1)
+    pub.send(Publish("eo/two", b"two", 2, dup=True, packet_id=2))
+    assert isinstance(pub.recv(), Pubrec)
+    pub.send(Pubrel(2))
+    assert pub.recv() == Pubcomp(2)
+    pub.send(Pubrel(2))  # PUBCOMP lost, PUBREL again: answered, nothing routed
+    assert isinstance(pub.recv(), Pubcomp)
+    pub.send(Disconnect())
+    pub.close()
+    sub = Paho(b.mqtt_port, "eo-sub", clean=False)
+    got = sub.drain()
+    assert sorted(m.payload for m in got) == [b"one", b"two"]
+    sub.close()
+
+
+def test_retained_messages_are_replaced_cleared_and_kept_across_a_restart(b):
+    pub = Paho(b.mqtt_port, "rp", version=V5)
+    pub.publish("ret/a", b"first", 1, retain=True)
+    pub.publish("ret/a", b"second", 1, retain=True)
+    pub.publish("ret/b", b"bee", 0, retain=True)
+    pub.publish("ret/c", b"gone", 1, retain=True)
+    pub.publish("ret/c", b"", 1, retain=True)  # clears it
+    pub.close()
+    b.kill9()
+    b.start()
+    sub = Paho(b.mqtt_port, "rs", version=V5)
+    sub.subscribe("ret/+", 1)
+    got = sub.drain()
+    assert sorted((m.topic, m.payload, m.retain) for m in got) == [("ret/a", b"second", True),
+                                                                   ("ret/b", b"bee", True)]
+    pub = Paho(b.mqtt_port, "rp2", version=V5)
+    pub.publish("ret/a", b"live", 1, retain=True)
+    live = sub.get()
+    assert (live.payload, live.retain) == (b"live", False)  # retain as published is off
+    sub.close()
+    pub.close()
+
+
+def test_a_will_is_published_on_an_abrupt_end_and_not_on_disconnect(b):
+    watcher = Paho(b.mqtt_port, "watcher")
+    watcher.subscribe("wills/#", 1)
+    gone = Raw(b.mqtt_port, Connect("mortal", 4, will=Will("wills/mortal", b"died", 1)))
+    polite = Raw(b.mqtt_port, Connect("polite", 4, will=Will("wills/polite", b"should not", 1)))
+    polite.send(Disconnect())
+    assert polite.recv_until_closed() == []
+    gone.abort()
+    will = watcher.get()
+    assert (will.topic, will.payload) == ("wills/mortal", b"died")
+    # 5.0 will delay: the client is back in time, no will
+    late = Raw(b.mqtt_port, Connect("delayed", 5, clean_start=False, will=Will(
+        "wills/delayed", b"late", 1, properties={P.WILL_DELAY_INTERVAL: 30}),
+        properties={P.SESSION_EXPIRY_INTERVAL: 60}))
+    late.abort()
+    back = Raw(b.mqtt_port, Connect("delayed", 5, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60}))
+    back.send(Disconnect())
+    assert watcher.drain(idle=1.0) == []
+    watcher.close()
+
+
+def test_keep_alive_closes_a_silent_client_after_one_and_a_half_intervals_with_its_will(b):
+    watcher = Paho(b.mqtt_port, "ka-watch")
+    watcher.subscribe("ka/#", 1)
+    silent = Raw(b.mqtt_port, Connect("silent", 5, keep_alive=1, will=Will("ka/silent", b"timed out", 0)))
+    assert silent.recv_until_closed(timeout=10) == [Disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT,
+                                                               {P.REASON_STRING: "keep alive timeout"})]
+    assert watcher.get().payload == b"timed out"
+    watcher.close()
+
+
+def test_shared_subscriptions_spread_messages_over_the_group(b):
+    one = Paho(b.mqtt_port, "share-1", version=V5)
+    two = Paho(b.mqtt_port, "share-2", version=V5)
+    one.subscribe("$share/workers/jobs/#", 1)
+    two.subscribe("$share/workers/jobs/#", 1)
+    solo = Paho(b.mqtt_port, "solo", version=V5)
+    solo.subscribe("jobs/#", 1)
+    pub = Paho(b.mqtt_port, "jobs-pub")
+    for i in range(20):
+        pub.publish(f"jobs/{i}", str(i).encode(), 1)
+    first, second = one.drain(), two.drain()
+    assert first and second
+    assert sorted(int(m.payload) for m in first + second) == list(range(20))
+    assert len(solo.drain()) == 20
+    for c in (one, two, solo, pub):
+        c.close()
+
+
+def test_mqtt_5_properties_and_reason_codes(b):
+    sub = Paho(b.mqtt_port, "props-sub", version=V5)
+    props = Properties(PacketTypes.SUBSCRIBE)
+    props.SubscriptionIdentifier = 42
+    sub.subscribe("props/#", 1, properties=props)
+    pub = Paho(b.mqtt_port, "props-pub", version=V5)
+    pp = Properties(PacketTypes.PUBLISH)
+    pp.UserProperty = [("colour", "blue"), ("size", "9")]
+    pp.ContentType = "text/plain"
+    pp.ResponseTopic = "props/replies"
+    pp.CorrelationData = b"corr-1"
+    pp.MessageExpiryInterval = 3600
+    pp.PayloadFormatIndicator = 1
+    pub.publish("props/a", b"with properties", 1, properties=pp)
+    m = sub.get()
+    got = m.properties
+    assert m.payload == b"with properties"
+    assert got.UserProperty == [("colour", "blue"), ("size", "9")]
+    assert (got.ContentType, got.ResponseTopic, got.CorrelationData) == ("text/plain", "props/replies", b"corr-1")
+    assert 3500 < got.MessageExpiryInterval <= 3600 and got.PayloadFormatIndicator == 1
+    assert got.SubscriptionIdentifier == [42]
+    raw = Raw(b.mqtt_port, Connect("props-raw", 5))
+    assert raw.connack.properties[P.TOPIC_ALIAS_MAXIMUM] > 0
+    raw.send(Subscribe(1, (Subscription("bad/#/x", 1), Subscription("ok/+", 2), Subscription("/lead", 0))))
+    assert raw.recv().reasons == (ReasonCode.TOPIC_FILTER_INVALID, 2, ReasonCode.TOPIC_FILTER_INVALID)
+    raw.send(Publish("nobody/here", b"x", 1, packet_id=5))
+    assert raw.recv() == Puback(5, ReasonCode.NO_MATCHING_SUBSCRIBERS)
+    raw.send(Publish("ok/alias", b"named", 1, packet_id=6, properties={P.TOPIC_ALIAS: 1}))
+    raw.send(Publish("", b"by alias", 1, packet_id=7, properties={P.TOPIC_ALIAS: 1}))
+    packets = [raw.recv() for _ in range(4)]
+    assert sorted(p.payload for p in packets if isinstance(p, Publish)) == [b"by alias", b"named"]
+    raw.send(Disconnect())
+    assert Paho(b.mqtt_port, "", version=V5).connack[2].AssignedClientIdentifier.startswith("petrel-")
+    sub.close()
+    pub.close()
+
+
+def test_a_malformed_packet_gets_its_reason_code_and_others_keep_working(b):
+    other = Paho(b.mqtt_port, "bystander")
+    other.subscribe("still/#", 1)
+    bad = Raw(b.mqtt_port, Connect("bad5", 5))
+    bad.send_bytes(b"\x36\x05\x00\x01t\x00\x01")  # QoS 3
+    assert bad.recv_until_closed() == [Disconnect(ReasonCode.MALFORMED_PACKET, {
+        P.REASON_STRING: "malformed packet: PUBLISH with QoS 3"})]
+    bad311 = Raw(b.mqtt_port, Connect("bad4", 4))
+    bad311.send_bytes(b"\x82\x02\x00\x01")  # SUBSCRIBE without a filter
+    assert bad311.recv_until_closed() == []  # 3.1.1: the connection closes
+    wrong = Raw(b.mqtt_port)
+    wrong.send_bytes(b"\x10\x0c\x00\x04MQTT\x07\x02\x00\x3c\x00\x00")  # level 7
+    assert [p.reason for p in wrong.recv_until_closed()] == [ConnackCode.UNACCEPTABLE_PROTOCOL_VERSION]
+    other.publish("still/here", b"fine", 1)
+    assert other.get().payload == b"fine"
+    other.close()
