@@ -66,6 +66,7 @@ class AmqpAdapter(LinkFrames):
         self.container_id: str | None = None
         self.sasl_done = False
         self.opened = False  # our open went out
+        self.connected = False  # the client's open is answered: the handshake is done (server.limits)
         self.closing = False
         self._last_read = time.monotonic()
         self._beat: asyncio.TimerHandle | None = None
@@ -226,6 +227,7 @@ class AmqpAdapter(LinkFrames):
             properties={"product": "Petrel", "version": str(self.broker.version)},
         ))
         self.opened = True
+        self.connected = True
         if p.idle_time_out:  # the client closes us after idle_time_out without a frame: beat at half
             self._start_beats(max(int(p.idle_time_out) / 2000, 0.05))
         watch_silence(self.conn, ttl, lambda: self._last_read,
@@ -288,6 +290,10 @@ class AmqpAdapter(LinkFrames):
         if data:
             self.conn.write(data)
         self.conn.close()
+
+    def error(self, message: str, extra: dict | None = None) -> None:
+        """A limit refuses the connection (`server.limits.refuse`)."""
+        self.fail(RESOURCE_LIMIT_EXCEEDED, message)
 
     def _sync_failed(self, error: NotDurable) -> None:
         self.fail(INTERNAL_ERROR, f"{error}; deliveries since the last disposition are not confirmed")
