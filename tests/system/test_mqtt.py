@@ -275,3 +275,51 @@ def test_a_malformed_packet_gets_its_reason_code_and_others_keep_working(b):
     other.publish("still/here", b"fine", 1)
     assert other.get().payload == b"fine"
     other.close()
+
+
+def test_receive_maximum_bounds_deliveries_in_flight_and_packet_sizes_are_kept(b):
+    raw = Raw(b.mqtt_port, Connect("narrow", 5, properties={P.RECEIVE_MAXIMUM: 2, P.MAXIMUM_PACKET_SIZE: 200}))
+    raw.send(Subscribe(1, (Subscription("win/#", 1),)))
+    assert isinstance(raw.recv(), Suback)
+    pub = Paho(b.mqtt_port, "win-pub")
+    pub.publish("win/big", b"x" * 500, 1)  # over the client's maximum packet size: not sent
+    for i in range(5):
+        pub.publish(f"win/{i}", str(i).encode(), 1)
+    first = [raw.recv(), raw.recv()]
+    assert [p.payload for p in first] == [b"0", b"1"]
+    with pytest.raises(TimeoutError):
+        raw.recv(timeout=0.7)  # two in flight: the window is full
+    raw.send(Puback(first[0].packet_id))
+    third = raw.recv()
+    assert third.payload == b"2"
+    pub.close()
+    raw.send_bytes(b"\x30\xff\xff\xff\x7f")  # a PUBLISH of 256 MiB announced: over the broker's maximum
+    assert [p.reason for p in raw.recv_until_closed() if isinstance(p, Disconnect)] == [
+        ReasonCode.PACKET_TOO_LARGE]
+
+
+def test_session_expiry_and_take_over(b):
+    expiry = {P.SESSION_EXPIRY_INTERVAL: 3}
+    first = Raw(b.mqtt_port, Connect("twin", 5, clean_start=False, properties=expiry))
+    first.send(Subscribe(1, (Subscription("exp/#", 1),)))
+    assert isinstance(first.recv(), Suback)
+    second = Raw(b.mqtt_port, Connect("twin", 5, clean_start=False, properties=expiry))
+    assert second.connack.session_present
+    assert first.recv_until_closed() == [Disconnect(ReasonCode.SESSION_TAKEN_OVER)]
+    second.send(Disconnect())
+    assert second.recv_until_closed() == []
+    probe = Raw(b.mqtt_port, Connect("exp-probe", 5))
+    ids = iter(range(1, 1000))
+
+    def ack_of_a_publish() -> int:
+        pid = next(ids)
+        probe.send(Publish("exp/x", b"x", 1, packet_id=pid))
+        return probe.recv().reason
+
+    assert ack_of_a_publish() == 0  # the session's subscription holds it
+    from petrel.testing.process import wait_for
+
+    wait_for(lambda: ack_of_a_publish() == ReasonCode.NO_MATCHING_SUBSCRIBERS, timeout=20, interval=0.5,
+             message="the session did not expire")
+    third = Raw(b.mqtt_port, Connect("twin", 5, clean_start=False))
+    assert not third.connack.session_present
