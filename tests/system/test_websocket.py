@@ -476,3 +476,18 @@ def test_wss_with_mutual_tls_logs_the_certificate_in_as_its_user(tmp_path):
         with pytest.raises(Exception):
             WsStomp(ws_port, ssl_context=without)
         wait_for(lambda: "no client certificate (ssl_need_client_auth)" in b.log(), 10, message=b.log())
+
+
+def test_a_stopping_broker_says_going_away_and_exits_cleanly(tmp_path):
+    b, ws_port = ws_broker(tmp_path / "b")
+    b.start()
+    try:
+        s = raw_ws(ws_port)  # a client that never answers the Close
+        s.sendall(masked(0x1, b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"))
+        assert s.recv(4096).startswith(b"\x81")
+        assert b.stop() == 0
+        data = read_until_closed(s)
+        assert data.startswith(bytes((0x88, 0x02)) + (1001).to_bytes(2, "big")), data
+        s.close()
+    finally:
+        b.kill9()

@@ -256,7 +256,8 @@ class WebSocket(asyncio.Protocol):
         """The Connection closes: a Close frame, then the client has LINGER seconds to answer it
         while the broker already forgets the connection (as a TCP close lingers)."""
         if self.phase == OPEN:
-            self._close(CloseCode.NORMAL_CLOSURE, "")
+            stopping = getattr(self.broker, "_stopping", False)  # the broker is going away
+            self._close(CloseCode.GOING_AWAY if stopping else CloseCode.NORMAL_CLOSURE, "")
         elif self.phase == HANDSHAKE:
             self.phase = CLOSED
             if self.socket is not None:
