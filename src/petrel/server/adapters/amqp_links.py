@@ -51,7 +51,8 @@ CREDIT = 1000
 class Channel:
     """One AMQP session: its links by handle and the deliveries it sent, unsettled."""
 
-    __slots__ = ("number", "next_outgoing_id", "next_incoming_id", "incoming_window", "links", "unsettled")
+    __slots__ = ("number", "next_outgoing_id", "next_incoming_id", "incoming_window", "links", "unsettled",
+                 "detached")
 
     def __init__(self, number: int, next_incoming_id: int) -> None:
         self.number = number
@@ -60,6 +61,7 @@ class Channel:
         self.incoming_window = 0x7FFFFFFF
         self.links: dict[int, Link] = {}
         self.unsettled: dict[int, tuple[Link, MessageReference]] = {}  # delivery id -> what it carried
+        self.detached: set[int] = set()  # handles the broker detached, the client's detach still to come
 
 
 class Link:
@@ -107,6 +109,7 @@ class LinkFrames:
 
     def on_attach(self: AmqpAdapter, ch: Channel, a) -> None:
         handle = int(a.handle)
+        ch.detached.discard(handle)
         if handle in ch.links:
             raise AmqpError(HANDLE_IN_USE, f"handle {handle} is already attached")
         try:
@@ -124,6 +127,7 @@ class LinkFrames:
         role = ROLE_SENDER if a.role == ROLE_RECEIVER else ROLE_RECEIVER
         self.reply(ch.number, Attach(name=a.name, handle=a.handle, role=role))
         self.reply(ch.number, Detach(handle=a.handle, closed=True, error=Error(condition=condition, description=why)))
+        ch.detached.add(int(a.handle))
 
     def _attach_outgoing(self: AmqpAdapter, ch: Channel, a) -> None:
         source = a.source
@@ -219,6 +223,8 @@ class LinkFrames:
                                            next_outgoing_id=ch.next_outgoing_id, outgoing_window=0x7FFFFFFF))
             return
         link = ch.links.get(int(f.handle))
+        if link is None and int(f.handle) in ch.detached:
+            return  # sent before the client saw the broker's detach
         if link is None:
             raise AmqpError(UNATTACHED_HANDLE, f"flow on handle {f.handle}, which is not attached")
         if not link.outgoing:
@@ -317,6 +323,8 @@ class LinkFrames:
         t = event.performative
         ch.next_incoming_id = (ch.next_incoming_id + event.frames) & 0xFFFFFFFF
         link = ch.links.get(int(t.handle))
+        if link is None and int(t.handle) in ch.detached:
+            return  # sent before the client saw the broker's detach
         if link is None:
             raise AmqpError(UNATTACHED_HANDLE, f"transfer on handle {t.handle}, which is not attached")
         if link.outgoing:
@@ -407,6 +415,9 @@ class LinkFrames:
 
     def on_detach(self: AmqpAdapter, ch: Channel, d) -> None:
         link = ch.links.get(int(d.handle))
+        if link is None and int(d.handle) in ch.detached:  # the answer to the broker's detach
+            ch.detached.discard(int(d.handle))
+            return
         if link is None:
             raise AmqpError(UNATTACHED_HANDLE, f"detach of handle {d.handle}, which is not attached")
         self.drop_link(ch, link, closed=bool(d.closed))
