@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ QOS2 = "$sys.mqtt.qos2"
 KEY = "_MQTT_KEY"
 RETAINED_TOPIC = "_MQTT_RETAINED"  # on a copy of a retained message routed to a new subscription
 NEVER = 0xFFFFFFFF  # session expiry interval: the session never ends
+COMPACT_EVERY = 256
 
 
 @dataclass(slots=True)
@@ -62,8 +64,9 @@ class MqttSession:
     adapter: Any = None  # the connection it is attached to
     pubrel_pending: set[int] = field(default_factory=set)  # QoS 2 out: PUBREC seen, PUBCOMP not yet
     packet_ids: dict[tuple[int, int], int] = field(default_factory=dict)  # (queue id, message id) -> id
-    timer: Any = None  # session expiry, or a delayed will
-    will_timer: Any = None
+    timer: Any = None  # session expiry
+    will_timer: Any = None  # a delayed will
+    saved: bytes = b""  # the record last written to $sys.mqtt.sessions
 
     @property
     def persistent(self) -> bool:
@@ -76,6 +79,7 @@ class MqttState:
         self.office = broker.office
         self.sessions: dict[str, MqttSession] = {}
         self._loaded = False
+        self._finished: dict[str, int] = {}  # per system queue: references finished since the last compaction
 
     @classmethod
     def of(cls, broker: Broker) -> MqttState:
@@ -99,14 +103,20 @@ class MqttState:
                 self.office.creator = creator
         return queue
 
-    def _put(self, queue_name_: str, key: str, body: bytes, properties: dict | None = None, *,
-             address_props: Message | None = None) -> None:
+    def _put(self, queue_name_: str, key: str, body: bytes, properties: dict | None = None) -> None:
+        """Keep `body` under `key` in a system queue (replacing what was kept under it)."""
         props = dict(properties or {})
         props[KEY] = key
         message = Message(id=self.broker.store.next_id(), address=queue_name_, body=body, properties=props,
                           durable=True, timestamp=now_ms())
-        self._queue(queue_name_)
+        self._send(message)
+
+    def _send(self, message: Message) -> None:
+        queue = self._queue(message.address)
+        replaced = self._find(message.address, str(message.properties[KEY])) is not None
         self.office.send(message, RoutingType.ANYCAST)
+        if replaced:
+            self._settled(queue)
 
     def _find(self, queue_name_: str, key: str) -> MessageReference | None:
         queue = self.office.queues.get(queue_name_)
@@ -123,6 +133,26 @@ class MqttState:
         queue.messages_acked += 1
         queue._last_values.pop(ref.message.properties.get(KEY), None)
         self.office.reference_done(ref, tx_id)
+        self._settled(queue)
+
+    def _settled(self, queue: Queue) -> None:
+        """A reference of a system queue was replaced or removed. Nobody consumes these queues,
+        so nothing would drop the finished references from its lists: every COMPACT_EVERY of
+        them, keep only the live ones (else each replaced session record stays in memory)."""
+        self._finished[queue.name] = count = self._finished.get(queue.name, 0) + 1
+        if count < COMPACT_EVERY:
+            return
+        self._finished[queue.name] = 0
+        for i, bucket in enumerate(queue._buckets):
+            if not bucket:
+                continue
+            live = deque()
+            for ref in bucket:
+                if ref.state == 0:  # AVAILABLE
+                    live.append(ref)
+                else:
+                    ref.in_deque = False
+            queue._buckets[i] = live
 
     def sync(self) -> None:
         """Make what was written durable soon (nobody waits for it)."""
@@ -164,6 +194,9 @@ class MqttState:
                  s.options.retain_handling, s.identifier] for s in session.subscriptions.values()]
         body = json.dumps({"client_id": session.client_id, "expiry": session.expiry, "subs": subs,
                            "at": now_ms() if disconnected else 0}).encode()
+        if body == session.saved and self._find(SESSIONS, session.client_id) is not None:
+            return
+        session.saved = body
         self._put(SESSIONS, session.client_id, body)
 
     def end(self, session: MqttSession) -> None:
@@ -219,8 +252,7 @@ class MqttState:
                        durable=True, priority=message.priority, expiration=message.expiration,
                        timestamp=message.timestamp)
         props[KEY] = address
-        self._queue(RETAINED)
-        self.office.send(copy, RoutingType.ANYCAST)  # replaces the older one (last value)
+        self._send(copy)  # replaces the older one (last value)
 
     def retained_for(self, pattern: str) -> list[Message]:
         """Copies of the retained messages whose address `pattern` matches, for a new subscription."""
@@ -257,8 +289,7 @@ class MqttState:
         held = Message(id=message.id, address=QOS2, body=message.body, properties=props, durable=True,
                        priority=message.priority, expiration=0, timestamp=message.timestamp)
         held.properties["_MQTT_EXPIRATION"] = message.expiration
-        self._queue(QOS2)
-        self.office.send(held, RoutingType.ANYCAST)
+        self._send(held)
 
     def qos2_release(self, client_id: str, packet_id: int, route) -> bool:
         """PUBREL: route the held message (``route(message, tx)``) and forget it, in one store
@@ -273,10 +304,16 @@ class MqttState:
                           properties=props, durable=True, priority=m.priority,
                           expiration=int(expiration), timestamp=m.timestamp)
         tx = Transaction(f"mqtt-qos2-{client_id}-{packet_id}")
-        route(message, tx)
+        try:
+            route(message, tx)
+        except Exception:
+            self.office.rollback(tx)
+            self._remove(ref)  # refused (PUBCOMP says why): the client will not send it again
+            raise
         tx.acks.append(ref)
         ref.queue._last_values.pop(m.properties.get(KEY), None)
         self.office.commit(tx)
+        self._settled(ref.queue)
         return True
 
     def qos2_forget_client(self, client_id: str) -> None:

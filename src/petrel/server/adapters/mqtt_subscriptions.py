@@ -248,13 +248,10 @@ class MqttSubscriptions:
                 return
             consumer, ref = entry
             session.packet_ids.pop((ref.queue.id, ref.message.id), None)
-            if packet.type == T.PUBREC and packet.reason >= 0x80:
-                self.session.acknowledge(consumer, [ref])  # the client refused it: not sent again
-            else:
-                self.session.acknowledge(consumer, [ref])
-                if packet.type == T.PUBREC:
-                    session.pubrel_pending.add(pid)
-                    self.confirm(Pubrel(pid), durable=True)
+            self.session.acknowledge(consumer, [ref])  # (a PUBREC refusing it: not sent again either)
+            if packet.type == T.PUBREC and packet.reason < 0x80:
+                session.pubrel_pending.add(pid)
+                self.confirm(Pubrel(pid), durable=True)
         if self._window_full and len(self.inflight) + len(session.pubrel_pending) < self.receive_max:
             self._window_full = False
             if not self.conn.writing_paused:
