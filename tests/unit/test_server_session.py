@@ -352,3 +352,34 @@ def test_release_rolls_back_and_returns_unacknowledged_messages(tmp_path):
         assert done == []
 
     run(tmp_path, body)
+
+
+def test_pushes_go_out_after_what_earlier_reads_wait_for(tmp_path):
+    async def body(broker, session, conn, failures, ran):
+        held = []
+        real_sync = broker.store.sync
+        broker.store.sync = lambda fn, *, transactional=False, failed=None: held.append(
+            lambda: real_sync(fn, transactional=transactional, failed=failed))
+        session.confirm(b"receipt", durable=True)
+        session.flush()
+        session.confirmations.after_pending([b"topology"])
+        assert conn.out == []
+        held[0]()
+        await settle(lambda: len(conn.out) == 2)
+        assert conn.out == [b"receipt", b"topology"]
+        session.confirmations.after_pending([b"now"])  # nothing waiting: at once
+        assert conn.out[-1] == b"now"
+
+    run(tmp_path, body)
+
+
+def test_block_reads_false_leaves_the_blocked_result_to_the_adapter(tmp_path):
+    def body(broker, session, conn, failures, ran):
+        session.send(message(session, "slow", b"x" * 200), RoutingType.ANYCAST)
+        result = session.send(message(session, "slow", b"y" * 200), RoutingType.ANYCAST, block_reads=False)
+        assert result.blocked and not session.blocked and conn.transport.reading
+        session.hold()
+        session.release_hold()  # lifted without running anything
+        assert not session.held and conn.transport.reading and ran == []
+
+    run(tmp_path, body, address_settings={"slow": {"max_size_bytes": 100, "address_full_policy": "BLOCK"}})

@@ -65,9 +65,10 @@ class SelectorRefused(Refused):
 
 
 class TransactionRolledBack(Refused):
-    """COMMIT refused: the transaction rolled back instead."""
+    """COMMIT refused: the transaction rolled back instead (`reason`: the cause alone)."""
 
     kind = "rolled-back"
+    reason = ""
 
 
 class TransactionUnknown(Refused):

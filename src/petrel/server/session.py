@@ -21,7 +21,9 @@ Contract (what an adapter can rely on, and must do):
   `office.send` and calls ``then(result)`` once the message is routed (later, from `run`,
   when it waited). A full address under BLOCK, a full disk or consumers far behind
   (throttle) pause the connection's reads until there is room (`block`), unless the adapter
-  passes its own ``on_blocked``. Refusals raise a `petrel.server.refusals.Refused`. The
+  passes ``block_reads=False`` and reads ``result.blocked``/``result.throttled`` itself (CORE
+  holds the producer's confirmations instead). Refusals raise a
+  `petrel.server.refusals.Refused`. The
   session owns the message from the call: a refused message is discarded, its large body's
   file with it.
 - **Acknowledgements.** `acknowledge(consumer, refs, tx)` and `cancel(consumer, refs)`
@@ -92,20 +94,20 @@ log = logging.getLogger("petrel.server.session")
 class Confirmations:
     """Replies released after the disk, in read order (see the module's contract)."""
 
-    __slots__ = ("conn", "store", "on_failed", "_out", "_sync", "_tx", "_batches", "failed")
+    __slots__ = ("conn", "store", "on_failed", "out", "_sync", "_tx", "_batches", "failed")
 
     def __init__(self, conn: Any, store: Any, on_failed: Callable[[BaseException], None]) -> None:
         self.conn = conn
         self.store = store
         self.on_failed = on_failed
-        self._out: list = []  # what the read being handled appended
+        self.out: list = []  # what the read being handled appended
         self._sync = False
         self._tx = False
         self._batches: deque[list] = deque()  # [items, ready], released in order
         self.failed = False  # a sync failed: nothing more is confirmed
 
     def add(self, item: bytes | Callable[[], None], durable: bool = False, transactional: bool = False) -> None:
-        self._out.append(item)
+        self.out.append(item)
         if durable:
             self._sync = True
             if transactional:
@@ -120,14 +122,22 @@ class Confirmations:
     @property
     def pending(self) -> bool:
         """Something appended or waiting for a sync."""
-        return bool(self._out or self._batches)
+        return bool(self.out or self._batches)
+
+    def after_pending(self, items: list) -> None:
+        """Write `items` (bytes or callables) right after what earlier reads still wait to
+        confirm, without waiting for a sync of their own (pushes: a topology, a DISCONNECT)."""
+        if self.failed:
+            return
+        self._batches.append([items, True])
+        self._release()
 
     def flush(self) -> None:
-        out = self._out
+        out = self.out
         if not out:
             self._sync = self._tx = False
             return
-        self._out = []
+        self.out = []
         sync, transactional = self._sync, self._tx
         self._sync = self._tx = False
         if self.failed:
@@ -167,7 +177,7 @@ class Confirmations:
             return
         self.failed = True
         self._batches.clear()
-        self._out = []
+        self.out = []
         self.on_failed(error)
 
 
@@ -226,7 +236,7 @@ class ServerSession:
 
     def send(self, message: Message, routing_type: RoutingType | None, tx: str | Transaction | None = None,
              then: Callable[[SendResult], None] | None = None, *,
-             on_blocked: Callable[..., None] | None = None) -> SendResult | None:
+             block_reads: bool = True) -> SendResult | None:
         """Route `message` (see the contract). None when it waits for a grouping decision."""
         office = self.office
         name = message.address
@@ -245,13 +255,13 @@ class ServerSession:
         drop_reserved(self, message.properties)  # _PETREL_*
         if office.grouping is not None and wait_for_group(
                 self, name, message.properties, routing_type,
-                lambda: self._route(message, routing_type, tx, then, on_blocked),
+                lambda: self._route(message, routing_type, tx, then, block_reads),
                 lambda reason: self._group_refused(message, reason)):
             return None
-        return self._route(message, routing_type, tx, then, on_blocked)
+        return self._route(message, routing_type, tx, then, block_reads)
 
     def _route(self, message: Message, routing_type: RoutingType | None, tx: Transaction | None,
-               then: Callable[[SendResult], None] | None, on_blocked: Callable[..., None] | None) -> SendResult:
+               then: Callable[[SendResult], None] | None, block_reads: bool) -> SendResult:
         office = self.office
         try:
             result = office.send(message, routing_type, tx)
@@ -266,8 +276,8 @@ class ServerSession:
             raise RoutingRefused(str(exc)) from None
         if then is not None:
             then(result)
-        if result.blocked or result.throttled:
-            (on_blocked or self.block)(message.address, quiet=not result.blocked)
+        if block_reads and (result.blocked or result.throttled):
+            self.block(message.address, quiet=not result.blocked)
         return result
 
     def _group_refused(self, message: Message, reason: str) -> None:
@@ -360,7 +370,9 @@ class ServerSession:
         try:
             self.office.commit(tx)
         except _CoreRolledBack as exc:
-            raise TransactionRolledBack(f"transaction {name!r} rolled back: {exc}") from None
+            refused = TransactionRolledBack(f"transaction {name!r} rolled back: {exc}")
+            refused.reason = str(exc)  # the cause alone
+            raise refused from None
 
     def rollback(self, name: str, *, reopen: bool = False) -> None:
         tx = self.transaction(name)
@@ -455,11 +467,15 @@ class ServerSession:
             self.held = True
             self.reads.pause("hold")
 
-    def resume_held(self, fn: Callable[[], None]) -> None:
-        """Run `fn` first, then the frames that waited behind it (the adapter's ``run``)."""
+    def release_hold(self) -> None:
+        """Lift the hold without handling anything (the connection is being refused)."""
         if self.held:
             self.held = False
             self.reads.resume("hold")
+
+    def resume_held(self, fn: Callable[[], None]) -> None:
+        """Run `fn` first, then the frames that waited behind it (the adapter's ``run``)."""
+        self.release_hold()
         if self.conn.closed or self.released:
             return
         self._run(fn)

@@ -4,7 +4,10 @@ Frames from one read are handled in order. Replies that must wait for the disk (
 confirmations of persistent sends, commits, queue and address changes, acks that asked
 for a reply) are gathered per read and released by one `store.sync` per read, and every
 read's replies go out in read order, so a confirmation count only grows and a later
-reply never overtakes an earlier one still waiting for its sync.
+reply never overtakes an earlier one still waiting for its sync: the server session's
+confirmations (`petrel.server.session`), which also does the sends, acks, local
+transactions, holds and flow control; refusals (`petrel.server.refusals`) map to CORE's
+error codes here (`RESULT_CODES`, `SEND_CODES`).
 
 Consumers get Artemis-style credit: the client grants window bytes, each delivered
 message costs `credit_of(body size)`, and the client hands credit back as its
@@ -17,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +81,9 @@ from petrel.server.adapters.core.migration import MigrationFrames
 from petrel.server.adapters.core.replication import ReplicationFrames
 from petrel.server.adapters.core.sending import SendFrames
 from petrel.codec.core.replication import ReplicaAck, ReplicaFailback, ReplicaRegister, ReplicaVote
-from petrel.server.adapters.core.session import CoreConsumer, Fatal, RequestFailed, ServerSession
+from petrel.server.adapters.core.session import RESULT_CODES, CoreConsumer, Fatal, RequestFailed, ServerSession
+from petrel.server.refusals import NotDurable, Refused
+from petrel.server.session import ServerSession as ConnectionSession
 
 if TYPE_CHECKING:
     from petrel.server.broker import Broker
@@ -106,22 +110,21 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
         self.temporary_queues: set[str] = set()
         self.ttl = broker.config.connection_ttl
         self._closing = False
-        self._out: list[bytes | Callable[[], None]] = []  # replies of the read being handled
-        self._sync = False
-        self._sync_tx = False
         self._dirty: list[ServerSession] = []  # sessions with sends to confirm after this read
-        self._batches: deque[list] = deque()  # [items, ready] released in order
         self._last_read = time.monotonic()
         self._timer = None
         self.large_ok = False  # the client takes large bodies in chunks
         # a body larger than this is a large message (kept in its own file)
         self._large_over = broker.config.min_large_message_size
         self.chunk_size = max(min(self._large_over, broker.config.max_frame_size - 4096), 1024)
-        self._held = False  # a large body is being made durable: handle nothing until it is
         self._stash: list = []  # events decoded but not handled while held
         self._next_id = broker.store.next_id
         self.access = Access(broker.security)  # who logged in (CONNECT's user and password), what it may do
         self._login_task = None
+        # replies after the disk and in order, sends, acks, transactions, holds (petrel.server.session)
+        self.server_session = ConnectionSession(broker, conn, self.access, run=self._run,
+                                                on_sync_failed=self._sync_failed)
+        self._confirmations = self.server_session.confirmations
         self._handlers: dict[type, Callable[[Any], None]] = {
             Send: self.on_send,
             SendChunk: self.on_send_chunk,
@@ -165,6 +168,24 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
     def subject(self):
         return self.access.subject
 
+    @property
+    def _out(self) -> list:
+        """The replies of the read being handled (bytes, or callables run in their turn)."""
+        return self._confirmations.out
+
+    @property
+    def _sync(self) -> bool:
+        return self._confirmations._sync
+
+    @_sync.setter
+    def _sync(self, value: bool) -> None:
+        if value:  # this read's replies wait for the disk
+            self._confirmations.need_sync()
+
+    @property
+    def _held(self) -> bool:
+        return self.server_session.held
+
     # -- input ------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
@@ -193,6 +214,9 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
                         handlers[type(event)](event)
                     except RequestFailed as exc:
                         self.reply(Result(getattr(event, "corr", 0), exc.code, str(exc)))
+                    except Refused as exc:
+                        self.reply(Result(getattr(event, "corr", 0), RESULT_CODES.get(exc.kind, ErrorCode.INVALID),
+                                          str(exc)))
                     except NotAuthorized as exc:
                         self.reply(Result(getattr(event, "corr", 0), ErrorCode.UNAUTHORIZED, str(exc)))
                     except (RoutingError, SelectorError) as exc:
@@ -217,10 +241,7 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
     # -- replies in order, after the disk ------------------------------------------------------
 
     def reply(self, event, *, sync: bool = False, transactional: bool = False) -> None:
-        self._out.append(self.codec.send(event))
-        if sync:
-            self._sync = True
-            self._sync_tx = self._sync_tx or transactional
+        self._confirmations.add(self.codec.send(event), sync, transactional)
 
     def _finish_read(self) -> None:
         if self.forward_tx:
@@ -228,57 +249,22 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
         for session in self._dirty:
             if session.sent != session.confirmed and not session.blocked and not self._closing:
                 session.confirmed = session.sent  # (after an ERROR nothing is confirmed)
-                self._out.append(self.codec.send(SendConfirm(session.id, session.sent)))
+                self._confirmations.add(self.codec.send(SendConfirm(session.id, session.sent)))
         self._dirty.clear()
-        out = self._out
-        if not out:
-            return
-        self._out = []
-        sync, self._sync = self._sync, False
-        transactional, self._sync_tx = self._sync_tx, False
-        if not sync and not self._batches:
-            self._emit(out)
-            return
-        batch = [out, not sync]
-        self._batches.append(batch)
-        if sync:
-            def durable() -> None:
-                batch[1] = True
-                self._release()
+        self._confirmations.flush()
 
-            self.broker.store.sync(durable, transactional=transactional, failed=self._sync_failed)
-        else:
-            self._release()
-
-    def _sync_failed(self, error: BaseException) -> None:
+    def _sync_failed(self, error: NotDurable) -> None:
         """The store could not make a batch durable: an ERROR naming the cause instead of its
         replies and confirmations (none of them, nor any later one, goes out), then close."""
-        if not self._batches:
-            return  # already failed
-        self._batches.clear()
-        if self.conn.closed:
-            return
         self._closing = True
-        message = f"not persisted: {error}; requests since the last confirmation are not confirmed"
+        message = f"{error}; requests since the last confirmation are not confirmed"
         log.info("CORE error for %s: %s", self.conn.peer, message)
         try:
             data = self.codec.send(Error(int(ErrorCode.INTERNAL), message[:1000]))
         except Exception:
             data = b""
-        self._emit([data, self.conn.close])
-
-    def _release(self) -> None:
-        batches = self._batches
-        while batches and batches[0][1]:
-            self._emit(batches.popleft()[0])
-
-    def _emit(self, items: list) -> None:
-        conn = self.conn
-        for item in items:
-            if callable(item):
-                item()
-            else:
-                conn.write(item)
+        self.conn.write(data)
+        self.conn.close()
 
     def fatal(self, code: ErrorCode, message: str) -> None:
         log.info("CORE error for %s: %s", self.conn.peer, message)
@@ -303,16 +289,14 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
         except Exception:
             pass
         items.append(self.conn.close)
-        self._batches.append([items, True])
-        self._release()
+        self._confirmations.after_pending(items)
 
     def send_topology(self, members: list[Member], event_id: int | None = None) -> None:
         """Push a topology update (the cluster calls this as nodes come and go)."""
         if "topology" not in self.codec.capabilities or self.conn.closed or self._closing:
             return
         event = Topology(event_id if event_id is not None else time.time_ns() // 1000, members, True)
-        self._batches.append([[self.codec.send(event)], True])
-        self._release()
+        self._confirmations.after_pending([self.codec.send(event)])
 
     # -- connection --------------------------------------------------------------------------
 
@@ -402,7 +386,9 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
     def on_create_session(self, e: CreateSession) -> None:
         if e.session in self.sessions:
             raise RequestFailed(ErrorCode.ALREADY_EXISTS, f"session {e.session} already exists")
-        self.sessions[e.session] = ServerSession(e.session, e.transacted)
+        session = self.sessions[e.session] = ServerSession(e.session, e.transacted)
+        if session.tx is not None:  # the connection's server session owns it (rolled back with it)
+            session.tx = self.server_session.begin(session.tx.name)
         self.reply(Result(e.corr))
 
     def on_close_session(self, e: CloseSession) -> None:
@@ -415,34 +401,31 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
         for consumer in list(session.consumers.values()):
             self._remove_consumer(consumer)
         if session.tx is not None:
-            self.office.rollback(session.tx)
+            if self.server_session.transactions.get(session.tx.name) is session.tx:
+                self.server_session.rollback(session.tx.name)
+            else:
+                self.office.rollback(session.tx)
         large.abort(session)
 
     def hold(self) -> None:
         """Handle nothing more (and read nothing) until `resume_held`."""
-        self._held = True
-        if self.conn.transport is not None:
-            self.conn.transport.pause_reading()
+        self.server_session.hold()
 
     def resume_held(self, fn: Callable[[], None]) -> None:
         """Run `fn` first, then the frames that waited behind it."""
-        self._held = False
         if self.conn.closed or self._closing:
+            self.server_session.release_hold()
             return
         self._last_read = time.monotonic()
-        if self.conn.transport is not None:
-            self.conn.transport.resume_reading()
-        self._run(fn)
+        self.server_session.resume_held(fn)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def pause(self) -> None:
-        for consumer in self.by_consumer.values():
-            consumer.paused = True
+        self.server_session.pause()
 
     def resume(self) -> None:
-        for consumer in list(self.by_consumer.values()):
-            consumer.resume()
+        self.server_session.resume()
 
     def connection_lost(self) -> None:
         self._closing = True
@@ -452,6 +435,7 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
             self._close_session(session)
         self.sessions.clear()
         self.by_consumer.clear()
+        self.server_session.release()
         for name in list(self.temporary_queues):
             queue = self.office.queues.get(name)
             if queue is not None and queue.temporary:

@@ -70,8 +70,7 @@ class ClusterFrames:
         """Send a frame to the joined peer, after any replies still waiting for the disk."""
         if self.conn.closed or self._closing:
             return
-        self._batches.append([[self.codec.send(event)], True])
-        self._release()
+        self._confirmations.after_pending([self.codec.send(event)])
 
     def on_forward(self: CoreAdapter, e: Forward) -> None:
         if self.cluster_peer is None and self.migration_source is None:

@@ -78,7 +78,7 @@ class ConsumerFrames:
             queue, self._deliver, session=session, cid=e.consumer, window=e.window,
             selector=selector, auto_ack=e.auto_ack,
         )
-        consumer.paused = self.conn.writing_paused
+        self.server_session.add_consumer(consumer)  # (paused while the connection's writes are)
         session.consumers[e.consumer] = consumer
         self.by_consumer[consumer.id] = consumer
         self.reply(Result(e.corr, 0, "", {"queue": queue.name, "address": queue.address}))
@@ -98,9 +98,8 @@ class ConsumerFrames:
     def _remove_consumer(self, consumer: CoreConsumer) -> None:
         consumer.session.consumers.pop(consumer.cid, None)
         self.by_consumer.pop(consumer.id, None)
+        self.server_session.remove_consumer(consumer)
         queue = consumer.queue
-        if not queue.deleted:
-            queue.remove_consumer(consumer)
         if queue.deleted:
             self.temporary_queues.discard(queue.name)
 
@@ -172,13 +171,7 @@ class ConsumerFrames:
             return
         refs = self._refs(consumer, e.seqs, e.cumulative)
         tx = consumer.session.tx
-        if tx is not None:
-            for ref in refs:
-                tx.hold_ack(ref)
-        else:
-            acknowledge = consumer.queue.acknowledge
-            for ref in refs:
-                acknowledge(ref)
+        self.server_session.acknowledge(consumer, refs, tx)
         if e.corr:
             self.reply(Result(e.corr, 0, "", len(refs)), sync=tx is None)
 
@@ -187,13 +180,6 @@ class ConsumerFrames:
         if consumer is None:
             return
         refs = self._refs(consumer, e.seqs, False)
-        redelivered = not e.undelivered
-        paused, consumer.paused = consumer.paused, True  # all go back before any is sent again
-        try:
-            for ref in refs:
-                consumer.queue.cancel(ref, redelivered=redelivered)
-        finally:
-            consumer.paused = paused
-        consumer.queue.deliver()
+        self.server_session.cancel(consumer, refs, redelivered=not e.undelivered)  # all back before any goes again
         if e.corr:
             self.reply(Result(e.corr, 0, "", len(refs)), sync=True)

@@ -95,7 +95,7 @@ def log_in(adapter: CoreAdapter, e: Connect) -> None:
         try:
             subject = task.result()
         except Exception as exc:
-            adapter._held = False
+            adapter.server_session.release_hold()
             if isinstance(exc, AuthenticationFailed):
                 adapter.fatal(ErrorCode.UNAUTHORIZED, str(exc))
             else:  # never the broker's end

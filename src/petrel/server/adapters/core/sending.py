@@ -1,25 +1,22 @@
-"""CORE sends and local transactions: SEND and SEND_CHUNK routed through the post office,
-refusals counted as sends (SEND_FAILED), producer sessions held back while their address is full
-(BLOCK), COMMIT and ROLLBACK of a transacted session. A mixin of `CoreAdapter`."""
+"""CORE sends and local transactions: SEND and SEND_CHUNK routed through the server session
+(`petrel.server.session`), refusals counted as sends (SEND_FAILED with the refusal's code),
+producer sessions held back while their address is full (BLOCK), COMMIT and ROLLBACK of a
+transacted session. A mixin of `CoreAdapter`."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
-from petrel.cluster.internal_names import drop_reserved, internal_write_problem
+from petrel.cluster.internal_names import internal_write_problem
 from petrel.codec.core import Commit, ErrorCode, Result, Rollback, Send, SendChunk, SendFailed
 from petrel.codec.core.cluster import Forward
-from petrel.core.limits import AddressFull
 from petrel.core.message import LargeBody, Message, now_ms
-from petrel.core.postoffice import RoutingError
-from petrel.core.selector import SelectorError
-from petrel.core.transaction import Transaction, TransactionRolledBack
-from petrel.security.errors import NotAuthorized
 from petrel.server.adapters.core import large
 from petrel.server.adapters.core.consuming import ROUTING
-from petrel.server.adapters.core.session import Fatal, RequestFailed, ServerSession
+from petrel.server.adapters.core.session import SEND_CODES, Fatal, RequestFailed, ServerSession
 from petrel.server.adapters.group_wait import wait_for_group
+from petrel.server.refusals import Refused, TransactionRolledBack
 
 if TYPE_CHECKING:
     from petrel.server.adapters.core.adapter import CoreAdapter
@@ -40,7 +37,6 @@ class SendFrames:
             raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
         if (refused := internal_write_problem(self, e.address)) is not None:  # $.petrel.*
             raise Fatal(ErrorCode.UNAUTHORIZED, refused)
-        drop_reserved(self, e.properties)  # _PETREL_*
         if self.office.grouping is not None and wait_for_group(
                 self, e.address, e.properties, ROUTING[e.routing_type + 1] if -1 <= e.routing_type <= 1 else None,
                 lambda: self.on_send(e),
@@ -84,33 +80,22 @@ class SendFrames:
             self._out.append(self.codec.send(SendFailed(
                 session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
             return
-        try:
-            self.access.send(self.office, e.address, ROUTING[rt + 1])
-        except NotAuthorized as exc:
-            if large_body is not None:
-                self.broker.large.delete(large_body[1])
-            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.UNAUTHORIZED, str(exc))))
-            return
         # positional: id, address, body, properties, durable, priority, expiration, timestamp, scheduled
         message = Message(large_body[0] if large_body else self._next_id(), e.address, body, e.properties,
                           e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
-        if large_body is not None:  # from here the office owns the file (and drops it if it refuses)
+        if large_body is not None:  # from here the session owns the file (and drops it if it refuses)
             message.large = large_body[1]
         tx = session.tx
         try:
-            result = self.office.send(message, ROUTING[rt + 1], tx)
-        except AddressFull as exc:
-            self.office.discard(message)
-            self._out.append(
-                self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ADDRESS_FULL, str(exc))))
-            return
-        except (RoutingError, SelectorError, ValueError) as exc:
-            self.office.discard(message)
-            self._out.append(self.codec.send(SendFailed(session.id, session.sent, ErrorCode.ROUTING, str(exc))))
+            # access, internal names and _PETREL_* properties, the office; BLOCK is ours (below)
+            result = self.server_session.send(message, ROUTING[rt + 1], tx, block_reads=False)
+        except Refused as exc:
+            self._out.append(self.codec.send(SendFailed(session.id, session.sent,
+                                                        SEND_CODES.get(exc.kind, ErrorCode.ROUTING), str(exc))))
             return
         if e.durable and tx is None:
             self._sync = True
-        if result.blocked or result.throttled:
+        if result is not None and (result.blocked or result.throttled):
             self._block(session, message.address, quiet=not result.blocked)
 
     def _block(self: CoreAdapter, session: ServerSession, address: str, *, quiet: bool = False) -> None:
@@ -151,16 +136,21 @@ class SendFrames:
 
     def on_commit(self: CoreAdapter, e: Commit) -> None:
         session = self._tx_session(e.session)
-        tx, session.tx = session.tx, Transaction(f"core-{session.id}")
+        server_session, name = self.server_session, session.tx.name
         try:
-            self.office.commit(tx)
+            server_session.commit(name, reopen=True)  # the session goes on in a new transaction
         except TransactionRolledBack as exc:
-            self.reply(Result(e.corr, ErrorCode.TRANSACTION_ROLLED_BACK, f"transaction rolled back: {exc}"))
+            self.reply(Result(e.corr, ErrorCode.TRANSACTION_ROLLED_BACK, f"transaction rolled back: {exc.reason}"))
             return
+        finally:
+            session.tx = server_session.transactions[name]
         self.reply(Result(e.corr), sync=True, transactional=True)
 
     def on_rollback(self: CoreAdapter, e: Rollback) -> None:
         session = self._tx_session(e.session)
-        tx, session.tx = session.tx, Transaction(f"core-{session.id}")
-        self.office.rollback(tx)
+        server_session, name = self.server_session, session.tx.name
+        try:
+            server_session.rollback(name, reopen=True)
+        finally:
+            session.tx = server_session.transactions[name]
         self.reply(Result(e.corr))

@@ -1,4 +1,5 @@
-"""Server-side state of a CORE connection: sessions, credit-fed consumers, request errors."""
+"""Server-side state of a CORE connection: sessions, credit-fed consumers, request errors, and the
+CORE codes of the server session's refusals (`petrel.server.refusals`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from petrel.core.queue import Consumer, Queue
 from petrel.core.transaction import Transaction
 from petrel.storage.large import LargeWriter
 
-__all__ = ["RequestFailed", "Fatal", "CoreConsumer", "ServerSession"]
+__all__ = ["RESULT_CODES", "SEND_CODES", "RequestFailed", "Fatal", "CoreConsumer", "ServerSession"]
+
+# refusals (petrel.server.refusals) as the code of a RESULT, and of a SEND_FAILED
+RESULT_CODES = {"not-authorized": ErrorCode.UNAUTHORIZED, "address-full": ErrorCode.ADDRESS_FULL,
+                "routing": ErrorCode.INVALID, "selector": ErrorCode.INVALID,
+                "rolled-back": ErrorCode.TRANSACTION_ROLLED_BACK, "no-transaction": ErrorCode.INVALID,
+                "not-found": ErrorCode.NOT_FOUND, "invalid": ErrorCode.INVALID}
+SEND_CODES = {**RESULT_CODES, "routing": ErrorCode.ROUTING, "selector": ErrorCode.ROUTING}
 
 
 class RequestFailed(Exception):
