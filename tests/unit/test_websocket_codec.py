@@ -291,3 +291,17 @@ def test_ws_port_is_61614_on_a_standard_broker_and_follows_the_offset():
     assert BrokerConfig(ws_port=8080, port_offset=1).protocol_port("ws_port", 61614) == 8081
     with pytest.raises(ValueError, match="ws_port"):
         BrokerConfig(ws_port=65535, port_offset=1)
+
+
+def test_a_colocated_backup_shifts_a_set_ws_port_and_leaves_an_unset_one_off():
+    from petrel.ha.colocated import colocated_configs
+
+    def backup(**ports) -> BrokerConfig:
+        config = BrokerConfig(cluster_user="u", cluster_password="p", **ports, ha_policy={
+            "replication": "primary", "colocated": {"max_backups": 1, "backup_port_offset": 100}},
+            cluster_connections=[{"connector": "tcp://127.0.0.1:61616", "static_connectors": ["tcp://127.0.0.1:61617"]}])
+        return colocated_configs(config)[0]
+
+    assert backup(ws_port=61614).protocol_port("ws_port", 61614) == 61714  # not the live's 61614
+    assert backup().protocol_port("ws_port", 61614) == -1  # the live's standard 61614 only
+    assert backup(ws_port=-1).protocol_port("ws_port", 61614) == -1

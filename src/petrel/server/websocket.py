@@ -130,7 +130,8 @@ class WebSocket(asyncio.Protocol):
                 self._frames.receive_data(data)
                 self._deliver()
         except Exception:  # a bug here ends this client only
-            log.exception("closing WebSocket client %s after an error", self.conn.peer)
+            log.exception("closing WebSocket client %s after an error", self.conn.peer,
+                          extra={"event": "websocket.error"})
             self.abort()
 
     def eof_received(self) -> bool:
