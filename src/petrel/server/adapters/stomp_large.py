@@ -49,12 +49,14 @@ class LargeSends:
             if event.command == "SEND":
                 adapter = self.adapter
                 self.writer = adapter.broker.large.create(adapter.broker.store.next_id())
+                adapter.session.track_large(self.writer)  # dropped with the connection while it arrives
         else:
             header, writer = self.header, self.writer
             self.header = self.writer = None
             if writer is None:  # only a SEND's body means anything
                 self.adapter.handle(Frame(header.command, header.headers))
             else:
+                self.adapter.session.untrack_large(writer)
                 self._finish(header, writer)
 
     def whole(self, frame: Frame) -> None:

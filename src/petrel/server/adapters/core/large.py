@@ -43,6 +43,7 @@ def start(adapter: CoreAdapter, session: ServerSession, e: Send) -> None:
         raise _cannot_store(adapter, exc) from exc
     session.large = e
     session.large_writer = writer
+    adapter.server_session.track_large(writer)  # dropped with the connection while it arrives
     _write(adapter, session, e.body)
     if not e.more:
         _finish(adapter, session)
@@ -80,6 +81,7 @@ def abort(session: ServerSession) -> None:
 def _finish(adapter: CoreAdapter, session: ServerSession) -> None:
     first, writer = session.large, session.large_writer
     session.large = session.large_writer = None
+    adapter.server_session.untrack_large(writer)
     if not (first.durable and adapter.broker.large.sync):
         try:
             body = writer.finish(durable=False)
