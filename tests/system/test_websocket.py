@@ -491,3 +491,31 @@ def test_a_stopping_broker_says_going_away_and_exits_cleanly(tmp_path):
         s.close()
     finally:
         b.kill9()
+
+
+def test_random_bytes_after_the_upgrade_never_take_the_broker_down(tmp_path):
+    import random
+
+    b, ws_port = ws_broker(tmp_path / "b")
+    pieces = [masked(0x1, b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"), masked(0x2, b"\x10\x0c\x00\x04MQTT"),
+              masked(0x1, b"SEND\ndestination:/queue/fuzz\n\nx\x00"), masked(0x9, b"p"), masked(0x0, b"x"),
+              masked(0x1, b"\xc3"), masked(0x8, b"\x03"), bytes((0x81, 0xFE, 0xFF)), b"\x00" * 7]
+    with b:
+        rng = random.Random(14)
+        for path, protocol in [("/stomp", "v12.stomp"), ("/mqtt", "mqtt")] * 15:
+            s = raw_ws(ws_port, path, protocol)
+            data = b"".join(rng.choice(pieces) if rng.random() < 0.6 else rng.randbytes(rng.randint(1, 40))
+                            for _ in range(rng.randint(1, 12)))
+            try:
+                s.sendall(data)
+                s.shutdown(socket.SHUT_WR)  # the broker reads it all, then the end
+            except OSError:  # closed by the broker already
+                pass
+            assert read_until_closed(s).endswith(b"<closed>")
+            s.close()
+        c = WsStomp(ws_port)
+        c.send("SEND", {"destination": "/queue/after.fuzz", "receipt": "r"}, "served")
+        assert c.frame()[1] == {"receipt-id": "r"}
+        c.close()
+        assert b.proc.poll() is None
+        assert "Traceback" not in b.log(), b.log()
