@@ -15,6 +15,7 @@ coordinator is such a link: declare and discharge are messages on it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -360,10 +361,54 @@ class LinkFrames:
             message.address = name
         if routing_type is None:
             routing_type = _jms_dest(message.properties)
+        large = self.broker.large
+        if large is not None and len(message.body) > self.broker.config.min_large_message_size:
+            self._store_large(ch, t, message, routing_type, tx, txn_id)
+            return
+        self._send(ch, t, message, routing_type, tx, txn_id)
+
+    def _send(self: AmqpAdapter, ch: Channel, t, message, routing_type, tx, txn_id) -> None:
         try:
-            session.send(message, routing_type, tx, then=lambda result: self._accepted(ch, t, txn_id, message.durable))
+            self.session.send(message, routing_type, tx,
+                              then=lambda result: self._accepted(ch, t, txn_id, message.durable))
         except Refused as exc:
             self._reject(ch, t, _condition(exc), str(exc))
+
+    def _store_large(self: AmqpAdapter, ch: Channel, t, message, routing_type, tx, txn_id) -> None:
+        """A body over min_large_message_size goes to its own file (not the journal, not memory);
+        a durable one is fsynced off the loop while this connection handles nothing else."""
+        large = self.broker.large
+        writer = large.create(message.id)
+        try:
+            writer.write(message.body)
+            if not (message.durable and large.sync):
+                message.large, message.body = writer.finish(durable=False), b""
+                self._send(ch, t, message, routing_type, tx, txn_id)
+                return
+        except BaseException:
+            writer.abort()
+            raise
+        session = self.session
+        session.track_large(writer)
+        session.hold()
+        future = asyncio.get_running_loop().run_in_executor(None, writer.finish)
+
+        def finished(f: asyncio.Future) -> None:
+            session.untrack_large(writer)
+            try:
+                body = f.result()
+            except Exception as exc:
+                writer.abort()
+                log.error("cannot store a large message body from %s: %s", self.conn.peer, exc)
+                session.resume_held(lambda: self._reject(ch, t, INTERNAL_ERROR, f"cannot store the body: {exc}"))
+                return
+            if self.conn.closed:
+                large.delete(body)
+                return
+            message.large, message.body = body, b""
+            session.resume_held(lambda: self._send(ch, t, message, routing_type, tx, txn_id))
+
+        future.add_done_callback(finished)
 
     def _accepted(self: AmqpAdapter, ch: Channel, t, txn_id: bytes | None, durable: bool) -> None:
         if t.settled:
@@ -483,5 +528,3 @@ def _with_body(message, body: bytes):
 
     return dataclasses.replace(message, body=body, large=None, wire_cache=None)
 
-
-_ = INTERNAL_ERROR
