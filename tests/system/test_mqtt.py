@@ -323,3 +323,32 @@ def test_session_expiry_and_take_over(b):
              message="the session did not expire")
     third = Raw(b.mqtt_port, Connect("twin", 5, clean_start=False))
     assert not third.connack.session_present
+
+
+def test_unsubscribe_no_local_and_retain_handling(b):
+    from petrel.codec.mqtt import Unsuback, Unsubscribe
+
+    pub = Paho(b.mqtt_port, "opt-pub")
+    pub.publish("opt/kept", b"retained", 1, retain=True)
+    pub.close()
+    raw = Raw(b.mqtt_port, Connect("opt", 5))
+    raw.send(Subscribe(1, (Subscription("opt/#", 1, no_local=True, retain_handling=2),)))
+    assert raw.recv() == Suback(1, (1,))
+    raw.send(Publish("opt/own", b"mine", 1, packet_id=2))  # No Local: not back to me
+    assert raw.recv() == Puback(2)
+    with pytest.raises(TimeoutError):
+        raw.recv(timeout=0.7)  # nor the retained message (retain handling 2)
+    raw.send(Subscribe(3, (Subscription("opt/#", 1, retain_handling=1),)))  # exists: still no retained
+    assert raw.recv() == Suback(3, (1,))
+    raw.send(Subscribe(4, (Subscription("opt/+", 1, retain_handling=1),)))  # new: retained sent
+    assert raw.recv() == Suback(4, (1,))
+    kept = raw.recv()
+    assert (kept.payload, kept.retain) == (b"retained", True)
+    raw.send(Puback(kept.packet_id))
+    raw.send(Unsubscribe(5, ("opt/#", "opt/+", "never/subscribed")))
+    assert raw.recv() == Unsuback(5, (0, 0, ReasonCode.NO_SUBSCRIPTION_EXISTED))
+    other = Paho(b.mqtt_port, "opt-pub2")
+    other.publish("opt/after", b"nobody", 1)
+    other.close()
+    with pytest.raises(TimeoutError):
+        raw.recv(timeout=0.7)
