@@ -64,6 +64,8 @@ _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
 pack = _enc.encode
 unpack = _dec.decode
+# a MESSAGE record's body: its encoded message as a view of the record (not a copy), and its refs
+_unpack_message_record = msgspec.msgpack.Decoder(tuple[memoryview, list]).decode
 
 
 class FileStore:
@@ -138,8 +140,12 @@ class FileStore:
                 self._counter_record = r.id
         for r in m.records.values():
             if r.user_type == RecordKind.MESSAGE:
-                encoded, refs = unpack(r.body)
+                encoded, refs = _unpack_message_record(r.body)
                 message = decode_message(r.id, encoded)
+                # the record's bytes go now, not with the whole journal at the end: the next
+                # messages' bodies reuse that memory (a million fresh pages cost a fault each)
+                del encoded
+                r.body = b""
                 if not r.updates:
                     rec.messages.append((message, [RecoveredRef(qid, seq) for qid, seq in refs]))
                     continue
