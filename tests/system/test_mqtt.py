@@ -352,3 +352,19 @@ def test_unsubscribe_no_local_and_retain_handling(b):
     other.close()
     with pytest.raises(TimeoutError):
         raw.recv(timeout=0.7)
+
+
+def test_a_session_expires_after_a_restart_without_any_mqtt_client(b):
+    raw = Raw(b.mqtt_port, Connect("short-lived", 5, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 2}))
+    raw.send(Subscribe(1, (Subscription("brief/#", 1),)))
+    assert isinstance(raw.recv(), Suback)
+    raw.send(Disconnect())
+    assert raw.recv_until_closed() == []
+    b.kill9()
+    b.start()
+    from petrel.testing.process import wait_for
+
+    wait_for(lambda: "MQTT session short-lived expired" in b.log(), timeout=20,
+             message="the session did not expire after the restart")
+    again = Raw(b.mqtt_port, Connect("short-lived", 5, clean_start=False))
+    assert not again.connack.session_present

@@ -167,6 +167,7 @@ class Broker:
             await self.cluster.start()
         self._schedule_expiry_scan()
         self._schedule_disk_check()
+        protocols.start(self)  # what a protocol keeps across restarts (MQTT sessions' expiry)
         self.started_at = time.time()
         log.info(
             "Petrel %s started: %s", __version__,

@@ -10,6 +10,7 @@ alone. Adding a protocol is one entry here, its codec's `detect` and its adapter
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from petrel.config import BrokerConfig
     from petrel.server.broker import Broker
     from petrel.server.connection import Adapter, Connection
+
+log = logging.getLogger("petrel.server.protocols")
 
 #: Bytes held before a client that matches no protocol is closed.
 MAX_DETECT_BYTES = 1024
@@ -38,6 +41,7 @@ class ProtocolSpec:
     adapter: str
     port_setting: str | None = None  # BrokerConfig field of the protocol's own acceptor
     standard_port: int | None = None  # that acceptor's port when the setting is left unset
+    on_start: str | None = None  # "module:function", called as function(broker) once the broker serves
 
     def make_adapter(self, broker: Broker, conn: Connection) -> Adapter:
         module, _, cls = self.adapter.partition(":")
@@ -49,7 +53,8 @@ PROTOCOLS: tuple[ProtocolSpec, ...] = (
     ProtocolSpec("stomp", detect_stomp, "petrel.server.adapters.stomp:StompAdapter",
                  port_setting="stomp_port", standard_port=61613),
     ProtocolSpec("mqtt", detect_mqtt, "petrel.server.adapters.mqtt:MqttAdapter",
-                 port_setting="mqtt_port", standard_port=1883),
+                 port_setting="mqtt_port", standard_port=1883,
+                 on_start="petrel.server.adapters.mqtt_state:start"),
     ProtocolSpec("amqp", detect_amqp, "petrel.server.adapters.amqp:AmqpAdapter",
                  port_setting="amqp_port", standard_port=5672),
 )
@@ -76,6 +81,17 @@ def detect(head: bytes, among: tuple[str, ...] | None = None) -> str | None:
     if undecided and len(head) < MAX_DETECT_BYTES:
         return None
     return "unknown"
+
+
+def start(broker: Broker) -> None:
+    """Each protocol's start hook, for what it keeps across restarts (MQTT's session expiry)."""
+    for spec in PROTOCOLS:
+        if spec.on_start is not None:
+            module, _, fn = spec.on_start.partition(":")
+            try:
+                getattr(importlib.import_module(module), fn)(broker)
+            except Exception:  # the broker serves the other protocols (and this one's new clients)
+                log.exception("the %s protocol's start hook failed", spec.name)
 
 
 def acceptors(config: BrokerConfig) -> list[tuple[str, int, tuple[str, ...]]]:

@@ -12,8 +12,9 @@ Three durable last-value queues hold it, so the journal keeps it like any messag
   PUBREL (keyed by client id and packet id). PUBREL routes the message and removes it in one
   store transaction, so a resend after a crash is recognised and never routed twice.
 
-The state is loaded when the first MQTT client connects after a start; sessions whose expiry
-passed while the broker was down end then.
+The state is loaded when the broker starts serving, if it holds any (`start`, the protocol's
+start hook), else when the first MQTT client connects; a persistent session's expiry counts
+from its disconnect, or from the start for one that was connected when the broker went down.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from petrel.core.queue import MessageReference, Queue
     from petrel.server.broker import Broker
 
-__all__ = ["MqttState", "MqttSession", "SessionSubscription", "NEVER"]
+__all__ = ["MqttState", "MqttSession", "SessionSubscription", "NEVER", "start"]
 
 log = logging.getLogger("petrel.server.mqtt")
 
@@ -71,6 +72,13 @@ class MqttSession:
     @property
     def persistent(self) -> bool:
         return self.expiry > 0
+
+
+def start(broker: Broker) -> None:
+    """The registry's start hook: sessions from before a restart expire on time even if no
+    MQTT client connects."""
+    if broker.office is not None and SESSIONS in broker.office.queues:
+        MqttState.of(broker)
 
 
 class MqttState:
