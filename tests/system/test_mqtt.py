@@ -368,3 +368,38 @@ def test_a_session_expires_after_a_restart_without_any_mqtt_client(b):
              message="the session did not expire after the restart")
     again = Raw(b.mqtt_port, Connect("short-lived", 5, clean_start=False))
     assert not again.connack.session_present
+
+
+def test_random_bytes_never_take_the_broker_down_nor_reach_an_internal_error(b):
+    import random
+    import socket as socketlib
+
+    rng = random.Random(1883)
+    for i in range(60):
+        s = socketlib.create_connection(("127.0.0.1", b.mqtt_port), timeout=2)
+        data = b""
+        if i % 3:
+            from petrel.codec.mqtt import MqttConnection
+            from petrel.codec.roles import Role
+
+            data = MqttConnection(Role.CLIENT).send(Connect(f"fuzz{i}", 4 + i % 2))
+        for _ in range(rng.randint(1, 4)):
+            first = rng.choice([0x30, 0x32, 0x34, 0x36, 0x3B, 0x40, 0x50, 0x62, 0x70, 0x82, 0x8A, 0xA2, 0xC0,
+                                0xE0, 0xF0, rng.randrange(256)])
+            body = bytes(rng.randrange(256) for _ in range(rng.randint(0, 40)))
+            data += bytes((first, len(body))) + body
+        s.sendall(data)
+        try:
+            while s.recv(65536):
+                pass
+        except OSError:  # TimeoutError too: a packet still waiting for its bytes
+            pass
+        s.close()
+    log = b.log_path.read_text(errors="replace")
+    assert "internal error" not in log and "Traceback" not in log
+    assert log.count("MQTT error for") >= 20  # the refusals were exercised
+    pub = Paho(b.mqtt_port, "after-fuzz", version=V5)
+    pub.subscribe("fuzz/ok", 1)
+    pub.publish("fuzz/ok", b"alive", 1)
+    assert pub.get().payload == b"alive"
+    pub.close()
