@@ -218,8 +218,8 @@ class BrokerConfig(BaseModel):
         None, description="AMQP-only acceptor (-1 = off, 0 = any free port); unset: 5672 when port is the "
         "standard 61616, else off (the all-protocols port speaks AMQP too)")
     ws_port: Port | None = Field(
-        None, description="STOMP and MQTT over WebSocket (ws://host:61614/stomp, /mqtt; wss with ssl_enabled; "
-        "-1 = off, 0 = any free port); unset: 61614 when port is the standard 61616, else off")
+        None, description="STOMP, MQTT and AMQP over WebSocket (ws://host:61614/stomp, /mqtt, /amqp; wss with "
+        "ssl_enabled; -1 = off, 0 = any free port); unset: 61614 when port is the standard 61616, else off")
     http_port: Port = Field(8161, description="management API and console (-1 = off, 0 = any free port)")
     http_host: str = Field(
         "127.0.0.1", description="interface the management API listens on (only this host by default; "

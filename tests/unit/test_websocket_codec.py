@@ -263,6 +263,8 @@ BOTH = ("core", "stomp", "mqtt")
     ("/stomp/", "mqtt, stomp", BOTH, ("stomp", "stomp")),  # the path rules out mqtt
     ("/stomp?x=1", None, BOTH, ("stomp", None)),  # no offer: the path says it
     ("/", "V11.STOMP", BOTH, ("stomp", "V11.STOMP")),  # answered as offered
+    ("/amqp", None, BOTH + ("amqp",), ("amqp", None)),
+    ("/", "amqp", BOTH + ("amqp",), ("amqp", "amqp")),
 ])
 def test_the_protocol_comes_from_the_sub_protocol_and_the_path(path, offers, registered, want):
     assert choose(parsed(request(path, protocols=offers)), registered) == want
@@ -299,7 +301,8 @@ def test_a_colocated_backup_shifts_a_set_ws_port_and_leaves_an_unset_one_off():
     def backup(**ports) -> BrokerConfig:
         config = BrokerConfig(cluster_user="u", cluster_password="p", **ports, ha_policy={
             "replication": "primary", "colocated": {"max_backups": 1, "backup_port_offset": 100}},
-            cluster_connections=[{"connector": "tcp://127.0.0.1:61616", "static_connectors": ["tcp://127.0.0.1:61617"]}])
+            cluster_connections=[{"connector": "tcp://127.0.0.1:61616",
+                                  "static_connectors": ["tcp://127.0.0.1:61617"]}])
         return colocated_configs(config)[0]
 
     assert backup(ws_port=61614).protocol_port("ws_port", 61614) == 61714  # not the live's 61614

@@ -48,7 +48,7 @@ def colocated_configs(config: BrokerConfig) -> list[BrokerConfig]:
             return config._offset(value) + n * model.backup_port_offset
 
         ports = {"port": port(config.port), "stomp_port": port(config.stomp_port), "http_port": port(config.http_port)}
-        for setting in ("mqtt_port", "amqp_port", "ws_port"):  # set: shifted as the others; unset: off (port is not 61616)
+        for setting in ("mqtt_port", "amqp_port", "ws_port"):  # set: shifted too; unset: off (port is not 61616)
             if getattr(config, setting) is not None:
                 ports[setting] = port(getattr(config, setting))
         cluster = []

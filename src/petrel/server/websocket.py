@@ -1,12 +1,13 @@
-"""STOMP and MQTT over WebSocket: the ``ws_port`` acceptor (61614 by standard; wss with ssl_enabled).
+"""STOMP, MQTT and AMQP over WebSocket: the ``ws_port`` acceptor (61614 by standard; wss with ssl_enabled).
 
-A client opens ``ws://host:61614/stomp`` (or ``/mqtt``, or ``/``) offering a sub-protocol:
+A client opens ``ws://host:61614/stomp`` (or ``/mqtt``, ``/amqp``, ``/``) offering a sub-protocol:
 ``v12.stomp``, ``v11.stomp``, ``v10.stomp`` or ``stomp`` for STOMP, ``mqtt`` or ``mqttv3.1`` for
-MQTT (`SUBPROTOCOLS`; a protocol is served once it is in the registry, `petrel.server.protocols`).
-The broker answers with the first offer it speaks, in the client's order, that fits the path; on
-``/stomp`` or ``/mqtt`` a client offering none gets the path's protocol (stomp.py offers none). No
-fitting offer, another path, or a request that is no WebSocket handshake gets an HTTP error saying
-why, and the socket is closed; the broker serves everyone else.
+MQTT, ``amqp`` for AMQP 1.0 (`SUBPROTOCOLS`; a protocol is served while it is in the registry,
+`petrel.server.protocols`). The broker answers with the first offer it speaks, in the client's
+order, that fits the path; on ``/stomp``, ``/mqtt`` or ``/amqp`` a client offering none gets the
+path's protocol (stomp.py offers none). No fitting offer, another path, or a request that is no
+WebSocket handshake gets an HTTP error saying why, and the socket is closed; the broker serves
+everyone else.
 
 `WebSocket` is one object per socket. To the socket it is the asyncio protocol: it reads the HTTP
 upgrade (`petrel.codec.websocket.handshake`), then frames (`FrameDecoder`). To the broker's
@@ -63,12 +64,13 @@ STANDARD_PORT = 61614
 SUBPROTOCOLS: dict[str, str] = {
     "v12.stomp": "stomp", "v11.stomp": "stomp", "v10.stomp": "stomp", "stomp": "stomp",
     "mqtt": "mqtt", "mqttv3.1": "mqtt",
+    "amqp": "amqp",  # the OASIS AMQP WebSocket Binding
 }
 #: Protocols whose WebSocket messages are text when they can be (STOMP is a text protocol;
-#: MQTT over WebSocket is binary by its standard).
+#: MQTT and AMQP over WebSocket are binary by their standards).
 TEXT_PROTOCOLS = frozenset({"stomp"})
 #: Paths that name a protocol; "/" (or an empty path) leaves the choice to the sub-protocol.
-PATHS = {"/stomp": "stomp", "/mqtt": "mqtt"}
+PATHS = {"/stomp": "stomp", "/mqtt": "mqtt", "/amqp": "amqp"}
 
 # The socket's phases.
 HANDSHAKE, OPEN, CLOSING, CLOSED = "handshake", "open", "closing", "closed"
@@ -82,7 +84,8 @@ def choose(request: Request, registered: tuple[str, ...] | None = None) -> tuple
     wanted = PATHS.get(path)
     if path != "/" and (wanted is None or wanted not in served):
         paths = ", ".join(p for p, name in PATHS.items() if name in served)
-        raise HandshakeError(HTTPStatus.NOT_FOUND, f"no endpoint {request.path[:100]!r}; this port serves {paths} and /")
+        raise HandshakeError(HTTPStatus.NOT_FOUND,
+                             f"no endpoint {request.path[:100]!r}; this port serves {paths} and /")
     offers = request.subprotocols
     for offer in offers:
         name = SUBPROTOCOLS.get(offer.lower())
@@ -91,8 +94,9 @@ def choose(request: Request, registered: tuple[str, ...] | None = None) -> tuple
     if not offers and wanted is not None:
         return wanted, None  # the path says it
     if not offers:
+        paths = " or ".join(p for p, name in PATHS.items() if name in served)
         raise HandshakeError(HTTPStatus.BAD_REQUEST, "no sub-protocol (Sec-WebSocket-Protocol) offered; this port "
-                             f"speaks {', '.join(spoken)} (or open /stomp or /mqtt)")
+                             f"speaks {', '.join(spoken)} (or open {paths})")
     fits = [sub for sub in spoken if wanted is None or SUBPROTOCOLS[sub] == wanted]
     raise HandshakeError(HTTPStatus.BAD_REQUEST, f"no sub-protocol this endpoint speaks in {', '.join(offers)[:200]}; "
                          f"it speaks {', '.join(fits)}")

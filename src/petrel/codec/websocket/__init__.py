@@ -19,7 +19,15 @@ from .frames import (
     frame_header,
     unmask,
 )
-from .handshake import HandshakeError, Request, accept_key, accept_response, check_upgrade, parse_request, refusal_response
+from .handshake import (
+    HandshakeError,
+    Request,
+    accept_key,
+    accept_response,
+    check_upgrade,
+    parse_request,
+    refusal_response,
+)
 
 __all__ = [
     "NEED_DATA", "Close", "CloseCode", "Data", "FrameDecoder", "FrameError", "HandshakeError", "Opcode", "Ping",
