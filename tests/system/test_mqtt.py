@@ -249,6 +249,10 @@ def test_mqtt_5_properties_and_reason_codes(b):
     assert raw.recv().reasons == (ReasonCode.TOPIC_FILTER_INVALID, 2, ReasonCode.TOPIC_FILTER_INVALID)
     raw.send(Publish("nobody/here", b"x", 1, packet_id=5))
     assert raw.recv() == Puback(5, ReasonCode.NO_MATCHING_SUBSCRIBERS)
+    raw.send(Publish("ok/utf8", b"\xff\xfe", 1, packet_id=8, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
+    refused = raw.recv()
+    assert (refused.packet_id, refused.reason) == (8, ReasonCode.PAYLOAD_FORMAT_INVALID)
+    assert refused.properties[P.REASON_STRING]
     raw.send(Publish("ok/alias", b"named", 1, packet_id=6, properties={P.TOPIC_ALIAS: 1}))
     raw.send(Publish("", b"by alias", 1, packet_id=7, properties={P.TOPIC_ALIAS: 1}))
     packets = [raw.recv() for _ in range(4)]

@@ -84,6 +84,7 @@ class MqttAdapter(MqttSubscriptions):
         self._last_read = time.monotonic()
         self._keep_alive_timer: asyncio.TimerHandle | None = None
         self._aliases: dict[int, str] = {}
+        self.problem_info = True  # 5.0 Request Problem Information
         self._login_task = None
         self.init_subscriptions()
 
@@ -195,6 +196,7 @@ class MqttAdapter(MqttSubscriptions):
         self.mqtt = session
         self.connected = True
         self.keep_alive = c.keep_alive
+        self.problem_info = c.properties.get(P.REQUEST_PROBLEM_INFORMATION, 1) == 1
         props: dict = {}
         if self.v5:
             self.configure_delivery(c.properties.get(P.RECEIVE_MAXIMUM, 65535),
@@ -286,6 +288,11 @@ class MqttAdapter(MqttSubscriptions):
             address = topic_to_address(topic)
         except TopicError as exc:
             return self.refuse_publish(p, exc.reason, str(exc))
+        if self.v5 and p.properties.get(P.PAYLOAD_FORMAT_INDICATOR) == 1:
+            try:
+                p.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                return self.refuse_publish(p, R.PAYLOAD_FORMAT_INVALID, "the payload is marked UTF-8 and is not")
         if p.qos == 2 and self.state.qos2_pending(self.client_id, p.packet_id):
             self.confirm(Pubrec(p.packet_id), durable=True)  # a resend: held already
             return
@@ -341,11 +348,16 @@ class MqttAdapter(MqttSubscriptions):
         if not self.v5:
             self.fail(reason, why)  # 3.1.1 cannot say no: the connection closes
         elif p.qos == 1:
-            self.confirm(Puback(p.packet_id, reason, {P.REASON_STRING: why[:200]}))
+            self.confirm(Puback(p.packet_id, reason, self._problem(why)))
         elif p.qos == 2:
-            self.confirm(Pubrec(p.packet_id, reason, {P.REASON_STRING: why[:200]}))
+            self.confirm(Pubrec(p.packet_id, reason, self._problem(why)))
         elif reason in (R.TOPIC_NAME_INVALID, R.NOT_AUTHORIZED):
             self.fail(reason, why)
+
+    def _problem(self, why: str) -> dict:
+        """A reason string for an acknowledgement, unless the client asked for none (5.0's
+        Request Problem Information 0)."""
+        return {P.REASON_STRING: why[:200]} if self.problem_info else {}
 
     # -- the end -----------------------------------------------------------------------------
 
