@@ -120,3 +120,34 @@ def test_logins_and_permissions_get_mqtt_codes(secure):
     assert reader311.recv_until_closed() == []
     again = Raw(port, Connect("r5", 4, username="reader", password=b"reader-pw"))
     assert again.connack.reason == 0
+
+
+def test_mqtt_and_amqp_exchange_bodies_and_properties(b):
+    from proton import Message
+    from proton.utils import BlockingConnection
+
+    amqp = BlockingConnection(f"amqp://127.0.0.1:{b.port}", timeout=20)
+    try:
+        receiver = amqp.create_receiver("topic://mx.m2a")
+        mqtt_sub = Paho(b.mqtt_port, "mx-sub", version=V5)
+        mqtt_sub.subscribe("mx/a2m", 1)
+        pub = Paho(b.mqtt_port, "mx-pub", version=V5)
+        props = Properties(PacketTypes.PUBLISH)
+        props.UserProperty = [("colour", "green")]
+        props.CorrelationData = b"c-20"
+        pub.publish("mx/m2a", b"from mqtt", 1, properties=props)
+        m = receiver.receive(timeout=10)
+        receiver.accept()
+        assert m.body in (b"from mqtt", "from mqtt")
+        assert m.properties["colour"] == "green" and m.durable
+        assert m.correlation_id == "c-20"
+
+        amqp.create_sender("topic://mx.a2m").send(Message(body=b"from amqp", durable=True,
+                                                         properties={"shape": "square"}))
+        got = mqtt_sub.get()
+        assert (got.topic, got.payload, got.qos) == ("mx/a2m", b"from amqp", 1)
+        assert ("shape", "square") in got.properties.UserProperty
+        mqtt_sub.close()
+        pub.close()
+    finally:
+        amqp.close()
