@@ -242,21 +242,26 @@ def test_amqp_to_stomp_and_back(broker):
     c = connect(broker)
     try:
         conn.subscribe("/queue/x.stomp", id="1", ack="auto")
-        c.create_sender("queue://x.stomp").send(Message(body="from amqp", priority=8, durable=True,
+        before = int(time.time() * 1000)
+        c.create_sender("queue://x.stomp").send(Message(body="from amqp", priority=8, durable=True, ttl=600,
                                                         properties={"color": "red"}, correlation_id="c9"))
         frame = listener.messages.get(timeout=10)
         assert frame.body == "from amqp"
         assert frame.headers["priority"] == "8" and frame.headers["persistent"] == "true"
         assert frame.headers["color"] == "red" and frame.headers["correlation-id"] == "c9"
+        assert before + 600_000 <= int(frame.headers["expires"]) <= int(time.time() * 1000) + 600_000
 
         r = c.create_receiver("queue://x.amqp")
+        expires = int(time.time() * 1000) + 900_000
         conn.send("/queue/x.amqp", "from stomp", headers={"priority": "6", "persistent": "true", "shape": "round",
-                                                          "correlation-id": "c10", "content-type": "text/plain"})
+                                                          "correlation-id": "c10", "content-type": "text/plain",
+                                                          "expires": str(expires)})
         m = r.receive(timeout=10)
         r.accept()
         assert m.body == b"from stomp"
         assert (m.priority, m.durable, m.properties["shape"], m.correlation_id, m.content_type) == (
             6, True, "round", "c10", "text/plain")
+        assert m.expiry_time == expires / 1000
     finally:
         c.close()
         conn.disconnect()

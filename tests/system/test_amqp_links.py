@@ -1,13 +1,15 @@
 """AMQP 1.0 link features through a real `petrel run` with proton: JMS selectors, dynamic
-(temporary) queues, the anonymous relay, heart-beats keeping an idle connection, and
+(temporary) queues, the anonymous relay, heart-beats keeping an idle connection, drain, and
 pre-settled (at-most-once) deliveries."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from proton import Message
-from proton.reactor import AtMostOnce, Selector
+from proton.handlers import MessagingHandler
+from proton.reactor import AtMostOnce, Container, Selector
 from proton.utils import BlockingConnection
 
 from petrel.testing.process import BrokerProcess
@@ -99,3 +101,45 @@ def test_at_most_once_receiver_gets_pre_settled_deliveries(broker):
         assert bodies(c.create_receiver("queue://amo", name="again"), 1.0) == []
     finally:
         c.close()
+
+
+class Drainer(MessagingHandler):
+    """Drain a receiver (credit 10, drain mode, as Qpid JMS's receiveNoWait does): the broker sends
+    what it has, then answers with the credit used up."""
+
+    def __init__(self, url: str, address: str) -> None:
+        super().__init__(prefetch=0)
+        self.url, self.address = url, address
+        self.bodies: list[str] = []
+        self.drained_with_credit: int | None = None
+
+    def on_start(self, event) -> None:
+        self.conn = event.container.connect(self.url)
+        self.receiver = event.container.create_receiver(self.conn, self.address)
+
+    def on_link_opened(self, event) -> None:
+        if event.link.name == self.receiver.name:  # (proton's wrappers are new objects each time)
+            self.receiver.drain(10)
+
+    def on_message(self, event) -> None:
+        self.bodies.append(event.message.body)
+
+    def on_link_flow(self, event) -> None:
+        if event.link.name == self.receiver.name and not self.receiver.draining() and self.drained_with_credit is None:
+            self.drained_with_credit = self.receiver.credit
+            self.conn.close()
+
+
+def test_drain_sends_what_there_is_then_gives_the_credit_back(broker):
+    c = connect(broker)
+    s = c.create_sender("queue://drain")
+    for i in range(3):
+        s.send(Message(body=f"d{i}"))
+    c.close()
+    drainer = Drainer(f"amqp://127.0.0.1:{broker.port}", "queue://drain")
+    thread = threading.Thread(target=Container(drainer).run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert drainer.bodies == ["d0", "d1", "d2"]
+    assert drainer.drained_with_credit == 0
