@@ -171,10 +171,12 @@ def test_stomp_py_websocket_transport(tmp_path, path, header):
         for _ in range(20):
             frame = listener.get()
             bodies.append(frame.body)
-            conn.ack(frame.headers["ack"], "1")
+            conn.ack(frame.headers["ack"])
         assert bodies == [f"py{i}" for i in range(20)]
         wait_for(lambda: listener.receipts.qsize() == 20, 10)
         conn.disconnect()
+        assert listener.errors.empty()
+        assert "STOMP error" not in b.log()
 
 
 def test_messages_cross_between_websocket_tcp_stomp_and_core(tmp_path):
