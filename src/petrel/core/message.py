@@ -173,23 +173,16 @@ def encode_message(m: Message) -> bytes:
     return _encoder.encode(fields)
 
 
+_ROUTING_TYPES = tuple(RoutingType)  # by value: a lookup, not an enum call per message
+
+
 def decode_message(message_id: int, data: bytes) -> Message:
     (address, body, props, durable, priority, expiration, timestamp, scheduled, rt, user_id, *large) = (
         _decoder.decode(data)
     )
-    message = Message(
-        id=message_id,
-        address=address,
-        body=body,
-        properties=props,
-        durable=durable,
-        priority=priority,
-        expiration=expiration,
-        timestamp=timestamp,
-        scheduled=scheduled,
-        routing_type=None if rt < 0 else RoutingType(rt),
-        user_id=user_id,
-        large=LargeBody(*large[0]) if large else None,
-    )
+    # positional, in the fields' order (recovery builds one per stored message)
+    message = Message(message_id, address, body, props, durable, priority, expiration, timestamp, scheduled,
+                      None if rt < 0 else _ROUTING_TYPES[rt] if rt < len(_ROUTING_TYPES) else RoutingType(rt),
+                      user_id, LargeBody(*large[0]) if large else None)
     message._size = len(data) + 200  # its `size`: the encoding holds the body and the properties
     return message
