@@ -307,8 +307,6 @@ class LinkFrames:
             state = state.outcome if state.outcome is not None else Accepted()
         if state is None or isinstance(state, Accepted):
             session.acknowledge(consumer, [ref], tx)
-            if tx is None:
-                session.need_sync()
         elif isinstance(state, Rejected):
             _dead_letter(consumer, ref)
         elif isinstance(state, Released):
