@@ -349,6 +349,14 @@ def test_unsubscribe_no_local_and_retain_handling(b):
     kept = raw.recv()
     assert (kept.payload, kept.retain) == (b"retained", True)
     raw.send(Puback(kept.packet_id))
+    raw.send(Subscribe(6, (Subscription("opt/#", 0, retain_handling=2),)))  # again, QoS 0: it goes on
+    assert raw.recv() == Suback(6, (0,))
+    other = Paho(b.mqtt_port, "opt-pub1")
+    other.publish("opt/again", b"still subscribed", 1)
+    other.close()
+    packets = [raw.recv(), raw.recv()]  # through opt/# (QoS 0 now) and opt/+ (QoS 1)
+    assert sorted((p.payload, p.qos) for p in packets) == [(b"still subscribed", 0), (b"still subscribed", 1)]
+    raw.send(Puback(next(p.packet_id for p in packets if p.qos)))
     raw.send(Unsubscribe(5, ("opt/#", "opt/+", "never/subscribed")))
     assert raw.recv() == Unsuback(5, (0, 0, ReasonCode.NO_SUBSCRIPTION_EXISTED))
     other = Paho(b.mqtt_port, "opt-pub2")

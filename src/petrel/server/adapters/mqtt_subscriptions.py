@@ -87,10 +87,6 @@ class MqttSubscriptions:
                 log.info("MQTT SUBSCRIBE of %s to %r refused: %s", self.client_id, option.filter, exc)
                 reasons.append(R.IMPLEMENTATION_SPECIFIC_ERROR if self.v5 else 0x80)
                 continue
-            old = self.consumers.pop(option.filter, None)
-            if old is not None:
-                self.by_consumer.pop(old.id, None)
-                self.session.remove_consumer(old)
             session.subscriptions[option.filter] = sub
             reasons.append(option.qos)
             retained = f.group is None and (option.retain_handling == 0 or
@@ -118,21 +114,36 @@ class MqttSubscriptions:
         if self._closing or self.conn.closed:
             return
         for sub, queue, retained in attach:
-            if retained:
+            queue = self._attach(sub, queue)
+            if retained and queue is not None:
                 for message in self.state.retained_for(sub.filter.address):
                     self.office.route_to(message, [queue], 0)
-            self._attach(sub, queue)
 
-    def _attach(self: MqttAdapter, sub: SessionSubscription, queue: Queue) -> None:
-        if queue.deleted:
-            return
+    def _attach(self: MqttAdapter, sub: SessionSubscription, queue: Queue) -> Queue | None:
+        """Consume `queue` for `sub`; a consumer the same filter had before (a SUBSCRIBE again,
+        with new options) goes only then, so a temporary queue is not deleted in between and
+        what it held comes to the new one."""
+        if queue.deleted:  # deleted meanwhile: made again
+            try:
+                queue = self._open_queue(sub, self.mqtt.persistent)
+            except Exception as exc:
+                log.info("MQTT %s: subscription %r lost: %s", self.client_id, sub.options.filter, exc)
+                return None
         consumer = Consumer(queue, self._deliver, window=self.receive_max)
         self.session.add_consumer(consumer)
         if self._window_full:
             consumer.paused = True
+        old = self.consumers.get(sub.options.filter)
         self.consumers[sub.options.filter] = consumer
         self.by_consumer[consumer.id] = sub
         queue.add_consumer(consumer)
+        if old is not None:
+            self.by_consumer.pop(old.id, None)
+            for pid, (c, _) in list(self.inflight.items()):
+                if c is old:  # back to the queue with the old consumer: no acknowledgement expected
+                    del self.inflight[pid]
+            self.session.remove_consumer(old)
+        return queue
 
     def resume_session(self: MqttAdapter) -> None:
         """A persistent session resumed: its subscriptions consume again; PUBRELs go out again."""
