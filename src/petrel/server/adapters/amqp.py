@@ -276,6 +276,7 @@ class AmqpAdapter(LinkFrames):
         if self.closing:
             return
         self.closing = True
+        self._release()  # no more deliveries: what the links held goes back now
         data = b""
         try:
             if not self.opened and self.codec.our_phase in ("header", "opening"):
@@ -287,9 +288,16 @@ class AmqpAdapter(LinkFrames):
                 data += self.codec.send(0, Close(error=Error(condition=condition, description=description[:1000])))
         except Exception:  # the codec cannot say it (a SASL phase): the socket closes without a word
             log.debug("no close frame for %s", self.conn.peer, exc_info=True)
-        if data:
-            self.conn.write(data)
-        self.conn.close()
+        session = self.session
+        if session.not_durable:  # nothing more is confirmed: the close goes out now
+            if data:
+                self.conn.write(data)
+            self.conn.close()
+            return
+        if data:  # after the replies of the frames before it (our open among them), in order
+            session.confirm(data)
+        session.confirm(self.conn.close)
+        session.flush()
 
     def error(self, message: str, extra: dict | None = None) -> None:
         """A limit refuses the connection (`server.limits.refuse`)."""

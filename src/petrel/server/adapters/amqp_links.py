@@ -162,6 +162,8 @@ class LinkFrames:
             rcv_settle_mode=a.rcv_settle_mode, source=source, target=a.target, initial_delivery_count=0))
 
         def live() -> None:  # deliveries only once our attach is out
+            if self.closing or ch.links.get(link.handle) is not link:
+                return  # detached, or the connection failed, meanwhile
             link.live = True
             if not queue.deleted:
                 queue.add_consumer(consumer)
@@ -177,12 +179,13 @@ class LinkFrames:
         if queue is None:
             self._refuse_attach(ch, a, NOT_FOUND, f"no durable subscription {qname!r}")
             return
-        link.lookup, link.durable_name, link.live = True, a.name, True
+        link.lookup, link.durable_name = True, a.name
         ch.links[link.handle] = link
         self.reply(ch.number, Attach(
             name=a.name, handle=a.handle, role=ROLE_SENDER, source=Source(
                 address=queue.address, durable=2, expiry_policy="never", capabilities=("topic",)),
             target=a.target, initial_delivery_count=0))
+        self.session.confirm(lambda: setattr(link, "live", True))  # frames for it only after our attach
 
     def _attach_incoming(self: AmqpAdapter, ch: Channel, a) -> None:
         link = Link(ch, int(a.handle), a.name, False)
@@ -240,6 +243,8 @@ class LinkFrames:
             self._after_flow(link, echo=bool(f.echo))
 
     def _after_flow(self: AmqpAdapter, link: Link, echo: bool = False) -> None:
+        if self.closing:
+            return
         consumer = link.consumer
         if consumer is not None and link.credit > 0 and not consumer.queue.deleted:
             consumer.queue.deliver()
