@@ -22,7 +22,7 @@ from .decode import decode_packet
 from .encode import encode_packet, publish_parts
 from .errors import MqttLocalError, MqttProtocolError
 from .packets import NEED_DATA, Connect, Packet, Publish
-from .state import may_receive, may_send
+from .state import may_receive, may_send, receivable_when_open
 from .wire import MAX_VARINT, decode_varint_prefix
 
 __all__ = ["MqttConnection", "detect", "DEFAULT_MAX_PACKET_SIZE"]
@@ -40,6 +40,7 @@ class MqttConnection:
         self.connected_in = False  # CONNECT (server) or CONNACK (client) received
         self.connected_out = False  # CONNECT or CONNACK sent
         self._buffer = Buffer()
+        self._open_types: frozenset[int] = frozenset()  # packet types received without a state check
         self._error: MqttProtocolError | None = None
 
     @property
@@ -64,23 +65,29 @@ class MqttConnection:
     def _next(self) -> Packet | object:
         buf = self._buffer
         data, pos = buf.data, buf.pos
-        if len(data) - pos < 2:
+        size = len(data)
+        if size - pos < 2:
             return NEED_DATA
-        got = decode_varint_prefix(data, pos + 1)
-        if got is None:
-            return NEED_DATA
-        length, used = got
+        length = data[pos + 1]
+        if length < 0x80:  # a remaining length of one byte: most packets
+            used = 1
+        else:
+            got = decode_varint_prefix(data, pos + 1)
+            if got is None:
+                return NEED_DATA
+            length, used = got
         total = 1 + used + length
         if total > self.max_packet_size:
             raise MqttProtocolError(f"a packet of {total} bytes, over the maximum packet size "
                                     f"{self.max_packet_size}", ReasonCode.PACKET_TOO_LARGE)
-        if len(data) - pos < total:
+        if size - pos < total:
             return NEED_DATA
         first = data[pos]
         body = bytes(data[pos + 1 + used:pos + total])
         buf.consume_to(pos + total)
-        ptype = first >> 4
-        if ptype == PacketType.CONNECT and self.role is Role.SERVER and not self.connected_in:
+        if self.connected_in and (first >> 4) in self._open_types:  # the common case: no state change
+            return decode_packet(first, body, self.level or 4)
+        if first >> 4 == PacketType.CONNECT and self.role is Role.SERVER and not self.connected_in:
             packet = decode_packet(first, body, 4)
             self.level = packet.level
         else:
@@ -90,6 +97,7 @@ class MqttConnection:
             raise MqttProtocolError(problem, ReasonCode.PROTOCOL_ERROR)
         if packet.type in (PacketType.CONNECT, PacketType.CONNACK):
             self.connected_in = True
+            self._open_types = receivable_when_open(self.role, self.v5)
         return packet
 
     @property

@@ -36,21 +36,21 @@ FIXED_FLAGS.update({PacketType.PUBREL: 2, PacketType.SUBSCRIBE: 2, PacketType.UN
 
 
 def decode_packet(first: int, body: bytes, level: int) -> Packet:
+    if first >> 4 == 3:  # PUBLISH, the hot path
+        return _publish(first & 0x0F, body, level >= 5)
     try:
         ptype = PacketType(first >> 4)
     except ValueError:
         raise malformed("packet type 0 is reserved") from None
     flags = first & 0x0F
-    if ptype != PacketType.PUBLISH and flags != FIXED_FLAGS[ptype]:
+    if flags != FIXED_FLAGS[ptype]:
         raise malformed(f"{ptype.name} with fixed-header flags {flags:#x}")
     v5 = level >= 5
     r = Reader(body)
-    if ptype == PacketType.PUBLISH:
-        packet: Packet = _publish(r, flags, v5)
-    elif ptype in ACKS:
+    if ptype in ACKS:
         packet = _ack(r, ptype, v5)
     elif ptype == PacketType.CONNECT:
-        packet = _connect(r)
+        packet: Packet = _connect(r)
     elif ptype == PacketType.CONNACK:
         packet = _connack(r, v5)
     elif ptype == PacketType.SUBSCRIBE:
@@ -105,17 +105,42 @@ def _packet_id(r: Reader) -> int:
     return pid
 
 
-def _publish(r: Reader, flags: int, v5: bool) -> Publish:
+def _publish(flags: int, body: bytes, v5: bool) -> Publish:
     qos = (flags >> 1) & 3
     if qos == 3:
         raise malformed("PUBLISH with QoS 3")
     dup = bool(flags & 8)
     if dup and qos == 0:
         raise malformed("PUBLISH with DUP set at QoS 0")
-    topic = r.str()
-    pid = _packet_id(r) if qos else None
-    props = r.properties() if v5 else {}
-    return Publish(topic, r.rest(), qos, bool(flags & 1), dup, pid, props)
+    n = len(body)
+    if n < 2:
+        raise malformed("the packet ends inside a field")
+    end = 2 + (body[0] << 8 | body[1])
+    if end > n:
+        raise malformed("the packet ends inside a field")
+    try:
+        topic = body[2:end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise malformed("a string that is not well-formed UTF-8") from None
+    if "\x00" in topic:
+        raise malformed("a string holding U+0000")
+    pid = None
+    if qos:
+        if end + 2 > n:
+            raise malformed("the packet ends inside a field")
+        pid = body[end] << 8 | body[end + 1]
+        if pid == 0:
+            raise MqttProtocolError("packet identifier 0", ReasonCode.PROTOCOL_ERROR)
+        end += 2
+    props: dict = {}
+    if v5:
+        if end < n and body[end] == 0:  # no properties: the usual case
+            end += 1
+        else:
+            r = Reader(body, end)
+            props = r.properties()
+            end = r.pos
+    return Publish(topic, body[end:], qos, bool(flags & 1), dup, pid, props)
 
 
 def _ack(r: Reader, ptype: PacketType, v5: bool):

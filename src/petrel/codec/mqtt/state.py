@@ -11,7 +11,7 @@ from petrel.codec.roles import Role
 
 from .codes import PacketType as T
 
-__all__ = ["CLIENT_SENDS", "SERVER_SENDS", "may_send", "may_receive"]
+__all__ = ["CLIENT_SENDS", "SERVER_SENDS", "may_send", "may_receive", "receivable_when_open"]
 
 BOTH = frozenset({T.PUBLISH, T.PUBACK, T.PUBREC, T.PUBREL, T.PUBCOMP, T.DISCONNECT, T.AUTH})
 CLIENT_SENDS = BOTH | {T.CONNECT, T.SUBSCRIBE, T.UNSUBSCRIBE, T.PINGREQ}
@@ -44,3 +44,10 @@ def _check(sender: Role, opened: bool, ptype: T, v5: bool, verb: str) -> str | N
     if opened and ptype == opening:
         return f"a second {opening.name}"
     return None
+
+
+def receivable_when_open(role: Role, v5: bool) -> frozenset[int]:
+    """The packet types `role` may receive once the connection is open (its peer's, less the
+    opening one, and AUTH unless 5.0): those need no other check."""
+    peer = CLIENT_SENDS if role is Role.SERVER else SERVER_SENDS
+    return frozenset(int(t) for t in peer if t not in (T.CONNECT, T.CONNACK) and (v5 or t != T.AUTH))
