@@ -2,7 +2,10 @@
 
 The connection owns the transport; a protocol adapter (chosen from the first bytes) owns the
 codec and talks to the post office. Writes made while handling a read (or from a dispatch)
-are coalesced into one `transport.write` per loop iteration.
+are coalesced into one `transport.write` per loop iteration. Reading is paused and resumed
+only through `Connection.reads` (`server/flow.py`), which counts the reasons (a blocked
+producer, a hold behind a large body or a grouping decision), so one reason lifting never
+resumes reads another still needs paused.
 """
 
 from __future__ import annotations

@@ -241,7 +241,7 @@ class ServerSession:
         office = self.office
         name = message.address
         try:
-            if isinstance(tx, str):
+            if tx is not None and tx.__class__ is str:
                 tx = self.transaction(tx)
             try:
                 self.access.send(office, name, routing_type)

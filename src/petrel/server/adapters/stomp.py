@@ -99,7 +99,7 @@ class StompAdapter(SubscriptionFrames):
         office.creator = self.access.user  # the queues created meanwhile are the user's (max_queues_per_user)
         try:
             fn(*args)
-            while not session.held:
+            while not session.held and not self._closing:
                 event = codec.next_event()
                 if event is NEED_DATA:
                     break
@@ -230,10 +230,12 @@ class StompAdapter(SubscriptionFrames):
             message.large = large[1]
             self._large_taken = True
         durable = message.durable
-        then = None
-        if durable or "receipt" in headers:
-            then = lambda result: self.receipt(frame, durable=durable)  # noqa: E731
-        self.session.send(message, routing_type, tx, then)
+        if self.office.grouping is None:  # routed now (no grouping decision to wait for)
+            self.session.send(message, routing_type, tx)
+            if durable or "receipt" in headers:
+                self.receipt(frame, durable=durable)
+            return
+        self.session.send(message, routing_type, tx, lambda result: self.receipt(frame, durable=durable))
 
     def send_large(self, headers: dict[str, str], message_id: int, body: LargeBody) -> None:
         """A SEND whose body is already in its file, named for `message_id`."""
@@ -263,7 +265,7 @@ class StompAdapter(SubscriptionFrames):
         receipts wait for the sync."""
         receipt_id = frame.headers.get("receipt")
         if receipt_id is not None:
-            self.session.confirm(self._receipt_frame(receipt_id), durable=durable, transactional=transactional)
+            self.session.confirmations.add(receipt_bytes(self.codec, receipt_id), durable, transactional)
         elif durable:
             self.session.need_sync(transactional)
 
