@@ -75,9 +75,30 @@ class WsStomp:
         self.ws.close()
 
 
-def ws_broker(tmp_path, settings: str = "", **options) -> tuple[BrokerProcess, int]:
-    ws_port = free_port()
-    return BrokerProcess(tmp_path, settings=f"ws_port = {ws_port}\n" + settings, **options), ws_port
+class WsBroker(BrokerProcess):
+    """A `BrokerProcess` with a WebSocket port, ready once that port takes connections too (the
+    broker opens it after the STOMP port that `BrokerProcess` waits for)."""
+
+    def __init__(self, workdir, *, settings: str = "", **options) -> None:
+        self.ws_port = free_port()
+        super().__init__(workdir, settings=f"ws_port = {self.ws_port}\n" + settings, **options)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        super().wait_ready(timeout)
+
+        def accepts() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", self.ws_port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+
+        wait_for(accepts, timeout, message=f"no WebSocket port in {timeout}s:\n{self.log()}")
+
+
+def ws_broker(tmp_path, settings: str = "", **options) -> tuple[WsBroker, int]:
+    b = WsBroker(tmp_path, settings=settings, **options)
+    return b, b.ws_port
 
 
 def http_get(port: int, path: str, headers: dict[str, str]) -> bytes:

@@ -10,7 +10,6 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from petrel.server import protocols
-from petrel.testing.process import BrokerProcess, free_port
 
 proton = pytest.importorskip("proton")
 
@@ -85,10 +84,11 @@ class AmqpOverWebSocket:
 
 
 def test_amqp_over_websocket_round_trip_and_from_stomp_over_websocket(tmp_path):
-    from test_websocket import WsStomp
+    from test_websocket import WsBroker, WsStomp
 
-    ws_port = free_port()
-    with BrokerProcess(tmp_path / "b", settings=f"ws_port = {ws_port}\n"):
+    b = WsBroker(tmp_path / "b")
+    ws_port = b.ws_port
+    with b:
         a = AmqpOverWebSocket(ws_port)
         a.send("queue://ws.amqp", "over amqp ws")
         assert a.receive("queue://ws.amqp").body == "over amqp ws"
@@ -99,7 +99,7 @@ def test_amqp_over_websocket_round_trip_and_from_stomp_over_websocket(tmp_path):
                    "from stomp")
         assert stomp.frame()[1] == {"receipt-id": "r"}
         stomp.close()
-        b = AmqpOverWebSocket(ws_port, path="/amqp")
-        body = b.receive("queue://ws.stomp2amqp").body
+        other = AmqpOverWebSocket(ws_port, path="/amqp")
+        body = other.receive("queue://ws.stomp2amqp").body
         assert (body.decode() if isinstance(body, bytes) else body) == "from stomp"
-        b.close()
+        other.close()

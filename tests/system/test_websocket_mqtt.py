@@ -10,7 +10,8 @@ import socket
 import pytest
 
 from petrel.server import protocols
-from petrel.testing.process import BrokerProcess, free_port, wait_for
+from petrel.testing.process import wait_for
+from test_websocket import WsBroker, WsStomp
 
 paho = pytest.importorskip("paho.mqtt.client")
 
@@ -20,9 +21,7 @@ pytestmark = [pytest.mark.system,
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    ws_port = free_port()
-    b = BrokerProcess(tmp_path_factory.mktemp("ws-mqtt") / "b", settings=f"ws_port = {ws_port}\n").start()
-    b.ws_port = ws_port
+    b = WsBroker(tmp_path_factory.mktemp("ws-mqtt") / "b").start()
     yield b
     b.kill9()
 
@@ -92,8 +91,8 @@ def test_an_mqtt_client_on_the_stomp_path_is_refused(broker):
 
 
 def test_a_persistent_session_over_websocket_keeps_its_messages_through_kill9(tmp_path):
-    ws_port = free_port()
-    b = BrokerProcess(tmp_path / "b", settings=f"ws_port = {ws_port}\n")
+    b = WsBroker(tmp_path / "b")
+    ws_port = b.ws_port
     with b:
         def durable() -> Client:
             return Client(ws_port, websocket=True, client_id="ws-durable", clean=False)
@@ -114,8 +113,6 @@ def test_a_persistent_session_over_websocket_keeps_its_messages_through_kill9(tm
 
 
 def test_stomp_and_mqtt_over_websocket_reach_each_other(broker):
-    from test_websocket import WsStomp
-
     mqtt_ws = Client(broker.ws_port, websocket=True, client_id="ws-cross")
     mqtt_ws.subscribe("ws/cross")
     stomp_ws = WsStomp(broker.ws_port)
