@@ -14,7 +14,10 @@ Contract (what an adapter can rely on, and must do):
   an earlier one still waiting for its sync. An item is the bytes to write or a callable
   (``conn.close`` after a DISCONNECT's reply). When a sync fails, no confirmation of that read
   nor any later one goes out; the session calls ``on_sync_failed(NotDurable)`` once, and the
-  adapter says so in its protocol and closes.
+  adapter says so in its protocol and closes. `need_sync()` makes the read's confirmations
+  wait for the disk without adding one (a durable send nobody asked a receipt for);
+  ``confirmations.after_pending(items)`` pushes frames of the broker's own (a topology, a
+  DISCONNECT) right after what earlier reads still wait for.
 - **Sends.** `send(message, routing_type, tx, then=...)` checks the user may send to the
   address, refuses the cluster's internal names, drops the cluster's reserved properties,
   waits for a clustered grouping decision (holding the connection), routes through
@@ -23,9 +26,10 @@ Contract (what an adapter can rely on, and must do):
   (throttle) pause the connection's reads until there is room (`block`), unless the adapter
   passes ``block_reads=False`` and reads ``result.blocked``/``result.throttled`` itself (CORE
   holds the producer's confirmations instead). Refusals raise a
-  `petrel.server.refusals.Refused`. The
-  session owns the message from the call: a refused message is discarded, its large body's
-  file with it.
+  `petrel.server.refusals.Refused` (map ``exc.kind`` to the protocol's code). The session
+  owns the message from the call: a refused message is discarded, its large body's file
+  with it. When ``office.grouping`` is None a send never waits: ``then`` may be left out
+  and the returned result used.
 - **Acknowledgements.** `acknowledge(consumer, refs, tx)` and `cancel(consumer, refs)`
   settle `MessageReference`s a consumer holds; `refs_through(consumer, seq)` gives the
   cumulative range.
@@ -41,7 +45,8 @@ Contract (what an adapter can rely on, and must do):
   deliveries to all of them (the connection's write flow control).
 - **Holds.** `hold()` stops handling and reading (a large body being made durable, a
   grouping decision); `resume_held(fn)` runs ``fn`` first, then the frames that waited, by
-  calling the adapter's ``run(fn)``. The adapter's read loop stops while `held`.
+  calling the adapter's ``run(fn)``; `release_hold()` lifts it without running anything (a
+  refused login). The adapter's read loop stops while `held`.
 - **Large bodies.** `track_large(writer)` while a body arrives, `untrack_large(writer)`
   once it is finished or dropped; `release` aborts what is still arriving.
 - **End.** `release()` on connection loss: open transactions roll back, consumers close
