@@ -128,9 +128,10 @@ class MqttConnection:
 
     def publish_parts(self, packet: Publish) -> tuple[bytes, bytes]:
         """A PUBLISH as (header, payload), to write the payload without copying it."""
-        problem = may_send(self.role, self.connected_out, PacketType.PUBLISH, self.v5)
-        if problem is not None:
-            raise MqttLocalError(problem)
+        if not self.connected_out:  # (once open, a PUBLISH is always allowed)
+            problem = may_send(self.role, self.connected_out, PacketType.PUBLISH, self.v5)
+            if problem is not None:
+                raise MqttLocalError(problem)
         try:
             return publish_parts(packet, self.level or 4)
         except (ValueError, KeyError, TypeError, OverflowError, AttributeError) as exc:

@@ -84,6 +84,7 @@ class MqttAdapter(MqttSubscriptions):
         self._last_read = time.monotonic()
         self._keep_alive_timer: asyncio.TimerHandle | None = None
         self._aliases: dict[int, str] = {}
+        self._addresses: dict[str, str] = {}  # topic -> address, for the topics this client publishes to
         self.problem_info = True  # 5.0 Request Problem Information
         self._login_task = None
         self.init_subscriptions()
@@ -284,10 +285,15 @@ class MqttAdapter(MqttSubscriptions):
                 topic = self._aliases.get(alias, "")
                 if not topic:
                     raise MqttProtocolError(f"topic alias {alias} names no topic yet", R.PROTOCOL_ERROR)
-        try:
-            address = topic_to_address(topic)
-        except TopicError as exc:
-            return self.refuse_publish(p, exc.reason, str(exc))
+        address = self._addresses.get(topic)
+        if address is None:
+            try:
+                address = topic_to_address(topic)
+            except TopicError as exc:
+                return self.refuse_publish(p, exc.reason, str(exc))
+            if len(self._addresses) >= 1024:
+                self._addresses.clear()
+            self._addresses[topic] = address
         if self.v5 and p.properties.get(P.PAYLOAD_FORMAT_INDICATOR) == 1:
             try:
                 p.payload.decode("utf-8")

@@ -52,6 +52,7 @@ class MqttSubscriptions:
         self.client_max_packet: int | None = None
         self._next_pid = 1
         self._window_full = False
+        self._topics: dict[str, str] = {}  # address -> topic, for deliveries
 
     def configure_delivery(self: MqttAdapter, receive_max: int | None, max_packet: int | None) -> None:
         self.receive_max = receive_max or V3_RECEIVE_MAXIMUM
@@ -204,8 +205,13 @@ class MqttSubscriptions:
                 return
         if message.large is not None:
             message = _with_body(message, self.broker.large.read(message.large))  # whole, in memory
+        topic = self._topics.get(message.address)
+        if topic is None:
+            if len(self._topics) >= 1024:
+                self._topics.clear()
+            topic = self._topics[message.address] = address_to_topic(message.address)
         publish = to_publish(message, qos, pid, retain=retain, dup=ref.delivery_count > 0, v5=self.v5,
-                             topic=address_to_topic(message.address),
+                             topic=topic,
                              subscription_ids=[sub.identifier] if sub.identifier else None)
         if publish is None:  # expired on its way
             queue.acknowledge(ref, consumer=consumer)
