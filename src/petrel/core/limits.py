@@ -47,6 +47,13 @@ class MemoryLimits:
         self.by_address[address] = self.by_address.get(address, 0) + size
         self.messages_by_address[address] = self.messages_by_address.get(address, 0) + 1
 
+    def added_many(self, address: str, size: int, count: int) -> None:
+        """`added` for `count` messages of `size` bytes in all."""
+        if count:
+            self.total_bytes += size
+            self.by_address[address] = self.by_address.get(address, 0) + size
+            self.messages_by_address[address] = self.messages_by_address.get(address, 0) + count
+
     def removed(self, address: str, size: int) -> None:
         self.total_bytes -= size
         left = self.by_address.get(address, 0) - size

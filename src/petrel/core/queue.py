@@ -136,6 +136,36 @@ class Queue:
         """Recovery adds in sequence order without dispatching (no consumers yet)."""
         self._admit(ref, now, head=False)
 
+    def add_all_recovered(self, refs: list[MessageReference], now: int) -> None:
+        """`add_recovered` for each of `refs` (in sequence order): a plain queue (no last values,
+        ring, sequence index or log) admits them in one pass, its memory counted once."""
+        if self.seq_index is not None or self.last_value_key is not None or self.ring_size > 0 \
+                or self.non_destructive:
+            for ref in refs:
+                self._admit(ref, now, head=False)
+            return
+        buckets = self._buckets
+        total = available = 0
+        grouped = self._grouped
+        for ref in refs:
+            message = ref.message
+            total += message.size
+            if not grouped and message.properties.get(GROUP_ID) is not None:
+                grouped = True
+            scheduled = message.scheduled
+            if scheduled and scheduled > now:
+                self._schedule(ref, scheduled)
+                continue
+            ref.state = AVAILABLE  # as _make_available does for a reference not yet in place
+            ref.consumer = None
+            ref.in_deque = True
+            buckets[min(max(message.priority, 0), 9)].append(ref)
+            available += 1
+        self._available += available
+        self._grouped = grouped
+        self.memory_bytes += total
+        self.office.limits.added_many(self.address, total, len(refs))
+
     def _admit(self, ref: MessageReference, now: int, *, head: bool) -> None:
         if self.seq_index is not None:
             self.seq_index.add(ref)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 
 from petrel.core.address import Address
 from petrel.core.divert import Divert
@@ -14,6 +15,7 @@ from petrel.storage.store import AddressRecord, QueueRecord, Recovered
 log = logging.getLogger("petrel.core.recovery")
 
 SEQ_RESERVATION = 10_000  # sequence numbers reserved in the bindings journal at a time
+_by_seq = operator.attrgetter("seq")
 QUEUE_ATTRIBUTES = ("exclusive", "last_value_key", "non_destructive", "ring_size", "group_rebalance", "group_buckets")
 
 
@@ -107,10 +109,9 @@ class Recovery:
         now = self.now()
         for queue_id, refs in per_queue.items():
             queue = self.queues_by_id[queue_id]
-            refs.sort(key=lambda r: r.seq)
-            for ref in refs:
-                queue.add_recovered(ref, now)
-                queue.messages_added += 1
+            refs.sort(key=_by_seq)
+            queue.add_all_recovered(refs, now)
+            queue.messages_added += len(refs)
             top = refs[-1].seq
             if top >= queue.next_seq:
                 queue.next_seq = top + 1
