@@ -31,62 +31,41 @@ class Composite:
     CODE: int = 0
     SYMBOL: str = ""
     SPEC: tuple = ()
+    DESCRIPTOR: ULong = ULong(0)
+    ENCODERS: tuple = ()  # (field name, value -> wire value or None, mandatory)
+    DECODERS: tuple = ()  # (field name, wire value -> value, mandatory, default)
 
     def to_described(self) -> Described:
         values = []
-        for name, kind, _ in self.SPEC:
-            values.append(_to_wire(kind, getattr(self, name), name, type(self).__name__))
+        for name, encode_field, mandatory in self.ENCODERS:
+            v = getattr(self, name)
+            if v is None:
+                if mandatory:
+                    raise ValueError(f"{type(self).__name__}.{name} is mandatory")
+                values.append(None)
+            else:
+                values.append(encode_field(v))
         while values and values[-1] is None:
             values.pop()
-        return Described(ULong(self.CODE), values)
+        return Described(self.DESCRIPTOR, values)
 
 
 def composite(name: str, code: int, symbol: str, fields: list[tuple[str, str, Any]]) -> type:
     spec = tuple(fields)
+    encoders = tuple((f, _ENCODE.get(kind.rstrip("!"), _value), kind.endswith("!")) for f, kind, _ in spec)
+    decoders = tuple((f, _decoder(kind.rstrip("!"), f, name), kind.endswith("!"), d) for f, kind, d in spec)
     cls = dataclasses.make_dataclass(
         name,
         [(f, Any, dataclasses.field(default=d)) for f, _, d in spec],
         bases=(Composite,),
         frozen=True,
         slots=True,
-        namespace={"CODE": code, "SYMBOL": symbol, "SPEC": spec, "__module__": "petrel.codec.amqp"},
+        namespace={"CODE": code, "SYMBOL": symbol, "SPEC": spec, "DESCRIPTOR": ULong(code),
+                   "ENCODERS": encoders, "DECODERS": decoders, "__module__": "petrel.codec.amqp"},
     )
     REGISTRY[ULong(code)] = cls
     REGISTRY[Symbol(symbol)] = cls
     return cls
-
-
-def _to_wire(kind: str, v: Any, field: str, owner: str) -> Any:  # noqa: C901 - one table of kinds
-    if v is None:
-        if kind.endswith("!"):
-            raise ValueError(f"{owner}.{field} is mandatory")
-        return None
-    kind = kind.rstrip("!")
-    if kind == "uint":
-        return UInt(v)
-    if kind == "ushort":
-        return UShort(v)
-    if kind == "ubyte":
-        return UByte(v)
-    if kind == "ulong":
-        return ULong(v)
-    if kind == "bool":
-        return bool(v)
-    if kind == "symbol":
-        return Symbol(v)
-    if kind == "symbols":
-        if isinstance(v, str):
-            return Symbol(v)
-        return Array.of(Symbol, v)
-    if kind == "binary":
-        return bytes(v)
-    if kind == "string":
-        return str(v)
-    if kind == "timestamp":
-        return Timestamp(v)
-    if kind == "fields":
-        return {Symbol(k) if type(k) is str else k: _value(x) for k, x in v.items()}
-    return _value(v)
 
 
 def _value(v: Any) -> Any:
@@ -97,48 +76,75 @@ def _value(v: Any) -> Any:
     return v
 
 
-def _bad(owner: str, field: str, kind: str, v: Any) -> AmqpError:
-    return AmqpError(DECODE_ERROR, f"{owner}.{field} must be a {kind}, not {type(v).__name__}")
+def _symbols(v: Any) -> Any:
+    return Symbol(v) if isinstance(v, str) else Array.of(Symbol, v)
 
 
-def _from_wire(kind: str, v: Any, field: str, owner: str) -> Any:  # noqa: C901 - one table of kinds
-    mandatory = kind.endswith("!")
-    kind = kind.rstrip("!")
-    if v is None:
-        if mandatory:
-            raise AmqpError(INVALID_FIELD, f"{owner}.{field} is mandatory")
-        return None
-    if kind in ("uint", "ushort", "ubyte", "ulong", "timestamp"):
-        if type(v) is bool or not isinstance(v, int) or v < 0 and kind != "timestamp":
-            raise _bad(owner, field, kind, v)
-        return v
+def _fields(v: dict) -> dict:
+    return {Symbol(k) if type(k) is str else k: _value(x) for k, x in v.items()}
+
+
+_ENCODE = {
+    "uint": UInt, "ushort": UShort, "ubyte": UByte, "ulong": ULong, "bool": bool, "symbol": Symbol,
+    "symbols": _symbols, "binary": bytes, "string": str, "timestamp": Timestamp, "fields": _fields,
+}
+
+
+def _decoder(kind: str, field: str, owner: str):  # noqa: C901 - one table of kinds
+    def bad(v: Any) -> AmqpError:
+        return AmqpError(DECODE_ERROR, f"{owner}.{field} must be a {kind}, not {type(v).__name__}")
+
+    if kind in ("uint", "ushort", "ubyte", "ulong"):
+        def unsigned(v: Any) -> Any:
+            if type(v) is bool or not isinstance(v, int) or v < 0:
+                raise bad(v)
+            return v
+        return unsigned
+    if kind == "timestamp":
+        def timestamp(v: Any) -> Any:
+            if type(v) is bool or not isinstance(v, int):
+                raise bad(v)
+            return v
+        return timestamp
     if kind == "bool":
-        if type(v) is not bool:
-            raise _bad(owner, field, kind, v)
-        return v
+        def boolean(v: Any) -> Any:
+            if type(v) is not bool:
+                raise bad(v)
+            return v
+        return boolean
     if kind in ("string", "symbol"):
-        if not isinstance(v, str):
-            raise _bad(owner, field, kind, v)
-        return v
+        def text(v: Any) -> Any:
+            if not isinstance(v, str):
+                raise bad(v)
+            return v
+        return text
     if kind == "symbols":
-        if isinstance(v, str):
-            return (v,)
-        if isinstance(v, Array) and all(isinstance(x, str) for x in v.items):
-            return tuple(v.items)
-        raise _bad(owner, field, kind, v)
+        def symbols(v: Any) -> Any:
+            if isinstance(v, str):
+                return (v,)
+            if isinstance(v, Array) and all(isinstance(x, str) for x in v.items):
+                return tuple(v.items)
+            raise bad(v)
+        return symbols
     if kind == "binary":
-        if not isinstance(v, bytes):
-            raise _bad(owner, field, kind, v)
-        return v
+        def binary(v: Any) -> Any:
+            if not isinstance(v, bytes):
+                raise bad(v)
+            return v
+        return binary
     if kind in ("fields", "map"):
-        if not isinstance(v, dict):
-            raise _bad(owner, field, kind, v)
-        return {k: from_value(x) for k, x in v.items()}
+        def mapping(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise bad(v)
+            return {k: from_value(x) for k, x in v.items()}
+        return mapping
     if kind == "list":
-        if not isinstance(v, list):
-            raise _bad(owner, field, kind, v)
-        return v
-    return from_value(v)
+        def sequence(v: Any) -> Any:
+            if not isinstance(v, list):
+                raise bad(v)
+            return v
+        return sequence
+    return from_value
 
 
 def from_value(v: Any) -> Any:
@@ -158,10 +164,14 @@ def from_described(d: Described) -> Any:
     value = d.value
     if not isinstance(value, list):
         raise AmqpError(DECODE_ERROR, f"{cls.__name__} must be a described list")
-    spec = cls.SPEC
+    n = len(value)
     kwargs = {}
-    for i, (name, kind, default) in enumerate(spec):
-        raw = value[i] if i < len(value) else None
-        got = _from_wire(kind, raw, name, cls.__name__)
-        kwargs[name] = default if got is None else got
+    for i, (name, decode_field, mandatory, default) in enumerate(cls.DECODERS):
+        raw = value[i] if i < n else None
+        if raw is None:
+            if mandatory:
+                raise AmqpError(INVALID_FIELD, f"{cls.__name__}.{name} is mandatory")
+            kwargs[name] = default
+        else:
+            kwargs[name] = decode_field(raw)
     return cls(**kwargs)

@@ -261,6 +261,8 @@ class LinkFrames:
     # -- deliveries to the client -----------------------------------------------------------------
 
     def _deliver(self: AmqpAdapter, consumer: LinkConsumer, ref: MessageReference) -> None:
+        if self.closing:  # (its consumer is being removed: the message goes back with the others)
+            return
         link = consumer.link
         ch = link.channel
         link.credit -= 1
