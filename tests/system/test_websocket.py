@@ -118,7 +118,12 @@ def masked(opcode: int, payload: bytes, *, fin: bool = True, length: int | None 
     """A client frame by hand (its declared `length` may promise more than `payload`)."""
     n = len(payload) if length is None else length
     head = bytes(((0x80 if fin else 0) | opcode,))
-    head += bytes((0x80 | n,)) if n < 126 else bytes((0x80 | 126,)) + struct.pack("!H", n)
+    if n < 126:
+        head += bytes((0x80 | n,))
+    elif n < 65536:
+        head += bytes((0x80 | 126,)) + struct.pack("!H", n)
+    else:
+        head += bytes((0x80 | 127,)) + struct.pack("!Q", n)
     mask = os.urandom(4)
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
@@ -542,3 +547,26 @@ def test_random_bytes_after_the_upgrade_never_take_the_broker_down(tmp_path):
         c.close()
         assert b.proc.poll() is None
         assert "Traceback" not in b.log(), b.log()
+
+
+def test_unfinished_frames_inside_websocket_messages_meet_the_partial_frame_limits(tmp_path):
+    b, ws_port = ws_broker(tmp_path / "b", settings=f"max_partial_frames_size = {128 * 1024}\n")
+    with b:
+        early = raw_ws(ws_port)  # before its handshake a connection holds little
+        early.sendall(masked(0x1, b"CONNECT\n" + b"h:" + b"a" * 70000 + b"\n"))
+        assert b"before the handshake is done" in read_until_closed(early)
+        early.close()
+        holders = []
+        for _ in range(2):  # each holds 80,000 bytes of a 99,000-byte body: together over the budget
+            s = raw_ws(ws_port)
+            s.sendall(masked(0x1, b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"))
+            assert s.recv(4096).startswith(b"\x81")
+            s.sendall(masked(0x1, b"SEND\ndestination:/queue/partial\ncontent-length:99000\n\n" + b"a" * 40000,
+                             fin=False))
+            s.sendall(masked(0x0, b"a" * 40000, fin=False))
+            holders.append(s)
+        data = read_until_closed(holders[1])
+        assert b"max_partial_frames_size" in data and data.endswith(b"<closed>"), data[-300:]
+        for s in holders:
+            s.close()
+        assert WsStomp(ws_port).connected[0] == "CONNECTED"
