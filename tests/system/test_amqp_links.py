@@ -7,16 +7,24 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from proton import Message
 from proton.handlers import MessagingHandler
-from proton.reactor import AtMostOnce, Container, Selector
-from proton.utils import BlockingConnection
+from proton.reactor import AtMostOnce, Container, Selector, SenderOption
+from proton.utils import BlockingConnection, SendException
 
 from petrel.testing.process import BrokerProcess
 
 
 def connect(b: BrokerProcess, **kw) -> BlockingConnection:
     return BlockingConnection(f"amqp://127.0.0.1:{b.port}", timeout=20, **kw)
+
+
+class DynamicTarget(SenderOption):
+    """A sender asking for a dynamic target (how Qpid JMS makes a temporary queue)."""
+
+    def apply(self, sender) -> None:
+        sender.target.dynamic = True
 
 
 def bodies(receiver, timeout: float = 1.5) -> list:
@@ -44,17 +52,30 @@ def test_a_selector_filters_what_a_receiver_gets(broker):
         c.close()
 
 
-def test_a_dynamic_receiver_gets_a_temporary_queue_others_can_send_to(broker):
-    c = connect(broker)
-    other = connect(broker)
+def test_a_dynamic_receiver_gets_a_temporary_queue_gone_when_its_link_closes(broker_factory):
+    b = broker_factory(settings='[address_settings."dyn.#"]\nauto_create_addresses = false\n'
+                                'auto_create_queues = false\n').start()
+    c = connect(b)
+    other = connect(b)
     try:
         r = c.create_receiver(None, dynamic=True)
         address = r.link.remote_source.address
-        assert address
-        other.create_sender(address).send(Message(body="reply"))
+        assert address.startswith("dyn.")
+        s = other.create_sender(address)
+        s.send(Message(body="reply"))
         assert bodies(r) == ["reply"]
-    finally:
+        r.close()  # delete-on-close: the temporary queue goes with its link
+        with pytest.raises(SendException):
+            s.send(Message(body="too late"))
+        # a temporary queue made by a dynamic target goes with the connection
+        t = c.create_sender(None, options=DynamicTarget())
+        target = t.link.remote_target.address
+        s2 = other.create_sender(target)
+        s2.send(Message(body="while it lives"))
         c.close()
+        with pytest.raises(SendException):
+            s2.send(Message(body="after the connection"))
+    finally:
         other.close()
 
 

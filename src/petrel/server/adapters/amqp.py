@@ -72,6 +72,7 @@ class AmqpAdapter(LinkFrames):
         self._beat: asyncio.TimerHandle | None = None
         self._login_task: asyncio.Task | None = None
         self._next_txn = 0
+        self.temporary: set[str] = set()  # temporary queues of dynamic links, gone with the connection
 
     # -- input -----------------------------------------------------------------------------------
 
@@ -313,6 +314,8 @@ class AmqpAdapter(LinkFrames):
             self._login_task.cancel()
         self._release()
         self.session.release()
+        for name in list(self.temporary):
+            self.delete_temporary(name)
 
     def _release(self) -> None:
         for ch in list(self.channels.values()):

@@ -67,7 +67,7 @@ class Channel:
 
 class Link:
     __slots__ = ("channel", "handle", "name", "outgoing", "address", "routing_type", "credit", "delivery_count",
-                 "consumer", "presettled", "durable_name", "coordinator", "live", "drain", "lookup")
+                 "consumer", "presettled", "durable_name", "coordinator", "live", "drain", "lookup", "dynamic")
 
     def __init__(self, channel: Channel, handle: int, name: str, outgoing: bool) -> None:
         self.channel = channel
@@ -85,6 +85,7 @@ class Link:
         self.live = False  # our attach went out: deliveries may follow
         self.drain = False
         self.lookup = False  # a durable subscription looked up by name (no consumer)
+        self.dynamic: str | None = None  # the temporary queue its dynamic node made
 
 
 class LinkConsumer(Consumer):
@@ -140,8 +141,7 @@ class LinkFrames:
             return
         session = self.session
         if source.dynamic:
-            name = f"dyn.{uuid.uuid4()}"
-            self.office.create_queue(name, name, RoutingType.ANYCAST, durable=False, temporary=True)
+            name = link.dynamic = self._dynamic_queue()
             routing_type = RoutingType.ANYCAST
             source = Source(address=name, dynamic=True, capabilities=("temporary-queue",))
         else:
@@ -195,8 +195,7 @@ class LinkFrames:
         elif target is not None and not isinstance(target, Target):
             raise AmqpError(INVALID_FIELD, "an attach's target must be a target or a coordinator")
         elif target is not None and target.dynamic:
-            name = f"dyn.{uuid.uuid4()}"
-            self.office.create_queue(name, name, RoutingType.ANYCAST, durable=False, temporary=True)
+            name = link.dynamic = self._dynamic_queue()
             link.address, link.routing_type = name, RoutingType.ANYCAST
             target = Target(address=name, dynamic=True, capabilities=("temporary-queue",))
         elif target is not None and target.address:
@@ -210,6 +209,25 @@ class LinkFrames:
                                      snd_settle_mode=a.snd_settle_mode, rcv_settle_mode=0,
                                      source=a.source, target=target))
         self._grant(link)
+
+    def _dynamic_queue(self: AmqpAdapter) -> str:
+        """A temporary queue for a dynamic source or target (JMS temporary queues): deleted when
+        its link closes or the connection ends (delete-on-close)."""
+        name = f"dyn.{uuid.uuid4()}"
+        try:
+            self.access.check("createNonDurableQueue", name)
+        except SecurityNotAuthorized as exc:
+            raise NotAuthorized(str(exc)) from None
+        self.office.create_queue(name, name, RoutingType.ANYCAST, durable=False, temporary=True)
+        self.temporary.add(name)
+        return name
+
+    def delete_temporary(self: AmqpAdapter, name: str) -> None:
+        self.temporary.discard(name)
+        if name in self.office.queues:
+            self.office.delete_queue(name)
+            if name in self.office.addresses and not self.office.addresses[name].queues():
+                self.office.delete_address(name)
 
     def _grant(self: AmqpAdapter, link: Link) -> None:
         ch = link.channel
@@ -475,13 +493,17 @@ class LinkFrames:
 
     def drop_link(self: AmqpAdapter, ch: Channel, link: Link, *, closed: bool) -> None:
         """Forget `link`: its consumer closes (what it held unsettled goes back); a closed durable
-        link ends its subscription."""
+        link ends its subscription, a closed dynamic one its temporary queue."""
         ch.links.pop(link.handle, None)
+        if not link.outgoing and link.dynamic is not None and closed:
+            self.delete_temporary(link.dynamic)
         if link.outgoing:
             for delivery_id in [i for i, (lk, _) in ch.unsettled.items() if lk is link]:
                 del ch.unsettled[delivery_id]
             if link.consumer is not None:
                 self.session.remove_consumer(link.consumer)
+            if link.dynamic is not None and closed:
+                self.delete_temporary(link.dynamic)
             if closed and link.durable_name:
                 try:
                     self.session.delete_durable(self.container_id, link.durable_name)
