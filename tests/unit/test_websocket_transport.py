@@ -4,7 +4,11 @@ the Connection's adapter receives, what reaches the socket, and flow control bot
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from petrel.codec.websocket import Opcode, close_payload
 from petrel.config import BrokerConfig
@@ -232,3 +236,34 @@ def test_a_refused_upgrade_is_an_http_error_and_a_close():
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"v12.stomp" in answer
         assert sock.closed and ws.conn.closed and broker.adapters == []
     run(test)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.binary(max_size=30), st.sampled_from([
+    masked(Opcode.TEXT, b"CONNECT\n\n\x00"), masked(Opcode.BINARY, b"PAUSE", fin=False),
+    masked(Opcode.CONTINUATION, b"x"), masked(Opcode.PING, b"p"), masked(Opcode.CLOSE, close_payload(1000)),
+    bytes((0x81, 0x05)), b"\x88\x80"])),
+    max_size=10))
+def test_any_bytes_after_the_upgrade_end_in_data_or_a_close_never_an_exception(chunks):
+    errors: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = errors.append
+    logger = logging.getLogger("petrel.server.websocket")
+    logger.addHandler(handler)
+
+    async def test(broker, ws, sock):
+        ws.data_received(upgrade())
+        for chunk in chunks:
+            ws.data_received(chunk)
+            if not sock.reading:
+                ws.conn.transport.resume_reading()
+                await asyncio.sleep(0)
+        others = [opcode for opcode, _ in server_frames(sock.take().partition(b"\r\n\r\n")[2])
+                  if opcode != Opcode.PONG]
+        assert others in ([], [Opcode.CLOSE])  # at most one Close, nothing else
+
+    try:
+        run(test)
+    finally:
+        logger.removeHandler(handler)
+    assert not errors, errors  # (an unexpected error is logged, and aborts the socket)

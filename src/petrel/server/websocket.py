@@ -117,6 +117,7 @@ class WebSocket(asyncio.Protocol):
         self._frames = FrameDecoder()
         self._paused = False  # the Connection paused reading
         self._close_sent = False
+        self._failed = False  # a protocol error: nothing more is read (RFC 6455 7.1.7)
         self._linger: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
 
@@ -130,7 +131,7 @@ class WebSocket(asyncio.Protocol):
         try:
             if self.phase == HANDSHAKE:
                 self._upgrade(data)
-            elif self.phase != CLOSED:
+            elif self.phase != CLOSED and not self._failed:
                 self._frames.receive_data(data)
                 self._deliver()
         except Exception:  # a bug here ends this client only
@@ -196,12 +197,11 @@ class WebSocket(asyncio.Protocol):
                 event = frames.next_event()
             except FrameError as exc:
                 self._hand_over(pending)
-                if self.phase == CLOSING:  # broken while we wait for its Close: cut it
-                    self.abort()
-                    return
-                log.info("closing %s: WebSocket protocol error: %s", self.conn.peer, exc.message,
-                         extra={"event": "websocket.protocol_error"})
-                self._close(exc.code, exc.message)
+                self._failed = True  # what follows is not read; the socket ends at the linger
+                if self.phase == OPEN:
+                    log.info("closing %s: WebSocket protocol error: %s", self.conn.peer, exc.message,
+                             extra={"event": "websocket.protocol_error"})
+                    self._close(exc.code, exc.message)
                 return
             if event is NEED_DATA:
                 break
