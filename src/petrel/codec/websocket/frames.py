@@ -2,9 +2,9 @@
 
 `FrameDecoder` reads what a client sends: `receive_data(bytes)`, then `next_event()` until it
 returns `NEED_DATA`. A data message's payload streams out as `Data` pieces as soon as its bytes
-arrive (unmasked; a text message's UTF-8 checked as it goes), so the decoder holds at most one
-frame header and one control frame (125 bytes), however large a message is: the size limits are
-those of the protocol carried inside. Control frames come out whole as `Ping`, `Pong` and `Close`.
+arrive (unmasked; a text message's UTF-8 checked as it goes), so once its events are read the
+decoder holds at most part of one frame header or one control frame (125 bytes), however large
+a message is: the size limits are those of the protocol carried inside. Control frames come out whole as `Ping`, `Pong` and `Close`.
 Anything RFC 6455 forbids (an unmasked client frame, reserved bits without an extension, a
 continuation without a message, a fragmented or long control frame, invalid UTF-8 in a text
 message, a bad close code) raises `FrameError`, whose `code` is the close code to answer with.
@@ -147,10 +147,7 @@ class FrameDecoder:
             if self._opcode < 0 and not self._read_header():
                 return NEED_DATA
             if self._opcode >= Opcode.CLOSE:
-                event = self._control()
-                if event is NEED_DATA:
-                    return NEED_DATA
-                return event
+                return self._control()
             event = self._data()
             if event is not None:
                 return event
