@@ -8,9 +8,9 @@ import threading
 import time
 
 import pytest
-from proton import Message
+from proton import Data, Message
 from proton.handlers import MessagingHandler
-from proton.reactor import AtMostOnce, Container, Selector, SenderOption
+from proton.reactor import AtMostOnce, Container, DurableSubscription, ReceiverOption, Selector, SenderOption
 from proton.utils import BlockingConnection, SendException
 
 from petrel.testing.process import BrokerProcess
@@ -164,3 +164,60 @@ def test_drain_sends_what_there_is_then_gives_the_credit_back(broker):
     assert not thread.is_alive()
     assert drainer.bodies == ["d0", "d1", "d2"]
     assert drainer.drained_with_credit == 0
+
+
+class Capabilities(ReceiverOption):
+    """Source capabilities, as Qpid JMS sets them for shared subscriptions ("shared", "global")."""
+
+    def __init__(self, *caps: str) -> None:
+        self.caps = caps
+
+    def apply(self, receiver) -> None:
+        data = receiver.source.capabilities
+        data.put_array(False, Data.SYMBOL)
+        data.enter()
+        for cap in self.caps:
+            data.put_symbol(cap)
+        data.exit()
+
+
+def test_a_shared_subscription_spreads_over_its_links_and_goes_with_the_last(broker):
+    c = connect(broker)
+    try:
+        r1 = c.create_receiver("topic://shared.t", name="sub", options=Capabilities("shared", "topic"), credit=3)
+        r2 = c.create_receiver("topic://shared.t", name="sub|2", options=Capabilities("shared", "topic"), credit=3)
+        s = c.create_sender("topic://shared.t")
+        for i in range(6):
+            s.send(Message(body=f"s{i}"))
+        got1, got2 = bodies(r1), bodies(r2)
+        assert sorted(got1 + got2) == [f"s{i}" for i in range(6)]  # each once, not once per link
+        assert got1 and got2
+        r1.close()
+        r2.close()
+        s.send(Message(body="nobody subscribed"))
+        r3 = c.create_receiver("topic://shared.t", name="sub", options=Capabilities("shared", "topic"))
+        assert bodies(r3, 1.0) == []  # a new subscription: the old one went with its last link
+    finally:
+        c.close()
+
+
+def test_a_global_shared_durable_subscription_is_one_queue_across_containers(broker):
+    a = BlockingConnection(f"amqp://127.0.0.1:{broker.port}", timeout=20, container=Container(container_id="app-a"))
+    b = BlockingConnection(f"amqp://127.0.0.1:{broker.port}", timeout=20, container=Container(container_id="app-b"))
+    try:
+        options = [DurableSubscription(), Capabilities("shared", "global", "topic")]
+        ra = a.create_receiver("topic://shared.g", name="gsub|global", options=options, credit=2)
+        rb = b.create_receiver("topic://shared.g", name="gsub|global", options=options, credit=2)
+        s = a.create_sender("topic://shared.g")
+        for i in range(4):
+            s.send(Message(body=f"g{i}", durable=True))
+        got_a, got_b = bodies(ra), bodies(rb)
+        assert sorted(got_a + got_b) == ["g0", "g1", "g2", "g3"]
+        ra.detach()
+        rb.detach()
+        s.send(Message(body="kept", durable=True))  # the subscription outlives its links
+        rc = b.create_receiver("topic://shared.g", name="gsub|global2", options=options)
+        assert bodies(rc) == ["kept"]
+    finally:
+        a.close()
+        b.close()

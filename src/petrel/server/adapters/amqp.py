@@ -10,7 +10,8 @@ This module holds the connection: protocol headers, SASL (PLAIN checked with `Ac
 STOMP's login, ANONYMOUS only when security allows anonymous clients), open/begin/end/close,
 heart-beats (empty frames every half of the client's idle-time-out) and errors: a refusal of
 the whole connection is a close with its AMQP condition. `amqp_links` holds attach, flow,
-transfer, disposition and detach; `amqp_convert` the message mapping.
+disposition and detach and the deliveries to clients; `amqp_incoming` transfers from clients
+and the transaction coordinator; `amqp_convert` the message mapping.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from petrel.codec.roles import Role
 from petrel.security.errors import AuthenticationFailed
 from petrel.server import tls
 from petrel.server.access import Access
+from petrel.server.adapters.amqp_incoming import IncomingFrames
 from petrel.server.adapters.amqp_links import Channel, LinkFrames
 from petrel.server.limits import watch_silence
 from petrel.server.refusals import NotDurable, Refused
@@ -52,7 +54,7 @@ MAX_FRAME_SIZE = 256 * 1024
 CHANNEL_MAX = 255
 
 
-class AmqpAdapter(LinkFrames):
+class AmqpAdapter(LinkFrames, IncomingFrames):
     def __init__(self, broker: Broker, conn: Connection) -> None:
         self.broker = broker
         self.office = broker.office

@@ -1,4 +1,4 @@
-"""AMQP 1.0 links: attach, flow, transfer, disposition and detach (a mixin of `AmqpAdapter`).
+"""AMQP 1.0 links: attach, flow, disposition and detach (a mixin of `AmqpAdapter`).
 
 A link on which the client receives is a `Consumer` on the queue its source names (an anycast
 queue, a topic subscription, or a durable one ``<container-id>.<link name>`` when the source is
@@ -7,35 +7,31 @@ durable); its credit is the link credit the client grants, one delivery each. Pr
 disposition: accepted acknowledges, rejected dead-letters, released puts the message back as
 not delivered, modified with delivery-failed puts it back with its delivery count one higher.
 
-A link on which the client sends routes each transfer through the session; an unsettled
-transfer is answered with an accepted disposition once the message is durable (or a rejected
-one saying why it was refused), and credit is topped up as it is used. The transaction
-coordinator is such a link: declare and discharge are messages on it.
+Transfers on links where the client sends, and the transaction coordinator, are in
+`amqp_incoming`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from typing import TYPE_CHECKING
 
 from petrel.codec.amqp.errors import (
-    ERRANT_LINK, HANDLE_IN_USE, INTERNAL_ERROR, INVALID_FIELD, NOT_FOUND, NOT_IMPLEMENTED, TX_ROLLBACK,
-    TX_UNKNOWN_ID, UNATTACHED_HANDLE, UNAUTHORIZED_ACCESS, AmqpError,
+    HANDLE_IN_USE, INVALID_FIELD, NOT_FOUND, UNATTACHED_HANDLE, UNAUTHORIZED_ACCESS, AmqpError,
 )
-from petrel.codec.amqp.message import decode_message
 from petrel.codec.amqp.performatives import (
-    ROLE_RECEIVER, ROLE_SENDER, SND_SETTLED, Accepted, Attach, Coordinator, Declare, Declared, Detach,
-    Discharge, Disposition, Error, Flow, Modified, Rejected, Released, Source, Target, TransactionalState,
-    Transfer,
+    ROLE_RECEIVER, ROLE_SENDER, SND_SETTLED, Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow,
+    Modified, Rejected, Released, Source, Target, TransactionalState, Transfer,
 )
 from petrel.codec.amqp.types import Described
 from petrel.core.consumer import DELIVERING, Consumer
-from petrel.core.message import RoutingType, now_ms
+from petrel.core.errors import RoutingError
+from petrel.core.message import RoutingType
+from petrel.core.selector import SelectorError
 from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
-from petrel.server.adapters.amqp_convert import parse_address, to_amqp, to_petrel
-from petrel.server.refusals import NotAuthorized, Refused, TransactionRolledBack, TransactionUnknown
+from petrel.server.adapters.amqp_convert import parse_address, to_amqp
+from petrel.server.refusals import NotAuthorized, Refused, RoutingRefused, refusal_of
 
 if TYPE_CHECKING:
     from petrel.core.queue import MessageReference
@@ -47,6 +43,8 @@ log = logging.getLogger("petrel.server.amqp")
 
 #: Credit the broker grants a client's sending link, topped up when half is used.
 CREDIT = 1000
+#: The "client id" of subscriptions whose source has the "global" capability.
+GLOBAL = "global"
 
 
 class Channel:
@@ -67,7 +65,8 @@ class Channel:
 
 class Link:
     __slots__ = ("channel", "handle", "name", "outgoing", "address", "routing_type", "credit", "delivery_count",
-                 "consumer", "presettled", "durable_name", "coordinator", "live", "drain", "lookup", "dynamic")
+                 "consumer", "presettled", "durable_name", "coordinator", "live", "drain", "lookup", "dynamic",
+                 "shared", "client_id")
 
     def __init__(self, channel: Channel, handle: int, name: str, outgoing: bool) -> None:
         self.channel = channel
@@ -86,6 +85,8 @@ class Link:
         self.drain = False
         self.lookup = False  # a durable subscription looked up by name (no consumer)
         self.dynamic: str | None = None  # the temporary queue its dynamic node made
+        self.shared: str | None = None  # the queue of a shared non-durable subscription
+        self.client_id: str | None = None  # whose durable subscription (a container id, or GLOBAL)
 
 
 class LinkConsumer(Consumer):
@@ -147,10 +148,20 @@ class LinkFrames:
         else:
             name, routing_type = parse_address(source.address, source.capabilities)
         durable = bool(source.durable) or source.expiry_policy == "never"
-        durable_name = a.name if durable and routing_type != RoutingType.ANYCAST else None
-        queue, selector = session.open_queue(name, routing_type, selector=_selector(source),
-                                             client_id=self.container_id, durable_name=durable_name)
+        caps = set(source.capabilities or ())
+        # a subscription is named by its link (Qpid JMS: "name", "name|2"... for one shared by
+        # several links); "global": shared beyond this container id
+        subscription = a.name.split("|", 1)[0] if "shared" in caps else a.name
+        client_id = GLOBAL if "global" in caps else self.container_id
+        durable_name = subscription if durable and routing_type != RoutingType.ANYCAST else None
+        if "shared" in caps and not durable and routing_type != RoutingType.ANYCAST:
+            queue, selector = self._shared_volatile(name, f"{client_id}.{subscription}", _selector(source))
+            link.shared = queue.name
+        else:
+            queue, selector = session.open_queue(name, routing_type, selector=_selector(source),
+                                                 client_id=client_id, durable_name=durable_name)
         link.address, link.routing_type, link.durable_name = name, routing_type, durable_name
+        link.client_id = client_id
         link.presettled = a.snd_settle_mode == SND_SETTLED
         consumer = LinkConsumer(queue, self._deliver, selector=selector, auto_ack=link.presettled)
         consumer.link = link
@@ -171,15 +182,38 @@ class LinkFrames:
 
         session.confirm(live)
 
+    def _shared_volatile(self: AmqpAdapter, address: str, qname: str, selector: str | None):
+        """The queue of a shared non-durable subscription: made by its first link, deleted
+        with its last (`drop_link`)."""
+        office = self.office
+        try:
+            self.access.subscribe(office, address, RoutingType.MULTICAST, filter=selector)
+        except SecurityNotAuthorized as exc:
+            raise NotAuthorized(str(exc)) from None
+        queue = office.queues.get(qname)
+        if queue is None:
+            try:
+                office.ensure_address_for(address, RoutingType.MULTICAST)
+                queue = office.create_queue(qname, address, RoutingType.MULTICAST, durable=False, filter=selector,
+                                            temporary=True)
+            except (RoutingError, SelectorError) as exc:
+                raise refusal_of(exc) from None
+        elif queue.address != address:
+            raise RoutingRefused(f"shared subscription {qname!r} is on address {queue.address!r}")
+        return queue, None
+
     def _lookup_durable(self: AmqpAdapter, ch: Channel, a, link: Link) -> None:
         """An attach naming no address: Qpid JMS looking up a durable subscription by its link
         name (to unsubscribe: a detach with closed follows)."""
-        qname = f"{self.container_id}.{a.name}"
+        caps = set(a.source.capabilities or ()) if isinstance(a.source, Source) else set()
+        client_id = GLOBAL if "global" in caps else self.container_id
+        subscription = a.name.split("|", 1)[0] if "shared" in caps else a.name
+        qname = f"{client_id}.{subscription}"
         queue = self.office.queues.get(qname)
         if queue is None:
             self._refuse_attach(ch, a, NOT_FOUND, f"no durable subscription {qname!r}")
             return
-        link.lookup, link.durable_name = True, a.name
+        link.lookup, link.durable_name, link.client_id = True, subscription, client_id
         ch.links[link.handle] = link
         self.reply(ch.number, Attach(
             name=a.name, handle=a.handle, role=ROLE_SENDER, source=Source(
@@ -341,144 +375,6 @@ class LinkFrames:
         else:
             raise AmqpError(INVALID_FIELD, f"disposition state {type(state).__name__} from a receiver")
 
-    # -- transfers from the client --------------------------------------------------------------------
-
-    def on_transfer(self: AmqpAdapter, ch: Channel, event) -> None:
-        t = event.performative
-        ch.next_incoming_id = (ch.next_incoming_id + event.frames) & 0xFFFFFFFF
-        link = ch.links.get(int(t.handle))
-        if link is None and int(t.handle) in ch.detached:
-            return  # sent before the client saw the broker's detach
-        if link is None:
-            raise AmqpError(UNATTACHED_HANDLE, f"transfer on handle {t.handle}, which is not attached")
-        if link.outgoing:
-            raise AmqpError(ERRANT_LINK, f"transfer on handle {t.handle}, where the broker is the sender")
-        if t.aborted:
-            return
-        if link.credit <= 0:
-            raise AmqpError("amqp:link:transfer-limit-exceeded", f"transfer on link {link.name!r} without credit")
-        link.credit -= 1
-        link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
-        if link.coordinator:
-            self._coordinate(ch, t, event.payload)
-        else:
-            self._receive(ch, link, t, event.payload)
-        if link.credit <= CREDIT // 2:
-            link.credit = CREDIT
-            self._grant(link)
-
-    def _receive(self: AmqpAdapter, ch: Channel, link: Link, t, payload: bytes) -> None:
-        session = self.session
-        tx = None
-        txn_id = None
-        if isinstance(t.state, TransactionalState):
-            txn_id = t.state.txn_id
-            tx = self._tx_name(txn_id)
-        message = to_petrel(payload, message_id=session.next_id(), address=link.address or "", now=now_ms())
-        routing_type = link.routing_type
-        if link.address is None:  # the anonymous relay: the message says where it goes
-            name, routing_type = parse_address(_to_of(payload), None)
-            if not name:
-                self._reject(ch, t, NOT_FOUND, "a message on the anonymous relay needs properties.to")
-                return
-            message.address = name
-        if routing_type is None:
-            routing_type = _jms_dest(message.properties)
-        large = self.broker.large
-        if large is not None and len(message.body) > self.broker.config.min_large_message_size:
-            self._store_large(ch, t, message, routing_type, tx, txn_id)
-            return
-        self._send(ch, t, message, routing_type, tx, txn_id)
-
-    def _send(self: AmqpAdapter, ch: Channel, t, message, routing_type, tx, txn_id) -> None:
-        try:
-            self.session.send(message, routing_type, tx,
-                              then=lambda result: self._accepted(ch, t, txn_id, message.durable))
-        except Refused as exc:
-            self._reject(ch, t, _condition(exc), str(exc))
-
-    def _store_large(self: AmqpAdapter, ch: Channel, t, message, routing_type, tx, txn_id) -> None:
-        """A body over min_large_message_size goes to its own file (not the journal, not memory);
-        a durable one is fsynced off the loop while this connection handles nothing else."""
-        large = self.broker.large
-        writer = large.create(message.id)
-        try:
-            writer.write(message.body)
-            if not (message.durable and large.sync):
-                message.large, message.body = writer.finish(durable=False), b""
-                self._send(ch, t, message, routing_type, tx, txn_id)
-                return
-        except BaseException:
-            writer.abort()
-            raise
-        session = self.session
-        session.track_large(writer)
-        session.hold()
-        future = asyncio.get_running_loop().run_in_executor(None, writer.finish)
-
-        def finished(f: asyncio.Future) -> None:
-            session.untrack_large(writer)
-            try:
-                body = f.result()
-            except Exception as exc:
-                writer.abort()
-                log.error("cannot store a large message body from %s: %s", self.conn.peer, exc)
-                session.resume_held(lambda: self._reject(ch, t, INTERNAL_ERROR, f"cannot store the body: {exc}"))
-                return
-            if self.conn.closed:
-                large.delete(body)
-                return
-            message.large, message.body = body, b""
-            session.resume_held(lambda: self._send(ch, t, message, routing_type, tx, txn_id))
-
-        future.add_done_callback(finished)
-
-    def _accepted(self: AmqpAdapter, ch: Channel, t, txn_id: bytes | None, durable: bool) -> None:
-        if t.settled:
-            return
-        state = Accepted() if txn_id is None else TransactionalState(txn_id=txn_id, outcome=Accepted())
-        self.reply(ch.number, Disposition(role=ROLE_RECEIVER, first=t.delivery_id, settled=True, state=state),
-                   durable=durable and txn_id is None)
-
-    def _reject(self: AmqpAdapter, ch: Channel, t, condition: str, why: str) -> None:
-        log.info("AMQP transfer refused for %s: %s", self.conn.peer, why)
-        if t.settled:
-            return
-        self.reply(ch.number, Disposition(role=ROLE_RECEIVER, first=t.delivery_id, settled=True,
-                                          state=Rejected(error=Error(condition=condition, description=why[:1000]))))
-
-    # -- transactions --------------------------------------------------------------------------------
-
-    @staticmethod
-    def _tx_name(txn_id: bytes) -> str:
-        return "amqp-" + bytes(txn_id).hex()
-
-    def _coordinate(self: AmqpAdapter, ch: Channel, t, payload: bytes) -> None:
-        body = decode_message(payload).body
-        session = self.session
-        if isinstance(body, Declare):
-            txn_id = self.new_txn_id()
-            session.begin(self._tx_name(txn_id))
-            self.reply(ch.number, Disposition(role=ROLE_RECEIVER, first=t.delivery_id, settled=True,
-                                              state=Declared(txn_id=txn_id)))
-        elif isinstance(body, Discharge):
-            name = self._tx_name(body.txn_id)
-            try:
-                if body.fail:
-                    session.rollback(name)
-                    self.reply(ch.number, Disposition(role=ROLE_RECEIVER, first=t.delivery_id, settled=True,
-                                                      state=Accepted()))
-                else:
-                    session.commit(name)
-                    self.reply(ch.number, Disposition(role=ROLE_RECEIVER, first=t.delivery_id, settled=True,
-                                                      state=Accepted()), durable=True, transactional=True)
-            except TransactionUnknown as exc:
-                self._reject(ch, t, TX_UNKNOWN_ID, str(exc))
-            except TransactionRolledBack as exc:
-                self._reject(ch, t, TX_ROLLBACK, str(exc))
-        else:
-            self._reject(ch, t, NOT_IMPLEMENTED, "the coordinator takes declare and discharge only")
-
     # -- detach ----------------------------------------------------------------------------------------
 
     def on_detach(self: AmqpAdapter, ch: Channel, d) -> None:
@@ -504,9 +400,16 @@ class LinkFrames:
                 self.session.remove_consumer(link.consumer)
             if link.dynamic is not None and closed:
                 self.delete_temporary(link.dynamic)
+            if link.shared is not None:
+                queue = self.office.queues.get(link.shared)
+                if queue is not None and not queue.consumers:  # its last link
+                    self.office.delete_queue(link.shared)
             if closed and link.durable_name:
+                queue = self.office.queues.get(f"{link.client_id}.{link.durable_name}")
+                if queue is not None and queue.consumers:
+                    return  # a shared subscription other links still use
                 try:
-                    self.session.delete_durable(self.container_id, link.durable_name)
+                    self.session.delete_durable(link.client_id, link.durable_name)
                 except (Refused, NotAuthorized) as exc:
                     log.info("durable subscription %r of %s not deleted: %s", link.durable_name, self.conn.peer, exc)
 
@@ -533,21 +436,6 @@ def _dead_letter(consumer: Consumer, ref: MessageReference) -> None:
     ref.consumer = None
     queue.office.dead_letter(ref)
     queue.deliver()
-
-
-def _to_of(payload: bytes) -> str | None:
-    props = decode_message(payload).properties
-    return None if props is None else props.to
-
-
-def _jms_dest(properties: dict) -> RoutingType | None:
-    """Qpid JMS's x-opt-jms-dest annotation: 0 queue, 1 topic, 2 temporary queue, 3 temporary topic."""
-    kind = properties.get("_AMQP_MA_x-opt-jms-dest")
-    if kind in (0, 2):
-        return RoutingType.ANYCAST
-    if kind in (1, 3):
-        return RoutingType.MULTICAST
-    return None
 
 
 def _with_body(message, body: bytes):
