@@ -226,7 +226,7 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         self.reply(0, Open(
             container_id=self._container(), max_frame_size=MAX_FRAME_SIZE, channel_max=CHANNEL_MAX,
             idle_time_out=ttl if ttl > 0 else None,
-            offered_capabilities=("ANONYMOUS-RELAY", "DELAYED_DELIVERY"),
+            offered_capabilities=("ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS"),
             properties={"product": "Petrel", "version": str(self.broker.version)},
         ))
         self.opened = True
