@@ -415,3 +415,29 @@ def test_random_bytes_never_take_the_broker_down_nor_reach_an_internal_error(b):
     pub.publish("fuzz/ok", b"alive", 1)
     assert pub.get().payload == b"alive"
     pub.close()
+
+
+def test_qos_2_to_a_subscriber_resumes_after_a_reconnect(b):
+    sub = Raw(b.mqtt_port, Connect("q2-sub", 4, clean_start=False))
+    sub.send(Subscribe(1, (Subscription("q2/#", 2),)))
+    assert isinstance(sub.recv(), Suback)
+    pub = Paho(b.mqtt_port, "q2-pub")
+    pub.publish("q2/a", b"first", 2)
+    pub.publish("q2/b", b"second", 2)
+    one, two = sub.recv(), sub.recv()
+    assert (one.payload, one.qos, two.payload) == (b"first", 2, b"second")
+    sub.send(Pubrec(one.packet_id))
+    assert sub.recv() == Pubrel(one.packet_id)
+    sub.close()  # gone before PUBCOMP for "first", and before PUBREC for "second"
+    sub = Raw(b.mqtt_port, Connect("q2-sub", 4, clean_start=False))
+    first_back = sub.recv()
+    assert first_back == Pubrel(one.packet_id)  # the PUBREL again, not the message
+    again = sub.recv()
+    assert (again.payload, again.dup, again.packet_id) == (b"second", True, two.packet_id)
+    sub.send(Pubcomp(one.packet_id))
+    sub.send(Pubrec(again.packet_id))
+    assert sub.recv() == Pubrel(again.packet_id)
+    sub.send(Pubcomp(again.packet_id))
+    with pytest.raises(TimeoutError):
+        sub.recv(timeout=0.7)
+    pub.close()
