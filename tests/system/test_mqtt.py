@@ -441,3 +441,21 @@ def test_qos_2_to_a_subscriber_resumes_after_a_reconnect(b):
     with pytest.raises(TimeoutError):
         sub.recv(timeout=0.7)
     pub.close()
+
+
+def test_a_paho_5_session_with_an_expiry_survives_kill_9(b):
+    sub = Paho(b.mqtt_port, "paho5-keeper", version=V5, clean=False, expiry=300)
+    sub.subscribe("p5/+", 2)
+    sub.close()
+    pub = Paho(b.mqtt_port, "paho5-pub", version=V5)
+    for i in range(10):
+        pub.publish(f"p5/{i}", f"m{i}".encode(), 1 + i % 2)
+    pub.close()
+    b.kill9()
+    b.start()
+    sub = Paho(b.mqtt_port, "paho5-keeper", version=V5, clean=False, expiry=300)
+    assert sub.connack[0].session_present
+    got = sub.drain()
+    assert sorted(m.payload for m in got) == sorted(f"m{i}".encode() for i in range(10))
+    assert sorted(m.qos for m in got) == [1] * 5 + [2] * 5
+    sub.close()
