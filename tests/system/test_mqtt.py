@@ -191,6 +191,19 @@ def test_a_will_is_published_on_an_abrupt_end_and_not_on_disconnect(b):
     back = Raw(b.mqtt_port, Connect("delayed", 5, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60}))
     back.send(Disconnect())
     assert watcher.drain(idle=1.0) == []
+    # a session taken over: the old connection's will, at once (3.1.1, no delay)
+    first = Raw(b.mqtt_port, Connect("twice", 4, will=Will("wills/twice", b"taken over", 1)))
+    second = Raw(b.mqtt_port, Connect("twice", 4))
+    assert watcher.get().payload == b"taken over"
+    assert first.recv_until_closed() == []  # closed by the broker
+    second.send(Disconnect())
+    # 5.0, delayed: a clean start ends the old session, so its will goes then
+    Raw(b.mqtt_port, Connect("later", 5, clean_start=False, will=Will(
+        "wills/later", b"session ended", 1, properties={P.WILL_DELAY_INTERVAL: 60}),
+        properties={P.SESSION_EXPIRY_INTERVAL: 120})).abort()
+    assert watcher.drain(idle=0.5) == []
+    Raw(b.mqtt_port, Connect("later", 5, clean_start=True))
+    assert watcher.get().payload == b"session ended"
     watcher.close()
 
 

@@ -183,8 +183,12 @@ class MqttAdapter(MqttSubscriptions):
             old.timer.cancel()
             old.timer = None
         if old is not None and old.will_timer is not None:
-            old.will_timer.cancel()  # reconnected within the will delay: no will
+            timer, publish_will = old.will_timer
+            timer.cancel()
             old.will_timer = None
+            if c.clean_start:  # the old session ends now: its will goes now
+                publish_will()
+            # else: back within the will delay, no will
         present = old is not None and not c.clean_start
         if old is not None and not present:
             state.end(old)
@@ -379,8 +383,8 @@ class MqttAdapter(MqttSubscriptions):
         self.session.confirm(self.close)
 
     def taken_over(self) -> None:
-        """Another connection with this client id: this one ends now (no will)."""
-        self.will = None
+        """Another connection with this client id: this one ends now (its will as on any end
+        without DISCONNECT: after its delay, unless the new connection resumes the session)."""
         if self.v5 and not self.conn.closed:
             self.write(Disconnect(R.SESSION_TAKEN_OVER))
         self.detach()
@@ -465,4 +469,4 @@ class MqttAdapter(MqttSubscriptions):
         if delay <= 0 or session is None:
             publish()
         else:
-            session.will_timer = asyncio.get_running_loop().call_later(delay, publish)
+            session.will_timer = (asyncio.get_running_loop().call_later(delay, publish), publish)

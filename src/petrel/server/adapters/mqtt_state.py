@@ -66,7 +66,7 @@ class MqttSession:
     pubrel_pending: set[int] = field(default_factory=set)  # QoS 2 out: PUBREC seen, PUBCOMP not yet
     packet_ids: dict[tuple[int, int], int] = field(default_factory=dict)  # (queue id, message id) -> id
     timer: Any = None  # session expiry
-    will_timer: Any = None  # a delayed will
+    will_timer: Any = None  # a delayed will: (timer, publish now)
     saved: bytes = b""  # the record last written to $sys.mqtt.sessions
 
     @property
