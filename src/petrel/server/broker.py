@@ -52,6 +52,7 @@ class Broker:
         self.limits = ConnectionLimits(config)  # max_connections, handshake_timeout, unfinished frames
         self.servers: list[asyncio.AbstractServer] = []
         self.ports: dict[str, int] = {}
+        self._acceptors: set[str] = set()  # the entries of `ports` that _listen made (deactivate clears them)
         self.node_id = ""
         self.started_at = 0.0
         self._expiry_timer: asyncio.TimerHandle | None = None
@@ -227,6 +228,7 @@ class Broker:
             raise PetrelError(f"cannot listen on {self.config.host}:{port} ({name}): {exc.strerror}") from None
         self.servers.append(server)
         self.ports[name] = server.sockets[0].getsockname()[1]
+        self._acceptors.add(name)
 
     def make_adapter(self, kind: str, conn: Connection):
         return protocols.BY_NAME[kind].make_adapter(self, conn)
@@ -354,8 +356,9 @@ class Broker:
             # the store's last callbacks were handed to the loop; let them run
             await asyncio.sleep(0)
         self.servers = []
-        for name in ("all", "stomp", "ws"):
+        for name in self._acceptors:  # every acceptor's (protocols.acceptors' and the WebSocket one); http stays
             self.ports.pop(name, None)
+        self._acceptors.clear()
         self.cluster = None
         self.office = None
         self.store = None
