@@ -37,7 +37,10 @@ from .frames import (
     AMQP, FRAME_AMQP, FRAME_HEADER, FRAME_SASL, MIN_MAX_FRAME_SIZE, NEED_DATA, SASL, Empty, Frame,
     ProtocolHeader, protocol_header,
 )
-from .performatives import PERFORMATIVES, SASL_FRAMES, Close, Open, SaslOutcome, Transfer
+from .performatives import PERFORMATIVES, SASL_FRAMES, Open, Transfer
+from .state import (
+    AMQP_HEADER, CLOSED, HEADER, SASL_HEADER, SASL_OUTCOME, SASL_PHASE, event_of, transition,
+)
 from .types import Described, decode_one, encode
 
 __all__ = ["AmqpConnection", "Role", "DEFAULT_MAX_FRAME_SIZE", "DEFAULT_MAX_MESSAGE_SIZE"]
@@ -48,8 +51,6 @@ DEFAULT_MAX_MESSAGE_SIZE = 100 * 1024 * 1024
 _AMQP_TYPES = frozenset(PERFORMATIVES)
 _SASL_TYPES = frozenset(SASL_FRAMES)
 
-# Phases of one direction.
-HEADER, SASL_FRAMES_PHASE, OPENING, OPEN, CLOSED = "header", "sasl", "opening", "open", "closed"
 
 
 class AmqpConnection:
@@ -136,9 +137,9 @@ class AmqpConnection:
             if head not in (protocol_header(AMQP), protocol_header(SASL)):
                 raise AmqpError(NOT_IMPLEMENTED, f"unsupported protocol header {head!r}")
             self._sasl = head[4] == SASL
-            self._theirs = SASL_FRAMES_PHASE if self._sasl else OPENING
+            self._theirs = transition(HEADER, SASL_HEADER if self._sasl else AMQP_HEADER, "header")
             return ProtocolHeader(head[4])
-        if self._theirs == SASL_FRAMES_PHASE and self.role is Role.SERVER and buf.peek(4) == b"AMQP":
+        if self._theirs == SASL_PHASE and self.role is Role.SERVER and buf.peek(4) == b"AMQP":
             self._expect_header_after_sasl()  # a client that sends its AMQP header right behind SASL
             return False
         if self._theirs == CLOSED:
@@ -183,23 +184,17 @@ class AmqpConnection:
 
     def _received(self, channel: int, p, payload: bytes):
         kind = type(p)
-        if self._sasl:
-            if kind is SaslOutcome:
-                self._expect_header_after_sasl()
-            return Frame(channel, p)
-        if self._theirs == OPENING:
-            if kind is not Open:
-                raise AmqpError(ILLEGAL_STATE, f"{kind.__name__} before open")
-            self._theirs = OPEN
+        event = event_of(kind)
+        try:
+            self._theirs = transition(self._theirs, event, kind.__name__)
+        except ValueError as exc:
+            raise AmqpError(ILLEGAL_STATE, str(exc)) from None
+        if event == SASL_OUTCOME:
+            self._expect_header_after_sasl()
+        elif kind is Open:
             self.peer_open = p
             self.peer_max_frame_size = max(MIN_MAX_FRAME_SIZE, min(int(p.max_frame_size), 0xFFFFFFFF))
-            return Frame(channel, p)
-        if kind is Open:
-            raise AmqpError(ILLEGAL_STATE, "a second open")
-        if kind is Close:
-            self._theirs = CLOSED
-            return Frame(channel, p)
-        if kind is Transfer:
+        elif kind is Transfer:
             return self._transfer(channel, p, payload)
         return Frame(channel, p)
 
@@ -238,36 +233,30 @@ class AmqpConnection:
 
     def send_header(self, protocol_id: int) -> bytes:
         """Our protocol header: ``AMQP`` (0) or ``SASL`` (3)."""
-        if self._ours != HEADER or protocol_id not in (AMQP, SASL):
-            raise AmqpLocalError(f"cannot send protocol header {protocol_id} in phase {self._ours}")
-        self._ours = SASL_FRAMES_PHASE if protocol_id == SASL else OPENING
+        if protocol_id not in (AMQP, SASL):
+            raise AmqpLocalError(f"no protocol header {protocol_id}")
+        try:
+            self._ours = transition(self._ours, SASL_HEADER if protocol_id == SASL else AMQP_HEADER, "a header")
+        except ValueError as exc:
+            raise AmqpLocalError(f"cannot send protocol header {protocol_id}: {exc}") from None
         return protocol_header(protocol_id)
 
     def send(self, channel: int, performative: Composite, payload: bytes = b"") -> bytes:
         """The bytes of ``performative`` on ``channel`` (a transfer carries ``payload``, split over
         several frames if it does not fit in the peer's max-frame-size)."""
         kind = type(performative)
-        if self._ours == SASL_FRAMES_PHASE:
-            if kind not in _SASL_TYPES:
-                raise AmqpLocalError(f"{kind.__name__} during SASL")
-            data = self._frame(FRAME_SASL, channel, encode(performative))
-            if kind is SaslOutcome:
-                self._ours = HEADER
-            return data
-        if kind not in _AMQP_TYPES:
-            raise AmqpLocalError(f"{kind.__name__} is not a performative")
-        if self._ours == OPENING:
-            if kind is not Open:
-                raise AmqpLocalError(f"{kind.__name__} before open")
-            self._ours = OPEN
-            self.max_frame_size = max(MIN_MAX_FRAME_SIZE, min(int(performative.max_frame_size), self.max_frame_size))
-        elif self._ours != OPEN:
-            raise AmqpLocalError(f"cannot send {kind.__name__} in phase {self._ours}")
-        elif kind is Open:
-            raise AmqpLocalError("open was sent already")
-        if kind is Close:
-            self._ours = CLOSED
+        if kind not in _SASL_TYPES and kind not in _AMQP_TYPES:
+            raise AmqpLocalError(f"{kind.__name__} is neither a performative nor a SASL frame")
+        try:
+            after = transition(self._ours, event_of(kind), kind.__name__)
+        except ValueError as exc:
+            raise AmqpLocalError(f"cannot send {kind.__name__}: {exc}") from None
         body = encode(performative)
+        self._ours = after
+        if kind in _SASL_TYPES:
+            return self._frame(FRAME_SASL, channel, body)
+        if kind is Open:
+            self.max_frame_size = max(MIN_MAX_FRAME_SIZE, min(int(performative.max_frame_size), self.max_frame_size))
         if kind is not Transfer or len(body) + len(payload) + 8 <= self.peer_max_frame_size:
             return self._frame(FRAME_AMQP, channel, body + payload)
         return self._split(channel, performative, payload)
