@@ -25,6 +25,9 @@ OWN_DISK_LIMIT: dict[str, str | None] = dict.fromkeys(HOST_DISK)
 TEST_SECURITY = {"PETREL_SECURITY_ENABLED": "false"}
 OWN_SECURITY: dict[str, str | None] = dict.fromkeys(TEST_SECURITY)
 
+#: The config settings of the acceptors a broker opens after its STOMP port (wait_ready waits for them).
+ACCEPTOR_SETTINGS = ("mqtt_port", "amqp_port", "ws_port")
+
 PORTS = (20000, 32000)  # below the ephemeral range
 _handed_out: set[int] = set()
 
@@ -118,19 +121,46 @@ class BrokerProcess:
             self.wait_ready()
         return self
 
+    def acceptor_ports(self) -> dict[str, int]:
+        """The ports the broker opens after its STOMP port, as its config file sets them: each
+        protocol's own acceptor (mqtt_port, amqp_port) and the WebSocket one (ws_port), after
+        the file's port_offset. Those left unset or off (-1, or 0: any free port) are not listed;
+        unset ones are off on a test broker (its all-protocols port is not the standard 61616)."""
+        import tomllib
+
+        try:
+            config = tomllib.loads(self.config_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        offset = config.get("port_offset", 0)
+        offset = offset if isinstance(offset, int) else 0
+        out = {}
+        for setting in ACCEPTOR_SETTINGS:
+            port = config.get(setting)
+            if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+                out[setting] = port + offset
+        return out
+
     def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until the broker takes connections on every port it was configured with: the
+        STOMP port, the management port when asked for, and the MQTT, AMQP and WebSocket ports
+        when the settings give them (the broker opens those after the STOMP port)."""
+        ports = [self.stomp_port, *self.acceptor_ports().values()]
+        if self.http_port > 0:
+            ports.append(self.http_port)
+        waiting = list(ports)
+
         def ready() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.stomp_port), timeout=1):
-                    pass
-                if self.http_port > 0:
-                    with socket.create_connection(("127.0.0.1", self.http_port), timeout=1):
+            while waiting:  # each port once: a probe is a connection the broker counts
+                try:
+                    with socket.create_connection(("127.0.0.1", waiting[0]), timeout=1):
                         pass
-                return True
-            except OSError:
-                return False
+                except OSError:
+                    return False
+                waiting.pop(0)
+            return True
 
         wait_for(ready, timeout, message=f"broker not ready in {timeout}s:\n{self.log()}")
 
