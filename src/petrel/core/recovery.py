@@ -84,8 +84,21 @@ class Recovery:
         per_queue: dict[int, list[MessageReference]] = {}
         dead_large = []
         unsent: set[tuple[str, str]] = set()  # (address, duplicate ID) of messages with no queue here
+        queues_by_id = self.queues_by_id
         for message, refs in recovered.messages:
-            live = [r for r in refs if r.queue_id in self.queues_by_id]
+            if len(refs) == 1:  # the usual case, one reference to a queue that is here
+                r = refs[0]
+                queue = queues_by_id.get(r.queue_id)
+                if queue is not None:
+                    message.ref_count = 1
+                    if message.large is not None:
+                        self.hold_large(message.large, 1)
+                    held = per_queue.get(r.queue_id)
+                    if held is None:
+                        held = per_queue[r.queue_id] = []
+                    held.append(MessageReference(message, queue, r.seq, r.delivery_count))
+                    continue
+            live = [r for r in refs if r.queue_id in queues_by_id]
             message.ref_count = len(live)
             if not live:
                 if refs and message.duplicate_id is not None:

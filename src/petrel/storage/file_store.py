@@ -147,7 +147,11 @@ class FileStore:
                 del encoded
                 r.body = b""
                 if not r.updates:
-                    rec.messages.append((message, [RecoveredRef(qid, seq) for qid, seq in refs]))
+                    if len(refs) == 1:  # the usual case: one queue's
+                        qid, seq = refs[0]
+                        rec.messages.append((message, [RecoveredRef(qid, seq)]))
+                    else:
+                        rec.messages.append((message, [RecoveredRef(qid, seq) for qid, seq in refs]))
                     continue
                 live = {qid: RecoveredRef(qid, seq) for qid, seq in refs}
                 for kind, body in r.updates:
