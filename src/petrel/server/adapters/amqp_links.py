@@ -241,7 +241,7 @@ class LinkFrames:
         link.delivery_count = int(a.initial_delivery_count or 0)
         self.reply(ch.number, Attach(name=a.name, handle=a.handle, role=ROLE_RECEIVER,
                                      snd_settle_mode=a.snd_settle_mode, rcv_settle_mode=0,
-                                     source=a.source, target=target))
+                                     source=a.source, target=target, max_message_size=self.codec.max_message_size))
         self._grant(link)
 
     def _dynamic_queue(self: AmqpAdapter) -> str:
