@@ -151,3 +151,21 @@ def test_mqtt_and_amqp_exchange_bodies_and_properties(b):
         pub.close()
     finally:
         amqp.close()
+
+
+def test_a_message_mqtt_cannot_carry_is_dropped_for_it_and_the_sender_is_unharmed(b):
+    from proton import Message
+    from proton.utils import BlockingConnection
+
+    mqtt_sub = Paho(b.mqtt_port, "big-prop", version=V5)
+    mqtt_sub.subscribe("odd/#", 1)
+    amqp = BlockingConnection(f"amqp://127.0.0.1:{b.port}", timeout=20)
+    try:
+        sender = amqp.create_sender("topic://odd.one")
+        sender.send(Message(body=b"huge property", durable=True, properties={"huge": "x" * 70_000}))
+        sender.send(Message(body=b"plain", durable=True))  # settled: the broker took both
+    finally:
+        amqp.close()
+    assert [m.payload for m in mqtt_sub.drain()] == [b"plain"]
+    assert "cannot be sent over MQTT" in b.log_path.read_text()
+    mqtt_sub.close()

@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from petrel.codec.mqtt import (
+    MqttLocalError,
     MqttProtocolError,
     PropertyId as P,
     Pubrel,
@@ -186,6 +187,24 @@ class MqttSubscriptions:
     # -- deliveries ----------------------------------------------------------------------------
 
     def _deliver(self: MqttAdapter, consumer: Consumer, ref: MessageReference) -> None:
+        """The consumer's sink. It runs inside whoever made the message available (another
+        client's PUBLISH, a STOMP SEND): nothing may escape it. A message MQTT cannot carry (a
+        string over 65,535 bytes) is dropped, as one over the client's maximum packet size is;
+        anything else closes this connection (its messages go back), never the sender's."""
+        try:
+            self._deliver_one(consumer, ref)
+        except (MqttLocalError, ValueError, UnicodeError) as exc:
+            log.warning("MQTT %s: message %s cannot be sent over MQTT (%s); dropped", self.client_id,
+                        ref.message.id, exc)
+            self.inflight = {pid: e for pid, e in self.inflight.items() if e[1] is not ref}
+            consumer.queue.acknowledge(ref, consumer=consumer)
+        except Exception:
+            log.exception("MQTT %s: a delivery failed; closing the connection", self.client_id)
+            for c in self.consumers.values():
+                c.paused = True
+            self.conn.call_later(0, lambda: self.fail(R.IMPLEMENTATION_SPECIFIC_ERROR, "a delivery failed"))
+
+    def _deliver_one(self: MqttAdapter, consumer: Consumer, ref: MessageReference) -> None:
         sub = self.by_consumer.get(consumer.id)
         queue = consumer.queue
         if sub is None or self.mqtt is None:
