@@ -70,6 +70,7 @@ from .records import (
     RecordType,
     TornRecord,
     decode_raw,
+    decode_run,
     decode_tx_counts,
     find_candidate,
 )
@@ -82,7 +83,7 @@ log = logging.getLogger("petrel.storage.journal")
 _ZEROS = bytes(1 << 20)
 
 
-@dataclass
+@dataclass(slots=True)
 class LoadedRecord:
     id: int
     user_type: int
@@ -146,8 +147,11 @@ def scan(buf, segment_id: int, start: int = HEADER_SIZE) -> Scan:
     size = len(buf)
     append = records.append
     while off < size:
+        off = decode_run(buf, off, segment_id, append)  # up to the first record that does not decode
+        if off >= size:
+            break
         try:
-            code, user_type, rid, tx_id, count, body, nxt = decode_raw(buf, off, segment_id)
+            decode_raw(buf, off, segment_id)
         except RecordError as e:
             resume = next_valid(buf, off + 1, segment_id)
             if resume < 0:
@@ -155,8 +159,7 @@ def scan(buf, segment_id: int, start: int = HEADER_SIZE) -> Scan:
             damage.append(Damage(off, str(e), resume))
             off = resume
             continue
-        append((off, code, user_type, rid, tx_id, count, body, nxt - off))
-        off = nxt
+        raise AssertionError(f"record at offset {off} decodes, yet decode_run stopped there")
     return Scan(records, damage, off, None)
 
 
