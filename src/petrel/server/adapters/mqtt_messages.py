@@ -6,7 +6,7 @@ under ``_MQTT_USER_PROPERTIES`` when a name repeats), the content type as ``cont
 the response topic as ``reply-to``, the correlation data as ``correlation-id`` (text when it
 is UTF-8), the message expiry interval as the message's expiration, the payload format
 indicator as ``_MQTT_FORMAT``. A message from another protocol reaches MQTT 5 subscribers with
-its properties as user properties.
+its properties as user properties (those an MQTT string cannot hold left out).
 """
 
 from __future__ import annotations
@@ -86,14 +86,16 @@ def to_publish(message: Message, qos: int, packet_id: int | None, *, retain: boo
         if props.get(FORMAT):
             properties[P.PAYLOAD_FORMAT_INDICATOR] = 1
         ctype = props.get("content-type")
-        if ctype is not None:
+        if ctype is not None and _fits(str(ctype)):
             properties[P.CONTENT_TYPE] = str(ctype)
         reply = props.get("reply-to")
-        if reply is not None:
+        if reply is not None and _fits(str(reply)):
             properties[P.RESPONSE_TOPIC] = str(reply)
         corr = props.get("correlation-id")
         if corr is not None:
-            properties[P.CORRELATION_DATA] = corr if isinstance(corr, bytes) else str(corr).encode()
+            data = corr if isinstance(corr, bytes) else str(corr).encode()
+            if len(data) <= 0xFFFF:
+                properties[P.CORRELATION_DATA] = data
         stored = props.get(USER_PROPERTIES)
         if isinstance(stored, list):
             users = [(str(k), str(v)) for k, v in stored]
@@ -101,8 +103,18 @@ def to_publish(message: Message, qos: int, packet_id: int | None, *, retain: boo
             users = [(k, v if isinstance(v, str) else str(v)) for k, v in props.items()
                      if k not in _MAPPED and not k.startswith(_NOT_USER)]
         if users:
-            properties[P.USER_PROPERTY] = users
+            users = [(k, v) for k, v in users if _fits(k) and _fits(v)]  # MQTT strings: 65,535 bytes
+            if users:
+                properties[P.USER_PROPERTY] = users
         if subscription_ids:
             properties[P.SUBSCRIPTION_IDENTIFIER] = subscription_ids
     return Publish(topic if topic is not None else address_to_topic(message.address), message.body, qos,
                    retain, dup and qos > 0, packet_id, properties)
+
+
+def _fits(text: str) -> bool:
+    """Whether `text` fits an MQTT string (65,535 bytes of UTF-8, no U+0000); what does not is
+    left out of the PUBLISH (another protocol's property MQTT cannot carry)."""
+    if len(text) > 0xFFFF or "\x00" in text:
+        return False
+    return len(text) <= 0x3FFF or len(text.encode("utf-8", "surrogatepass")) <= 0xFFFF
