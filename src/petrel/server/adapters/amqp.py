@@ -252,7 +252,7 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
             raise AmqpError(ILLEGAL_STATE, f"channel {channel} is already in use")
         if channel > CHANNEL_MAX:
             raise AmqpError(RESOURCE_LIMIT_EXCEEDED, f"channel {channel} is over channel-max {CHANNEL_MAX}")
-        ch = self.channels[channel] = Channel(channel, int(p.next_outgoing_id))
+        ch = self.channels[channel] = Channel(channel, int(p.next_outgoing_id), int(p.incoming_window))
         self.reply(channel, Begin(remote_channel=channel, next_outgoing_id=ch.next_outgoing_id,
                                   incoming_window=ch.incoming_window, outgoing_window=0x7FFFFFFF, handle_max=0xFFFF))
 

@@ -51,13 +51,14 @@ class Channel:
     """One AMQP session: its links by handle and the deliveries it sent, unsettled."""
 
     __slots__ = ("number", "next_outgoing_id", "next_incoming_id", "incoming_window", "links", "unsettled",
-                 "detached")
+                 "detached", "remote_window")
 
-    def __init__(self, number: int, next_incoming_id: int) -> None:
+    def __init__(self, number: int, next_incoming_id: int, remote_incoming_window: int = 0x7FFFFFFF) -> None:
         self.number = number
         self.next_outgoing_id = 0
         self.next_incoming_id = next_incoming_id
         self.incoming_window = 0x7FFFFFFF
+        self.remote_window = remote_incoming_window  # transfers the client takes before its next flow
         self.links: dict[int, Link] = {}
         self.unsettled: dict[int, tuple[Link, MessageReference]] = {}  # delivery id -> what it carried
         self.detached: set[int] = set()  # handles the broker detached, the client's detach still to come
@@ -95,7 +96,8 @@ class LinkConsumer(Consumer):
     link: Link
 
     def has_credit(self) -> bool:
-        return self.link.credit > 0 and self.link.live and super().has_credit()
+        link = self.link
+        return link.credit > 0 and link.live and link.channel.remote_window > 0 and super().has_credit()
 
 
 def _selector(source) -> str | None:
@@ -273,6 +275,15 @@ class LinkFrames:
     # -- flow ------------------------------------------------------------------------------------
 
     def on_flow(self: AmqpAdapter, ch: Channel, f) -> None:
+        # the session's window: what the client takes, counted from our next transfer id
+        received = ch.next_outgoing_id if f.next_incoming_id is None else int(f.next_incoming_id)
+        window = max(0, received + int(f.incoming_window) - ch.next_outgoing_id)
+        opened = ch.remote_window <= 0 < window
+        ch.remote_window = window
+        if opened:  # deliveries held for the window go on
+            for other in list(ch.links.values()):
+                if other.outgoing and other.live and other is not ch.links.get(f.handle):
+                    self._after_flow(other)
         if f.handle is None:
             if f.echo:
                 self.reply(ch.number, Flow(next_incoming_id=ch.next_incoming_id, incoming_window=ch.incoming_window,
@@ -321,6 +332,7 @@ class LinkFrames:
         link.delivery_count += 1
         delivery_id = ch.next_outgoing_id
         ch.next_outgoing_id = (delivery_id + 1) & 0xFFFFFFFF
+        ch.remote_window -= 1
         message = ref.message
         if message.large is not None:  # a large body from another protocol, read whole
             message = _with_body(message, self.broker.large.read(message.large))
