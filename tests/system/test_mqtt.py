@@ -472,3 +472,29 @@ def test_a_paho_5_session_with_an_expiry_survives_kill_9(b):
     assert sorted(m.payload for m in got) == sorted(f"m{i}".encode() for i in range(10))
     assert sorted(m.qos for m in got) == [1] * 5 + [2] * 5
     sub.close()
+
+
+def test_a_qos_2_delivery_between_pubrec_and_pubcomp_is_completed_after_kill_9(b):
+    sub = Raw(b.mqtt_port, Connect("rel-sub", 4, clean_start=False))
+    sub.send(Subscribe(1, (Subscription("rel/#", 2),)))
+    assert isinstance(sub.recv(), Suback)
+    pub = Paho(b.mqtt_port, "rel-pub")
+    pub.publish("rel/x", b"once", 2)
+    pub.close()
+    delivered = sub.recv()
+    sub.send(Pubrec(delivered.packet_id))
+    assert sub.recv() == Pubrel(delivered.packet_id)
+    b.kill9()  # before the PUBCOMP
+    b.start()
+    sub = Raw(b.mqtt_port, Connect("rel-sub", 4, clean_start=False))
+    assert sub.connack.session_present
+    assert sub.recv() == Pubrel(delivered.packet_id)  # again, with its packet id; not the message
+    sub.send(Pubcomp(delivered.packet_id))
+    with pytest.raises(TimeoutError):
+        sub.recv(timeout=0.7)
+    sub.send(Disconnect())
+    b.kill9()
+    b.start()
+    sub = Raw(b.mqtt_port, Connect("rel-sub", 4, clean_start=False))
+    with pytest.raises(TimeoutError):
+        sub.recv(timeout=0.7)  # completed for good: nothing after another restart

@@ -8,6 +8,9 @@ Three durable last-value queues hold it, so the journal keeps it like any messag
   ordinary durable multicast queues, so what they hold survives like any message.
 - ``$sys.mqtt.retain``: one message per retained topic (keyed by its address); a new retained
   PUBLISH replaces it, an empty one removes it.
+- ``$sys.mqtt.pubrel``: QoS 2 deliveries to a persistent session the client answered with
+  PUBREC and has not completed (PUBCOMP), by client id and packet id, so the PUBREL is sent
+  again after a restart; it is written in the transaction that acknowledges the message.
 - ``$sys.mqtt.qos2``: QoS 2 PUBLISHes received and answered with PUBREC, not yet released by
   PUBREL (keyed by client id and packet id). PUBREL routes the message and removes it in one
   store transaction, so a resend after a crash is recognised and never routed twice.
@@ -43,6 +46,7 @@ log = logging.getLogger("petrel.server.mqtt")
 SESSIONS = "$sys.mqtt.sessions"
 RETAINED = "$sys.mqtt.retain"
 QOS2 = "$sys.mqtt.qos2"
+PUBREL = "$sys.mqtt.pubrel"
 KEY = "_MQTT_KEY"
 RETAINED_TOPIC = "_MQTT_RETAINED"  # on a copy of a retained message routed to a new subscription
 NEVER = 0xFFFFFFFF  # session expiry interval: the session never ends
@@ -193,6 +197,14 @@ class MqttState:
             if session.expiry != NEVER:
                 left = max(0.0, (disconnected + session.expiry * 1000 - now) / 1000)
                 self.expire_later(session, left)
+        released = self.office.queues.get(PUBREL)
+        for ref in list(released.iter_refs()) if released is not None else ():
+            pid, _, client_id = str(ref.message.properties.get(KEY, "")).partition(":")
+            session = self.sessions.get(client_id)
+            if session is None or not pid.isdigit():
+                self._remove(ref)
+            else:
+                session.pubrel_pending.add(int(pid))
         log.info("MQTT: %d persistent sessions loaded", len(self.sessions))
 
     def save(self, session: MqttSession, *, disconnected: bool = False) -> None:
@@ -220,6 +232,8 @@ class MqttState:
         ref = self._find(SESSIONS, session.client_id)
         if ref is not None:
             self._remove(ref)
+        for pid in list(session.pubrel_pending):
+            self.released_done(session.client_id, pid)
         self.sync()
 
     def drop_queue(self, sub: SessionSubscription) -> None:
@@ -332,4 +346,23 @@ class MqttState:
         suffix = f":{client_id}"
         for ref in [r for r in queue.iter_refs() if str(r.message.properties.get(KEY, "")).endswith(suffix)
                     and str(r.message.properties.get(KEY, "")).split(":", 1)[1] == client_id]:
+            self._remove(ref)
+
+    # -- QoS 2 delivered, PUBREC seen, PUBCOMP not yet ----------------------------------------
+
+    def released(self, client_id: str, packet_id: int, ref: MessageReference) -> None:
+        """PUBREC for a delivery: the message is acknowledged and the packet id kept, in one
+        store transaction."""
+        record = Message(id=self.broker.store.next_id(), address=PUBREL, body=b"",
+                         properties={KEY: self._qos2_key(client_id, packet_id)}, durable=True, timestamp=now_ms())
+        self._queue(PUBREL)
+        tx = Transaction(f"mqtt-pubrec-{client_id}-{packet_id}")
+        tx.sends.append((record, RoutingType.ANYCAST))
+        tx.hold_ack(ref)
+        self.office.commit(tx)
+
+    def released_done(self, client_id: str, packet_id: int) -> None:
+        """PUBCOMP: the packet id is free again."""
+        ref = self._find(PUBREL, self._qos2_key(client_id, packet_id))
+        if ref is not None:
             self._remove(ref)

@@ -275,7 +275,10 @@ class MqttSubscriptions:
         pid = packet.packet_id
         session = self.mqtt
         if packet.type == T.PUBCOMP:
-            session.pubrel_pending.discard(pid)
+            if pid in session.pubrel_pending:
+                session.pubrel_pending.discard(pid)
+                if session.persistent:
+                    self.state.released_done(self.client_id, pid)
         else:
             entry = self.inflight.pop(pid, None)
             if entry is None:
@@ -284,10 +287,15 @@ class MqttSubscriptions:
                 return
             consumer, ref = entry
             session.packet_ids.pop((ref.queue.id, ref.message.id), None)
-            self.session.acknowledge(consumer, [ref])  # (a PUBREC refusing it: not sent again either)
             if packet.type == T.PUBREC and packet.reason < 0x80:
                 session.pubrel_pending.add(pid)
+                if session.persistent and ref.message.durable and ref.queue.durable:
+                    self.state.released(self.client_id, pid, ref)  # PUBREL again after a restart
+                else:
+                    self.session.acknowledge(consumer, [ref])
                 self.confirm(Pubrel(pid), durable=True)
+            else:  # PUBACK, or a PUBREC refusing the message: not sent again either
+                self.session.acknowledge(consumer, [ref])
         if self._window_full and len(self.inflight) + len(session.pubrel_pending) < self.receive_max:
             self._window_full = False
             if not self.conn.writing_paused:
