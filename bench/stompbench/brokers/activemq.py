@@ -21,6 +21,14 @@ HOME = Path("/usr/share/activemq")
 OPTIONS = HOME / "activemq-options"
 JAR = HOME / "bin" / "activemq.jar"
 
+# Jars the MQTT transport needs beside the package's lib/ (Debian ``libmqtt-client-java`` and what it
+# pulls in); the package has no AMQP transport (no activemq-amqp jar, no proton-j in Debian).
+TRANSPORT_JARS = {
+    "mqtt": ["/usr/share/java/activemq-mqtt.jar", "/usr/share/java/mqtt-client.jar",
+             "/usr/share/java/hawtdispatch.jar", "/usr/share/java/hawtdispatch-transport.jar",
+             "/usr/share/java/hawtbuf.jar"],
+}
+
 # The JDK 9+ module flags of the package's /usr/bin/activemq launcher.
 JAVA_MODULE_FLAGS = [
     "--add-reads=java.xml=java.logging",
@@ -51,7 +59,7 @@ BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
       <kahaDB directory="{data}/kahadb"/>
     </persistenceAdapter>
     <transportConnectors>
-      <transportConnector name="stomp" uri="stomp://{host}:{port}"/>
+      <transportConnector name="stomp" uri="stomp://{host}:{port}"/>{extra}
     </transportConnectors>
   </broker>
 </beans>
@@ -85,14 +93,21 @@ class ActiveMQ(Broker):
     dialect = ACTIVEMQ
     measured_comm = "java"
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", transports: dict[str, int] | None = None) -> None:
         super().__init__(host)
+        # more transport connectors beside STOMP (which readiness uses): scheme -> port, e.g. mqtt
+        self.transports = dict(transports or {})
         self.java = ""
         self.java_opts: list[str] = []
 
     def check(self) -> None:
         if not JAR.exists() or not OPTIONS.exists():
             raise BrokerUnavailable("Debian package activemq is not installed")
+        for scheme in self.transports:
+            missing = [j for j in TRANSPORT_JARS.get(scheme, ()) if not Path(j).exists()]
+            if scheme not in TRANSPORT_JARS or missing:
+                raise BrokerUnavailable(f"ActiveMQ's {scheme} transport is not installed "
+                                        f"({', '.join(missing) or 'no such transport in the package'})")
         java_home, opts = _package_options()
         self.java = _java(java_home)
         self.java_opts = opts.split()
@@ -113,14 +128,17 @@ class ActiveMQ(Broker):
         conf.mkdir()
         data.mkdir()
         (conf / "activemq.xml").write_text(
-            BROKER_XML.format(data=data, host=self.host, port=self.port)
+            BROKER_XML.format(data=data, host=self.host, port=self.port, extra="".join(
+                f'\n      <transportConnector name="{s}" uri="{s}://{self.host}:{p}"/>'
+                for s, p in self.transports.items()))
         )
+        classpath = [str(conf), *(j for s in self.transports for j in TRANSPORT_JARS[s])]
         (conf / "log4j.properties").write_text(LOG4J.format(data=data))
         return [
             self.java,
             *self.java_opts,
             *JAVA_MODULE_FLAGS,
-            f"-Dactivemq.classpath={conf}",
+            f"-Dactivemq.classpath={os.pathsep.join(classpath)}",
             f"-Dactivemq.home={HOME}",
             f"-Dactivemq.base={workdir}",
             f"-Dactivemq.conf={conf}",

@@ -1,0 +1,48 @@
+"""Medians and ratios shared by the one-file harnesses (mqtt.py, amqp.py, seam_regress.py).
+
+A figure is None when its run did not complete; a median ignores those, and is None when no run
+completed. A ratio is None when either side is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Iterable, Mapping
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    done = [v for v in values if v is not None]
+    return statistics.median(done) if done else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def paired_ratio(subject: list[float | None], peer: list[float | None]) -> float | None:
+    """The median of the per-run ratios (run k of the subject / run k of the peer): the machine's
+    drift between runs moves both sides of one pair alike."""
+    return median(ratio(a, b) for a, b in zip(subject, peer))
+
+
+def best_peer(medians: Mapping[str, float | None], subject: str) -> tuple[str | None, float | None]:
+    """The peer with the highest median (msgs/s: higher is better)."""
+    peers = [(m, name) for name, m in medians.items() if name != subject and m is not None]
+    if not peers:
+        return None, None
+    m, name = max(peers)
+    return name, m
+
+
+def loadavg() -> str:
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def fmt(v: float | None, digits: int = 0) -> str:
+    if v is None:
+        return "–"
+    return f"{v:,.{digits}f}"
