@@ -498,3 +498,18 @@ def test_a_qos_2_delivery_between_pubrec_and_pubcomp_is_completed_after_kill_9(b
     sub = Raw(b.mqtt_port, Connect("rel-sub", 4, clean_start=False))
     with pytest.raises(TimeoutError):
         sub.recv(timeout=0.7)  # completed for good: nothing after another restart
+
+
+def test_a_3_mib_payload_round_trips_and_survives_kill_9(b):
+    payload = bytes(range(256)) * (3 * 4096)
+    sub = Paho(b.mqtt_port, "big-sub", clean=False)
+    sub.subscribe("big/one", 1)
+    sub.close()
+    pub = Paho(b.mqtt_port, "big-pub", version=V5)
+    pub.publish("big/one", payload, 1)
+    pub.close()
+    b.kill9()
+    b.start()
+    sub = Paho(b.mqtt_port, "big-sub", clean=False)
+    assert sub.get().payload == payload
+    sub.close()
