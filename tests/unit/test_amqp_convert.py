@@ -91,3 +91,15 @@ def test_scheduled_delivery_annotations():
     m = to_petrel(encode_message(AmqpMessage(message_annotations={Symbol("x-opt-delivery-time"): NOW + 50},
                                              body_kind="data", body=[b""])), message_id=1, address="q", now=NOW)
     assert m.scheduled == NOW + 50
+
+
+def test_the_bare_message_is_encoded_once_per_message_and_the_header_each_time():
+    m = Message(id=5, address="q", body=b"b", properties={"k": "v"}, durable=True)
+    first = decode_message(to_amqp(m, 0))
+    assert m.wire_cache is not None and m.wire_cache[0] == "amqp"
+    m.properties["k"] = "changed"  # (not expected in the broker: shows the cache is what goes out)
+    again = decode_message(to_amqp(m, 3))
+    assert again.application_properties == first.application_properties == {"k": "v"}
+    assert first.header.delivery_count is None and again.header.delivery_count == 3
+    m.wire_cache = ("1.2", b"stomp's")  # another protocol's cache is replaced, not used
+    assert decode_message(to_amqp(m, 0)).application_properties == {"k": "changed"}

@@ -171,7 +171,22 @@ def _wire_value(v: Any) -> Any:
 
 
 def to_amqp(message: Message, delivery_count: int) -> bytes:
-    """The transfer payload for a Petrel message (from any protocol)."""
+    """The transfer payload for a Petrel message (from any protocol). Everything after the
+    header is encoded once and cached on the message (`Message.wire_cache`, key "amqp"), so a
+    message delivered to several AMQP receivers is encoded once; the header carries the
+    delivery count and is encoded each time."""
+    header = encode(Header(durable=message.durable or None, priority=UByte(message.priority),
+                           delivery_count=UInt(delivery_count) if delivery_count else None))
+    cache = message.wire_cache
+    if cache is not None and cache[0] == "amqp":
+        return header + cache[1]
+    rest = _bare(message)
+    message.wire_cache = ("amqp", rest)
+    return header + rest
+
+
+def _bare(message: Message) -> bytes:
+    """The sections after the header."""
     props = message.properties
     app: dict[str, Any] = {}
     annotations: dict[Any, Any] = {}
@@ -182,8 +197,6 @@ def to_amqp(message: Message, delivery_count: int) -> bytes:
             annotations[Symbol(k[len(ANNOTATION):])] = _wire_value(v)
         elif not k.startswith("_AMQP_"):
             app[k] = _wire_value(v)
-    header = Header(durable=message.durable or None, priority=UByte(message.priority),
-                    delivery_count=UInt(delivery_count) if delivery_count else None)
     message_id = props.get(MESSAGE_ID)
     correlation = props.get(CORRELATION_ID)
     group_seq = props.get(GROUP_SEQ)
@@ -200,7 +213,7 @@ def to_amqp(message: Message, delivery_count: int) -> bytes:
         group_sequence=_uint(group_seq),
     )
     kind = props.get(BODY)
-    out = AmqpMessage(header=header, message_annotations=annotations or None, properties=properties,
+    out = AmqpMessage(message_annotations=annotations or None, properties=properties,
                       application_properties=app or None)
     if kind == "text":
         out.body_kind, out.body = BODY_VALUE, message.body.decode("utf-8", "replace")
