@@ -61,3 +61,26 @@ def test_seam_rows_are_head_over_before_with_the_5_percent_verdict() -> None:
     assert s1["paired"] == pytest.approx((0.96 + 100 / 101) / 2)
     assert rows[("core", "S2")]["within_5pct"] is False
     assert "| CORE | S2 | 90 | 100 | 0.905 |" in seam_regress.table(list(rows.values()))
+
+
+def test_amqp_rows_give_the_ratio_to_rabbitmq_and_the_busiest_generator_process() -> None:
+    import amqp
+
+    def run(rate, cpu=50.0, prod=0.3, cons=0.4, error=None):
+        return {"rate": rate, "cpu_us_per_msg": cpu, "producer_cpu": prod, "consumer_cpu": cons, "error": error}
+
+    figures = {
+        ("S1", "petrel"): [run(10.0), run(12.0), run(None, None, None, None, "late")],
+        ("S1", "rabbitmq"): [run(20.0, 40.0), run(24.0, 44.0), run(22.0, 42.0)],
+        ("S2", "petrel"): [run(9.0, prod=0.9), run(9.0, prod=0.8)],
+        ("S2", "rabbitmq"): [run(6.0), run(6.0)],
+    }
+    s1, s2 = amqp.summary(figures, ["petrel", "rabbitmq"])
+    assert s1["median"] == {"petrel": 11.0, "rabbitmq": 22.0} and s1["best_peer"] == "rabbitmq"
+    assert s1["ratio"] == pytest.approx(0.5) and s1["paired"] == pytest.approx(0.5) and s1["goal_met"] is False
+    assert s1["cpu_us_per_msg"] == {"petrel": 50.0, "rabbitmq": 42.0}
+    assert s2["ratio"] == pytest.approx(1.5) and s2["goal_met"] is True
+    assert s2["generator_cpu"]["petrel"] == pytest.approx(0.85)
+    text = amqp.table([s1, s2], ["petrel", "rabbitmq"])
+    assert "| S1 | 11 | 22 | 0.50 (0.50) | 50.0 | 42.0 | 40 / 40 | NOT met |" in text
+    assert "| S2 | 9 | 6 | 1.50 (1.50) | 50.0 | 50.0 | 85 / 40 | met |" in text
