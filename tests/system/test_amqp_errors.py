@@ -35,6 +35,9 @@ CASES = {
     "no-session": (HEADER + OPEN + frame(Attach(name="l", handle=0, role=False, target=Target(address="q"))),
                    b"amqp:illegal-state"),
     "second-open": (HEADER + OPEN + OPEN, b"amqp:illegal-state"),
+    "handle-over-max": (HEADER + OPEN + BEGIN + frame(Attach(name="l", handle=70000, role=False,
+                                                             target=Target(address="q"))),
+                        b"amqp:resource-limit-exceeded"),
     "sasl-frame-after-open": (HEADER + OPEN + frame(raw=b"\x00\x53\x41\xc0\x03\x01\xa3\x00", ftype=1),
                               b"amqp:connection:framing-error"),
     "bad-message": (HEADER + OPEN + BEGIN + frame(Attach(name="l", handle=0, role=False, target=Target(address="q")))

@@ -38,7 +38,7 @@ from petrel.security.errors import AuthenticationFailed
 from petrel.server import tls
 from petrel.server.access import Access
 from petrel.server.adapters.amqp_incoming import IncomingFrames
-from petrel.server.adapters.amqp_links import Channel, LinkFrames
+from petrel.server.adapters.amqp_links import HANDLE_MAX, Channel, LinkFrames
 from petrel.server.limits import watch_silence
 from petrel.server.refusals import NotDurable, Refused
 from petrel.server.session import ServerSession
@@ -254,7 +254,7 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
             raise AmqpError(RESOURCE_LIMIT_EXCEEDED, f"channel {channel} is over channel-max {CHANNEL_MAX}")
         ch = self.channels[channel] = Channel(channel, int(p.next_outgoing_id), int(p.incoming_window))
         self.reply(channel, Begin(remote_channel=channel, next_outgoing_id=ch.next_outgoing_id,
-                                  incoming_window=ch.incoming_window, outgoing_window=0x7FFFFFFF, handle_max=0xFFFF))
+                                  incoming_window=ch.incoming_window, outgoing_window=0x7FFFFFFF, handle_max=HANDLE_MAX))
 
     def on_end(self, channel: int, p) -> None:
         ch = self._channel(channel)

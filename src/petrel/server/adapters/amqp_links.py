@@ -18,7 +18,8 @@ import uuid
 from typing import TYPE_CHECKING
 
 from petrel.codec.amqp.errors import (
-    HANDLE_IN_USE, INVALID_FIELD, NOT_FOUND, UNATTACHED_HANDLE, UNAUTHORIZED_ACCESS, AmqpError,
+    HANDLE_IN_USE, INVALID_FIELD, NOT_FOUND, RESOURCE_LIMIT_EXCEEDED, UNATTACHED_HANDLE, UNAUTHORIZED_ACCESS,
+    AmqpError,
 )
 from petrel.codec.amqp.performatives import (
     ROLE_RECEIVER, ROLE_SENDER, SND_SETTLED, Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow,
@@ -43,6 +44,8 @@ log = logging.getLogger("petrel.server.amqp")
 
 #: Credit the broker grants a client's sending link, topped up when half is used.
 CREDIT = 1000
+#: The highest link handle a session takes (the broker's begin says so).
+HANDLE_MAX = 0xFFFF
 #: The "client id" of subscriptions whose source has the "global" capability.
 GLOBAL = "global"
 
@@ -114,6 +117,8 @@ class LinkFrames:
 
     def on_attach(self: AmqpAdapter, ch: Channel, a) -> None:
         handle = int(a.handle)
+        if handle > HANDLE_MAX:
+            raise AmqpError(RESOURCE_LIMIT_EXCEEDED, f"handle {handle} is over handle-max {HANDLE_MAX}")
         ch.detached.discard(handle)
         if handle in ch.links:
             raise AmqpError(HANDLE_IN_USE, f"handle {handle} is already attached")
