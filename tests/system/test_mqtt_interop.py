@@ -170,3 +170,23 @@ def test_a_property_mqtt_cannot_carry_is_left_out_and_the_sender_is_unharmed(b):
     assert [m.payload for m in got] == [b"huge property", b"plain"]
     assert "huge" not in dict(getattr(got[0].properties, "UserProperty", []))  # left out: too long for MQTT
     mqtt_sub.close()
+
+
+def test_mqtt_state_queues_are_the_brokers_own(b):
+    pub = Paho(b.mqtt_port, "own-pub", version=V5)
+    pub.publish("kept/topic", b"retained", 1, retain=True)
+    pub.close()
+    raw = Raw(b.mqtt_port, Connect("prober", 5))
+    raw.send(Subscribe(1, (Subscription("$/petrel/mqtt/retain", 1), Subscription("#", 1))))
+    assert raw.recv() == Suback(1, (ReasonCode.NOT_AUTHORIZED, 1))
+    kept = raw.recv()  # "#" gets the retained message of kept/topic, nothing of the broker's own queues
+    assert (kept.topic, kept.payload) == ("kept/topic", b"retained")
+    raw.send(Puback(kept.packet_id))
+    raw.send(Publish("$/petrel/mqtt/retain", b"forged", 1, packet_id=2))
+    assert raw.recv().reason == ReasonCode.NOT_AUTHORIZED
+    stomp_conn, listener = connect(b)
+    stomp_conn.subscribe("/queue/$.petrel.mqtt.retain", id="1")
+    error = listener.errors.get(timeout=10)
+    assert "internal" in error.headers["message"]
+    with pytest.raises(TimeoutError):
+        raw.recv(timeout=0.7)

@@ -27,6 +27,12 @@ def test_a_pattern_address_receives_what_matching_addresses_get():
     assert many.bodies == [b"a.x", b"a.x.y", b"a"]
     assert other.bodies == [b"b.z"]
     office.send(msg(office, "q"), RoutingType.ANYCAST)  # anycast sends do not reach topic patterns
+    subscribe(office, "#", "everything")
+    subscribe(office, "$sys.*", "dollar")
+    _, everything = consume(office, "everything")
+    _, dollar = consume(office, "dollar")
+    office.send(msg(office, "$sys.x", b"$"), RoutingType.MULTICAST)
+    assert (everything.bodies, dollar.bodies) == ([], [b"$"])  # a leading wildcard skips "$" names
     office.delete_queue("many")
     office.send(msg(office, "a.x", b"again"), RoutingType.MULTICAST)
     assert many.bodies == [b"a.x", b"a.x.y", b"a"]

@@ -4,7 +4,8 @@ pattern matches reaches their multicast queues too, as Artemis's wildcard addres
 A mixin of `PostOffice`. Such an address is made by a subscriber (MQTT's `+` and `#` topic
 filters become `*` and `#` words); it holds no messages of its own. Which patterns match an
 address is cached per address name; the cache is dropped whenever a pattern address comes or
-goes. A broker without pattern addresses pays one dict check per send.
+goes. A broker without pattern addresses pays one dict check per send. As in MQTT, a pattern
+that starts with a wildcard does not match an address that starts with ``$``.
 """
 
 from __future__ import annotations
@@ -62,4 +63,8 @@ class WildcardRouting:
         return out
 
     def _matching(self, name: str) -> list[Address]:
-        return [a for pattern, a in self.wildcard_addresses.items() if pattern != name and matches(pattern, name)]
+        # As MQTT says of its topics: a pattern starting with a wildcard does not match an address
+        # starting with "$" (the broker's own, `$.petrel.*`, and MQTT's `$SYS`-like topics).
+        dollar = name.startswith("$")
+        return [a for pattern, a in self.wildcard_addresses.items() if pattern != name
+                and not (dollar and pattern[:1] in ("*", "#")) and matches(pattern, name)]

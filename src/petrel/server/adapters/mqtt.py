@@ -9,7 +9,7 @@ PUBLISH to and from Petrel messages; `mqtt_topics` the topic <-> address mapping
 
 A PUBACK or PUBREC goes out after the message is durable: the server session releases
 confirmations after one store sync per read, in read order. QoS 2 is exactly once: the
-PUBLISH is held in ``$sys.mqtt.qos2`` and routed at PUBREL, in the transaction that removes it.
+PUBLISH is held in ``$.petrel.mqtt.qos2`` and routed at PUBREL, in the transaction that removes it.
 """
 
 from __future__ import annotations

@@ -2,16 +2,16 @@
 
 Three durable last-value queues hold it, so the journal keeps it like any message:
 
-- ``$sys.mqtt.sessions``: one message per persistent session (its client id is the last-value
+- ``$.petrel.mqtt.sessions``: one message per persistent session (its client id is the last-value
   key): the session expiry interval, its subscriptions (filter, QoS, options, identifier) and
   when it was last disconnected. Its subscription queues (``<client id>.<address>``) are
   ordinary durable multicast queues, so what they hold survives like any message.
-- ``$sys.mqtt.retain``: one message per retained topic (keyed by its address); a new retained
+- ``$.petrel.mqtt.retain``: one message per retained topic (keyed by its address); a new retained
   PUBLISH replaces it, an empty one removes it.
-- ``$sys.mqtt.pubrel``: QoS 2 deliveries to a persistent session the client answered with
+- ``$.petrel.mqtt.pubrel``: QoS 2 deliveries to a persistent session the client answered with
   PUBREC and has not completed (PUBCOMP), by client id and packet id, so the PUBREL is sent
   again after a restart; it is written in the transaction that acknowledges the message.
-- ``$sys.mqtt.qos2``: QoS 2 PUBLISHes received and answered with PUBREC, not yet released by
+- ``$.petrel.mqtt.qos2``: QoS 2 PUBLISHes received and answered with PUBREC, not yet released by
   PUBREL (keyed by client id and packet id). PUBREL routes the message and removes it in one
   store transaction, so a resend after a crash is recognised and never routed twice.
 
@@ -43,10 +43,10 @@ __all__ = ["MqttState", "MqttSession", "SessionSubscription", "NEVER", "start"]
 
 log = logging.getLogger("petrel.server.mqtt")
 
-SESSIONS = "$sys.mqtt.sessions"
-RETAINED = "$sys.mqtt.retain"
-QOS2 = "$sys.mqtt.qos2"
-PUBREL = "$sys.mqtt.pubrel"
+SESSIONS = "$.petrel.mqtt.sessions"
+RETAINED = "$.petrel.mqtt.retain"
+QOS2 = "$.petrel.mqtt.qos2"
+PUBREL = "$.petrel.mqtt.pubrel"
 KEY = "_MQTT_KEY"
 RETAINED_TOPIC = "_MQTT_RETAINED"  # on a copy of a retained message routed to a new subscription
 NEVER = 0xFFFFFFFF  # session expiry interval: the session never ends
@@ -71,7 +71,7 @@ class MqttSession:
     packet_ids: dict[tuple[int, int], int] = field(default_factory=dict)  # (queue id, message id) -> id
     timer: Any = None  # session expiry
     will_timer: Any = None  # a delayed will: (timer, publish now)
-    saved: bytes = b""  # the record last written to $sys.mqtt.sessions
+    saved: bytes = b""  # the record last written to $.petrel.mqtt.sessions
 
     @property
     def persistent(self) -> bool:

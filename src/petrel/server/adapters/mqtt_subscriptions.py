@@ -28,9 +28,11 @@ from petrel.codec.mqtt import (
     Unsubscribe,
 )
 from petrel.codec.mqtt.codes import PacketType as T
+from petrel.cluster.internal_names import internal_name_problem
 from petrel.core.message import RoutingType
 from petrel.core.queue import Consumer, MessageReference
 from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
+from petrel.server.refusals import NotAuthorized
 from petrel.server.adapters.mqtt_messages import message_qos, to_publish
 from petrel.server.adapters.mqtt_state import RETAINED_TOPIC, SessionSubscription
 from petrel.server.adapters.mqtt_topics import TopicError, address_to_topic, parse_filter, queue_name
@@ -81,7 +83,7 @@ class MqttSubscriptions:
             existed = option.filter in session.subscriptions
             try:
                 queue = self._open_queue(sub, session.persistent)
-            except SecurityNotAuthorized as exc:
+            except (SecurityNotAuthorized, NotAuthorized) as exc:
                 log.info("MQTT SUBSCRIBE of %s to %r refused: %s", self.client_id, option.filter, exc)
                 reasons.append(R.NOT_AUTHORIZED if self.v5 else 0x80)
                 continue
@@ -101,6 +103,8 @@ class MqttSubscriptions:
 
     def _open_queue(self: MqttAdapter, sub: SessionSubscription, durable: bool) -> Queue:
         office = self.office
+        if (refused := internal_name_problem(self, sub.filter.address)) is not None:  # $.petrel.*
+            raise NotAuthorized(refused)
         queue = office.queues.get(sub.queue)
         self.access.subscribe(office, sub.filter.address, RoutingType.MULTICAST,
                               durable_queue=sub.queue if durable else None)
