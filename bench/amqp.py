@@ -99,12 +99,12 @@ def consume(url: str, address: str, durable: bool, count: int, ready, result) ->
         Container(c).run()
     except Exception as exc:  # noqa: BLE001 - reported as an incomplete run
         print(f"consumer: {exc!r}", flush=True)
-    share = (_cpu() - cpu0) / max(1e-9, time.perf_counter() - w0)
-    result.put((c.got, c.last, share))
+    cpu = _cpu() - cpu0
+    result.put((c.got, c.last, cpu / max(1e-9, time.perf_counter() - w0), cpu))
 
 
-def produce(url: str, address: str, durable: bool, count: int, size: int) -> tuple[float, int, float]:
-    """(time of the first send, messages sent (S1) or accepted (S2), CPU share of this process)."""
+def produce(url: str, address: str, durable: bool, count: int, size: int) -> tuple[float, int, float, float]:
+    """(time of the first send, messages sent (S1) or accepted (S2), CPU share, CPU seconds)."""
     from proton import Message
     from proton.handlers import MessagingHandler
     from proton.reactor import AtLeastOnce, AtMostOnce, Container
@@ -149,7 +149,8 @@ def produce(url: str, address: str, durable: bool, count: int, size: int) -> tup
     p = Producer()
     w0, cpu0 = time.perf_counter(), _cpu()
     Container(p).run()
-    return p.t0, p.confirmed, (_cpu() - cpu0) / max(1e-9, time.perf_counter() - w0)
+    cpu = _cpu() - cpu0
+    return p.t0, p.confirmed, cpu / max(1e-9, time.perf_counter() - w0), cpu
 
 
 def _producer_main(url, address, durable, count, size, result) -> None:
@@ -157,7 +158,7 @@ def _producer_main(url, address, durable, count, size, result) -> None:
         result.put(produce(url, address, durable, count, size))
     except Exception as exc:  # noqa: BLE001
         print(f"producer: {exc!r}", flush=True)
-        result.put((0.0, 0, 0.0))
+        result.put((0.0, 0, 0.0, 0.0))
 
 
 def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: int = 0) -> dict:
@@ -166,7 +167,8 @@ def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: i
     ready, cres, pres = ctx.Event(), ctx.Queue(), ctx.Queue()
     consumer = ctx.Process(target=consume, args=(url, address, durable, count, ready, cres))
     consumer.start()
-    out: dict = {"rate": None, "cpu_us_per_msg": None, "producer_cpu": None, "consumer_cpu": None}
+    out: dict = {"rate": None, "cpu_us_per_msg": None, "producer_cpu": None, "consumer_cpu": None,
+                 "generator_us_per_msg": None}
     if not ready.wait(60):
         consumer.kill()
         out["error"] = "consumer not attached"
@@ -176,8 +178,8 @@ def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: i
     producer.start()
     deadline = 120 + count / 500
     try:
-        t0, confirmed, out["producer_cpu"] = pres.get(timeout=deadline)
-        got, t1, out["consumer_cpu"] = cres.get(timeout=deadline)
+        t0, confirmed, out["producer_cpu"], pcpu = pres.get(timeout=deadline)
+        got, t1, out["consumer_cpu"], ccpu = cres.get(timeout=deadline)
     except Exception:  # noqa: BLE001 - queue.Empty: late
         out["error"] = "late"
         return out
@@ -190,6 +192,7 @@ def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: i
         out["error"] = f"incomplete: received {got}, confirmed {confirmed} of {count}"
         return out
     out["rate"] = count / (t1 - t0)
+    out["generator_us_per_msg"] = max(pcpu, ccpu) * 1e6 / count  # the busier generator process
     if cpu0 is not None:
         out["cpu_us_per_msg"] = (procstat.cpu_seconds(pid) - cpu0) * 1e6 / count
     return out
@@ -231,6 +234,8 @@ def summary(figures: dict[tuple[str, str], list[dict]], brokers: list[str]) -> l
             "workload": workload, "median": med, "runs": rates, "best_peer": peer, "ratio": ratio,
             "paired": bs.paired_ratio(rates.get(SUBJECT, []), rates[peer]) if peer else None,
             "cpu_us_per_msg": {b: bs.median(r.get("cpu_us_per_msg") for r in runs[b]) for b in brokers},
+            "generator_us_per_msg": {b: bs.median(r.get("generator_us_per_msg") for r in runs[b])
+                                     for b in brokers},
             "generator_cpu": {b: max((bs.median(r.get(k) for r in runs[b]) or 0.0)
                                      for k in ("producer_cpu", "consumer_cpu")) for b in brokers},
             "goal_met": None if ratio is None else ratio >= 1.0,
@@ -242,11 +247,12 @@ def table(rows: list[dict], brokers: list[str]) -> str:
     lines = ["| row | " + " | ".join(f"{b} msgs/s" for b in brokers)
              + " | Petrel / better peer (median per-run ratio) | "
              + " | ".join(f"{b} CPU µs/msg" for b in brokers)
-             + " | busiest generator process CPU % | goal |",
+             + " | busiest generator process CPU % (CPU µs/msg) | goal |",
              "|" + "---|" * (2 * len(brokers) + 4)]
     for r in rows:
         goal = "–" if r["goal_met"] is None else ("met" if r["goal_met"] else "NOT met")
-        gen = " / ".join(f"{r['generator_cpu'][b] * 100:.0f}" for b in brokers)
+        gen = " / ".join(f"{r['generator_cpu'][b] * 100:.0f} ({bs.fmt(r['generator_us_per_msg'][b], 1)})"
+                         for b in brokers)
         lines.append(f"| {r['workload']} | " + " | ".join(bs.fmt(r["median"][b]) for b in brokers)
                      + f" | {bs.fmt(r['ratio'], 2)} ({bs.fmt(r['paired'], 2)}) | "
                      + " | ".join(bs.fmt(r["cpu_us_per_msg"][b], 1) for b in brokers) + f" | {gen} | {goal} |")
@@ -301,7 +307,8 @@ def main() -> None:
                         figures.setdefault((workload, name), []).append(m)
                         print(f"run {run + 1} {workload} {name}: {bs.fmt(m['rate'])} msgs/s, "
                               f"{bs.fmt(m['cpu_us_per_msg'], 1)} µs/msg, generator CPU "
-                              f"{(m['producer_cpu'] or 0) * 100:.0f} % / {(m['consumer_cpu'] or 0) * 100:.0f} %"
+                              f"{(m['producer_cpu'] or 0) * 100:.0f} % / {(m['consumer_cpu'] or 0) * 100:.0f} %, "
+                              f"{bs.fmt(m['generator_us_per_msg'], 1)} µs/msg"
                               f" (load {m['loadavg']}) {m.get('error') or ''}", flush=True)
         finally:
             for stop in reversed(stops):

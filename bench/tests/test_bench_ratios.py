@@ -67,7 +67,8 @@ def test_amqp_rows_give_the_ratio_to_rabbitmq_and_the_busiest_generator_process(
     import amqp
 
     def run(rate, cpu=50.0, prod=0.3, cons=0.4, error=None):
-        return {"rate": rate, "cpu_us_per_msg": cpu, "producer_cpu": prod, "consumer_cpu": cons, "error": error}
+        return {"rate": rate, "cpu_us_per_msg": cpu, "producer_cpu": prod, "consumer_cpu": cons, "error": error,
+                "generator_us_per_msg": None if error else 20.0}
 
     figures = {
         ("S1", "petrel"): [run(10.0), run(12.0), run(None, None, None, None, "late")],
@@ -82,5 +83,5 @@ def test_amqp_rows_give_the_ratio_to_rabbitmq_and_the_busiest_generator_process(
     assert s2["ratio"] == pytest.approx(1.5) and s2["goal_met"] is True
     assert s2["generator_cpu"]["petrel"] == pytest.approx(0.85)
     text = amqp.table([s1, s2], ["petrel", "rabbitmq"])
-    assert "| S1 | 11 | 22 | 0.50 (0.50) | 50.0 | 42.0 | 40 / 40 | NOT met |" in text
-    assert "| S2 | 9 | 6 | 1.50 (1.50) | 50.0 | 50.0 | 85 / 40 | met |" in text
+    assert "| S1 | 11 | 22 | 0.50 (0.50) | 50.0 | 42.0 | 40 (20.0) / 40 (20.0) | NOT met |" in text
+    assert "| S2 | 9 | 6 | 1.50 (1.50) | 50.0 | 50.0 | 85 (20.0) / 40 (20.0) | met |" in text
