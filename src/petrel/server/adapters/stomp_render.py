@@ -17,6 +17,16 @@ MESSAGE_HEADERS = frozenset(
 )
 
 
+def header_text(value: object) -> str:
+    """A property's value as a header: text as it is, a boolean as JMS writes it (true/false,
+    not Python's True/False), a number in decimal."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def render_properties(properties: dict, escaping) -> bytes:
     """`k:v\n` lines for a MESSAGE, escaped for the version. STOMP 1.0 has no escaping: a
     property it cannot carry (a line break or NUL in it, a colon in its name) is left out."""
@@ -26,7 +36,7 @@ def render_properties(properties: dict, escaping) -> bytes:
         k = str(k)
         if k in MESSAGE_HEADERS or not k:
             continue
-        v = v if isinstance(v, str) else str(v)
+        v = v if isinstance(v, str) else header_text(v)
         if escapes:
             if escaping.needs_escape(k):
                 k = escaping.escape(k)
