@@ -100,7 +100,7 @@ def to_publish(message: Message, qos: int, packet_id: int | None, *, retain: boo
         if isinstance(stored, list):
             users = [(str(k), str(v)) for k, v in stored]
         else:
-            users = [(k, v if isinstance(v, str) else str(v)) for k, v in props.items()
+            users = [(k, v if isinstance(v, str) else _text(v)) for k, v in props.items()
                      if k not in _MAPPED and not k.startswith(_NOT_USER)]
         if users:
             users = [(k, v) for k, v in users if _fits(k) and _fits(v)]  # MQTT strings: 65,535 bytes
@@ -118,3 +118,11 @@ def _fits(text: str) -> bool:
     if len(text) > 0xFFFF or "\x00" in text:
         return False
     return len(text) <= 0x3FFF or len(text.encode("utf-8", "surrogatepass")) <= 0xFFFF
+
+
+def _text(value: object) -> str:
+    """A typed property (CORE's, AMQP's) as a user property: a boolean as JMS writes it
+    (true/false, not Python's True/False), a number in decimal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
