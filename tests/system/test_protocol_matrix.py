@@ -7,7 +7,7 @@ of the 16 (sender, receiver) pairs goes through an anycast queue where both side
 ``/topic/x``, CORE and AMQP ``topic://x``, MQTT ``a/b`` <-> address ``a.b``); MQTT speaks only
 topics, so its pairs go through a topic alone. Two messages cross each pair: a binary one
 (bytes 0x00-0xff, durable, priority 7, relative expiry) and a UTF-8 text one (non-durable,
-priority 2, the other form of expiry), each with string and numeric properties, a correlation
+priority 2, the other form of expiry), each with string, numeric and boolean properties, a correlation
 id, a reply-to and a content type. For every pair the test checks all that both protocols can
 express; what one side cannot carry is lost by design (table below), and nothing else.
 
@@ -40,7 +40,8 @@ Lost by design, and so not checked for that pair:
 - MQTT has no priority: what MQTT sends arrives with the default priority 4; what it receives
   loses its priority.
 - STOMP and MQTT have no typed values: a number sent from CORE or AMQP reaches them as its
-  decimal text, and what they send reaches CORE and AMQP as strings.
+  decimal text (a boolean as ``true``/``false``), and what they send reaches CORE and AMQP as
+  strings.
 - Whether a body is text or binary is AMQP's alone (amqp-value string vs data): a body from
   STOMP, CORE or MQTT reaches AMQP as one data section (bytes), and an AMQP string reaches the
   others as its UTF-8 bytes; the content type is what tells a receiver (and MQTT's payload format
@@ -121,11 +122,11 @@ def messages(src: str, dst: str) -> list[Sent]:
     tag = f"{src}>{dst}"
     return [
         Sent("binary", bytes(range(256)) + b"\x00end", False,
-             {"colour": "blue", "pair": tag, "count": 42, "ratio": 2.5},
+             {"colour": "blue", "pair": tag, "count": 42, "ratio": 2.5, "flag": True},
              durable=True, priority=7, ttl_ms=600_000, correlation=f"corr-bin-{tag}", reply_to="matrix-replies",
              content_type="application/octet-stream"),
         Sent("text", "héllo wörld ✓ — ünïcode".encode(), True,
-             {"colour": "green", "pair": tag, "count": -7, "ratio": 0.25},
+             {"colour": "green", "pair": tag, "count": -7, "ratio": 0.25, "flag": False},
              durable=False, priority=2, ttl_ms=1_200_000, correlation=f"corr-text-{tag}", reply_to="matrix-replies.text",
              content_type="text/plain; charset=utf-8"),
     ]
@@ -179,7 +180,7 @@ class StompSide:
     def send(self, kind: str, address: str, m: Sent) -> None:
         rid = self._receipt()
         m.expiration = now_ms() + m.ttl_ms
-        headers = {k: str(v) for k, v in m.props.items()}
+        headers = {k: as_text(v) for k, v in m.props.items()}
         headers.update({"persistent": "true" if m.durable else "false", "priority": str(m.priority),
                         "expires": str(m.expiration), "correlation-id": m.correlation, "reply-to": m.reply_to,
                         "content-type": m.content_type, "receipt": rid})
@@ -300,7 +301,7 @@ class MqttSide:
     def send(self, kind: str, address: str, m: Sent) -> None:
         assert kind == "topic", "MQTT speaks topics only"
         props = Properties(PacketTypes.PUBLISH)
-        props.UserProperty = [(k, str(v)) for k, v in m.props.items()]
+        props.UserProperty = [(k, as_text(v)) for k, v in m.props.items()]
         props.MessageExpiryInterval = m.ttl_ms // 1000
         props.ContentType = m.content_type
         props.ResponseTopic = m.reply_to
@@ -407,6 +408,13 @@ def expected_property(value: object, src: str, dst: str) -> object:
     """A property as the receiver should see it: typed between typed protocols, else its text."""
     if src in TYPED and dst in TYPED:
         return value
+    return as_text(value)
+
+
+def as_text(value: object) -> str:
+    """A value as text, where a protocol has no types (a boolean as JMS writes it)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return value if isinstance(value, str) else str(value)
 
 
