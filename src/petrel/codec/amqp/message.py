@@ -14,8 +14,7 @@ from typing import Any
 from .composite import from_described, from_value
 from .errors import DECODE_ERROR, AmqpError
 from .performatives import (
-    AmqpSequence, AmqpValue, ApplicationProperties, Data, DeliveryAnnotations, Footer, Header,
-    MessageAnnotations, Properties,
+    AmqpSequence, AmqpValue, ApplicationProperties, Data, DeliveryAnnotations, Footer, MessageAnnotations,
 )
 from .types import Described, Symbol, ULong, decode_one, encode
 
@@ -130,7 +129,3 @@ def decode_message(payload: bytes) -> AmqpMessage:
             else:
                 m.body = (m.body or []) + [value]
     return m
-
-
-# Header and Properties are registered composites; make sure the import is used.
-_ = (Header, Properties)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from petrel.codec.amqp import NEED_DATA, AmqpConnection, Empty, Frame, ProtocolHeader
 from petrel.codec.amqp.errors import (
-    DECODE_ERROR, ILLEGAL_STATE, INTERNAL_ERROR, NOT_ALLOWED, RESOURCE_LIMIT_EXCEEDED, UNAUTHORIZED_ACCESS,
+    ILLEGAL_STATE, INTERNAL_ERROR, NOT_ALLOWED, RESOURCE_LIMIT_EXCEEDED, UNAUTHORIZED_ACCESS,
     AmqpError,
 )
 from petrel.codec.amqp.frames import AMQP, SASL
@@ -38,7 +38,7 @@ from petrel.security.errors import AuthenticationFailed
 from petrel.server import tls
 from petrel.server.access import Access
 from petrel.server.adapters.amqp_incoming import IncomingFrames
-from petrel.server.adapters.amqp_links import HANDLE_MAX, Channel, LinkFrames
+from petrel.server.adapters.amqp_links import HANDLE_MAX, Channel, LinkFrames, condition_of
 from petrel.server.limits import watch_silence
 from petrel.server.refusals import NotDurable, Refused
 from petrel.server.session import ServerSession
@@ -334,24 +334,3 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
     def new_txn_id(self) -> bytes:
         self._next_txn += 1
         return self._next_txn.to_bytes(4, "big")
-
-
-_CONDITIONS = {
-    "not-authorized": UNAUTHORIZED_ACCESS,
-    "address-full": RESOURCE_LIMIT_EXCEEDED,
-    "routing": "amqp:not-found",
-    "selector": "amqp:invalid-field",
-    "rolled-back": "amqp:transaction:rollback",
-    "no-transaction": "amqp:transaction:unknown-id",
-    "not-found": "amqp:not-found",
-    "invalid": "amqp:invalid-field",
-    "not-durable": INTERNAL_ERROR,
-}
-
-
-def condition_of(refusal: Refused) -> str:
-    """The AMQP error condition for one of the session's refusals."""
-    return _CONDITIONS.get(refusal.kind, INTERNAL_ERROR)
-
-
-_ = DECODE_ERROR

@@ -13,6 +13,7 @@ Transfers on links where the client sends, and the transaction coordinator, are 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from petrel.core.queue import MessageReference
     from petrel.server.adapters.amqp import AmqpAdapter
 
-__all__ = ["Channel", "Link", "LinkFrames", "LinkConsumer", "CREDIT"]
+__all__ = ["Channel", "Link", "LinkFrames", "LinkConsumer", "CREDIT", "HANDLE_MAX", "condition_of"]
 
 log = logging.getLogger("petrel.server.amqp")
 
@@ -431,9 +432,25 @@ class LinkFrames:
                     log.info("durable subscription %r of %s not deleted: %s", link.durable_name, self.conn.peer, exc)
 
 
-def _condition(exc: Refused) -> str:
-    from petrel.server.adapters.amqp import condition_of
+_CONDITIONS = {
+    "not-authorized": UNAUTHORIZED_ACCESS,
+    "address-full": RESOURCE_LIMIT_EXCEEDED,
+    "routing": "amqp:not-found",
+    "selector": "amqp:invalid-field",
+    "rolled-back": "amqp:transaction:rollback",
+    "no-transaction": "amqp:transaction:unknown-id",
+    "not-found": "amqp:not-found",
+    "invalid": "amqp:invalid-field",
+    "not-durable": "amqp:internal-error",
+}
 
+
+def condition_of(refusal: Refused) -> str:
+    """The AMQP error condition for one of the session's refusals."""
+    return _CONDITIONS.get(refusal.kind, "amqp:internal-error")
+
+
+def _condition(exc: Refused) -> str:
     return condition_of(exc)
 
 
@@ -456,7 +473,5 @@ def _dead_letter(consumer: Consumer, ref: MessageReference) -> None:
 
 
 def _with_body(message, body: bytes):
-    import dataclasses
-
     return dataclasses.replace(message, body=body, large=None, wire_cache=None)
 
