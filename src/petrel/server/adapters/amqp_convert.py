@@ -5,8 +5,9 @@ Mapping (AMQP -> Petrel; the way back is the reverse):
 - header: ``durable`` -> durable, ``priority`` -> priority (0-9, default 4), ``ttl`` -> expiration
   (now + ttl; properties' ``absolute-expiry-time`` wins when set).
 - properties: ``message-id`` -> ``_AMQP_MESSAGE_ID`` (typed text), ``correlation-id`` -> the
-  ``correlation-id`` property when it is a string (STOMP's name), else typed in
-  ``_AMQP_CORRELATION_ID``; ``reply-to`` -> ``reply-to``; ``content-type`` -> ``content-type``;
+  ``correlation-id`` property when it is a string (STOMP's name) or binary (bytes, as MQTT's
+  correlation data; bytes go out as binary), else typed in ``_AMQP_CORRELATION_ID`` and as text
+  in ``correlation-id``; ``reply-to`` -> ``reply-to``; ``content-type`` -> ``content-type``;
   ``subject`` -> ``subject``; ``group-id`` -> ``JMSXGroupID``; ``group-sequence`` ->
   ``JMSXGroupSeq``; ``creation-time`` -> timestamp.
 - application-properties -> properties (simple values; other types as text).
@@ -118,11 +119,15 @@ def to_petrel(payload: bytes, *, message_id: int, address: str, now: int) -> Mes
     if p is not None:
         if p.message_id is not None:
             props[MESSAGE_ID] = _typed(p.message_id)
-        if p.correlation_id is not None:
-            if isinstance(p.correlation_id, str):
-                props["correlation-id"] = str(p.correlation_id)
-            else:
-                props[CORRELATION_ID] = _typed(p.correlation_id)
+        corr = p.correlation_id
+        if corr is not None:
+            if isinstance(corr, str):
+                props["correlation-id"] = str(corr)
+            elif isinstance(corr, bytes):  # binary: as MQTT's correlation data and CORE's bytes
+                props["correlation-id"] = bytes(corr)
+            else:  # ulong, uuid: typed for AMQP receivers, as text for the others
+                props[CORRELATION_ID] = _typed(corr)
+                props["correlation-id"] = str(corr)
         for field, name in (("reply_to", "reply-to"), ("content_type", "content-type"), ("subject", "subject"),
                             ("group_id", GROUP_ID)):
             value = getattr(p, field)
@@ -205,7 +210,7 @@ def _bare(message: Message) -> bytes:
         to=message.address,
         subject=_str(props.get("subject")),
         reply_to=_str(props.get("reply-to")),
-        correlation_id=_untyped(correlation) if isinstance(correlation, str) else _str(props.get("correlation-id")),
+        correlation_id=_untyped(correlation) if isinstance(correlation, str) else _correlation(props.get("correlation-id")),
         content_type=_str(props.get("content-type")),
         absolute_expiry_time=Timestamp(message.expiration) if message.expiration else None,
         creation_time=Timestamp(message.timestamp) if message.timestamp else None,
@@ -228,6 +233,11 @@ def _bare(message: Message) -> bytes:
 
 def _str(v: Any) -> str | None:
     return None if v is None else str(v)
+
+
+def _correlation(v: Any) -> str | bytes | None:
+    """A correlation id from another protocol: bytes stay binary (MQTT's correlation data)."""
+    return bytes(v) if isinstance(v, (bytes, bytearray)) else _str(v)
 
 
 def _uint(v: Any) -> UInt | None:
