@@ -1,13 +1,15 @@
-"""SASL mechanisms the broker takes (RFC 4616 PLAIN, RFC 4505 ANONYMOUS)."""
+"""SASL mechanisms the broker takes (RFC 4616 PLAIN, RFC 4505 ANONYMOUS, RFC 4422 EXTERNAL: the
+identity the TLS layer established)."""
 
 from __future__ import annotations
 
 from .errors import DECODE_ERROR, AmqpError
 
-__all__ = ["PLAIN", "ANONYMOUS", "parse_plain"]
+__all__ = ["PLAIN", "ANONYMOUS", "EXTERNAL", "parse_plain"]
 
 PLAIN = "PLAIN"
 ANONYMOUS = "ANONYMOUS"
+EXTERNAL = "EXTERNAL"
 
 
 def parse_plain(response: bytes | None) -> tuple[str, str, str]:

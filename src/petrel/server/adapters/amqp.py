@@ -32,7 +32,7 @@ from petrel.codec.amqp.performatives import (
     SASL_AUTH, SASL_OK, Attach, Begin, Close, Detach, Disposition, End, Error, Flow, Open, SaslInit,
     SaslMechanisms, SaslOutcome, Transfer,
 )
-from petrel.codec.amqp.sasl import ANONYMOUS, PLAIN, parse_plain
+from petrel.codec.amqp.sasl import ANONYMOUS, EXTERNAL, PLAIN, parse_plain
 from petrel.codec.roles import Role
 from petrel.security.errors import AuthenticationFailed
 from petrel.server import tls
@@ -157,6 +157,8 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
             if self.sasl_done:
                 raise AmqpError(ILLEGAL_STATE, "a second SASL exchange")
             mechanisms = [PLAIN]
+            if self.access.enabled and self.conn.peer_subject is not None and self.broker.security.certificate_users:
+                mechanisms.insert(0, EXTERNAL)  # the TLS client certificate names the user
             if not self.access.enabled or self.broker.security.allow_anonymous:
                 mechanisms.append(ANONYMOUS)
             self.conn.write(self.codec.send_header(SASL) + self.codec.send(0, SaslMechanisms(
@@ -164,9 +166,13 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
             return
         self.conn.write(self.codec.send_header(AMQP))
         if self.access.enabled and self.access.subject is None:
-            # no SASL: an anonymous client, if security allows one
+            # no SASL: the user its TLS client certificate names, or an anonymous client if allowed
+            security, subject_dn = self.broker.security, self.conn.peer_subject
             try:
-                self.access.login(self.broker.security.login(None, None, self.conn.peer))
+                if subject_dn is not None and security.certificate_users:
+                    self.access.login(security.login_certificate(subject_dn, self.conn.peer))
+                else:
+                    self.access.login(security.login(None, None, self.conn.peer))
             except AuthenticationFailed as exc:
                 self.conn.write(self.codec.send(0, Open(container_id=self._container())))
                 self.opened = True
@@ -176,8 +182,8 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         mechanism = str(init.mechanism)
         if mechanism == PLAIN:
             _, user, password = parse_plain(init.initial_response)
-        elif mechanism == ANONYMOUS:
-            user = password = None
+        elif mechanism == ANONYMOUS or (mechanism == EXTERNAL and self.conn.peer_subject is not None):
+            user = password = None  # (EXTERNAL: tls.login takes the certificate's user)
         else:
             self._sasl_outcome(False, f"SASL mechanism {mechanism!r} is not offered")
             return
