@@ -276,6 +276,8 @@ def main() -> None:
         names.remove("activemq")
     started = dt.datetime.now(dt.timezone.utc)
     load_before = bs.loadavg()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                            capture_output=True, text=True).stdout.strip()  # at the start: others commit meanwhile
     counts = {"S1": args.s1, "S2": args.s2}
     brokers: list[tuple[str, str, int, str]] = []  # (name, url, measured pid, address pattern)
     stops = []
@@ -315,8 +317,6 @@ def main() -> None:
                 stop()
     shown = [b for b, _, _, _ in brokers]
     rows = summary(figures, shown)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                            capture_output=True, text=True).stdout.strip()
     load_after = bs.loadavg()
     print(f"\n{started:%Y-%m-%d %H:%M} UTC, commit {commit}, medians of {args.runs} runs, S1 {args.s1:,} "
           f"pre-settled non-durable, S2 {args.s2:,} durable at-least-once, {args.size}-byte bodies, "

@@ -219,6 +219,8 @@ def main() -> None:
     names = [b for b in args.brokers.split(",") if b in BROKERS]
     started = dt.datetime.now(dt.timezone.utc)
     load_before = bs.loadavg()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                            capture_output=True, text=True).stdout.strip()  # at the start: others commit meanwhile
     counts = {"S1": args.s1, "S2": args.s2}
     with tempfile.TemporaryDirectory() as tmp:
         brokers: list[tuple[str, int, int]] = []  # (name, MQTT port, measured pid)
@@ -258,8 +260,6 @@ def main() -> None:
             for stop in reversed(stops):
                 stop()
     rows = summary(figures, [b for b, _, _ in brokers])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                            capture_output=True, text=True).stdout.strip()
     load_after = bs.loadavg()
     print(f"\n{started:%Y-%m-%d %H:%M} UTC, commit {commit}, medians of {args.runs} runs, S1 {args.s1:,} "
           f"QoS 0, S2 {args.s2:,} QoS 1, {args.size}-byte payloads, 3.1.1 clients, 1 producer -> 1 consumer; "
