@@ -3,7 +3,8 @@
 Mapping (AMQP -> Petrel; the way back is the reverse):
 
 - header: ``durable`` -> durable, ``priority`` -> priority (0-9, default 4), ``ttl`` -> expiration
-  (now + ttl; properties' ``absolute-expiry-time`` wins when set).
+  (now + ttl; properties' ``absolute-expiry-time`` wins when set). Out, a message that expires
+  has both: ``absolute-expiry-time`` and the time it has left as ``ttl`` (at delivery).
 - properties: ``message-id`` -> ``_AMQP_MESSAGE_ID`` (typed text), ``correlation-id`` -> the
   ``correlation-id`` property when it is a string (STOMP's name) or binary (bytes, as MQTT's
   correlation data; bytes go out as binary), else typed in ``_AMQP_CORRELATION_ID`` and as text
@@ -26,7 +27,7 @@ from typing import Any
 from petrel.codec.amqp.message import BODY_DATA, BODY_VALUE, AmqpMessage, decode_message, encode_message
 from petrel.codec.amqp.performatives import AmqpSequence, AmqpValue, Header, Properties
 from petrel.codec.amqp.types import Described, Symbol, Timestamp, UByte, UInt, ULong, encode
-from petrel.core.message import GROUP_ID, Message, RoutingType
+from petrel.core.message import GROUP_ID, Message, RoutingType, now_ms
 
 __all__ = ["parse_address", "to_petrel", "to_amqp", "RESERVED"]
 
@@ -181,6 +182,7 @@ def to_amqp(message: Message, delivery_count: int) -> bytes:
     message delivered to several AMQP receivers is encoded once; the header carries the
     delivery count and is encoded each time."""
     header = encode(Header(durable=message.durable or None, priority=UByte(message.priority),
+                           ttl=_ttl_left(message.expiration) if message.expiration else None,
                            delivery_count=UInt(delivery_count) if delivery_count else None))
     cache = message.wire_cache
     if cache is not None and cache[0] == "amqp":
@@ -188,6 +190,12 @@ def to_amqp(message: Message, delivery_count: int) -> bytes:
     rest = _bare(message)
     message.wire_cache = ("amqp", rest)
     return header + rest
+
+
+def _ttl_left(expiration: int) -> UInt:
+    """The header's ttl of a message that expires: the time it has left, as AMQP 1.0 (3.2.1)
+    asks of an intermediary (at least 1 ms; the expiry itself is also absolute-expiry-time)."""
+    return UInt(min(max(expiration - now_ms(), 1), 0xFFFFFFFF))
 
 
 def _bare(message: Message) -> bytes:
