@@ -49,7 +49,8 @@ Lost by design, and so not checked for that pair:
   indicator, which only MQTT 5 receivers see again).
 - MQTT expiry is in whole seconds: a message from another protocol reaches MQTT with the seconds
   left rounded up, and an MQTT expiry interval becomes an epoch-ms expiration at the broker's
-  receipt; AMQP's relative ttl becomes absolute at the broker (receivers get absolute-expiry-time).
+  receipt; AMQP's relative ttl becomes absolute at the broker, and an AMQP receiver gets both the
+  absolute-expiry-time and the time left as the header's ttl.
 - Durability reaches an MQTT subscriber as the delivery's QoS (min of the subscription's 1 and
   the message's: 1 for durable, 0 for not); a QoS 0 PUBLISH is non-durable, QoS 1 durable.
 - reply-to and the correlation id are carried verbatim (a response topic ``a/b`` is not turned
@@ -120,6 +121,7 @@ class Got:
     correlation: object
     reply_to: object
     content_type: object
+    ttl_expiration: int | None = None  # AMQP: the expiry its header's ttl gives (AMQP 1.0 3.2.1)
     raw: object = field(default=None, repr=False)
 
 
@@ -373,14 +375,13 @@ class AmqpSide:
         self.receiver.accept()
         text = isinstance(m.body, str)
         body = m.body.encode() if text else bytes(m.body)
-        if m.expiry_time:
-            expiration = round(m.expiry_time * 1000)
-        else:
-            expiration = now_ms() + round(m.ttl * 1000) if m.ttl else 0
+        expiration = round(m.expiry_time * 1000) if m.expiry_time else 0
+        ttl_expiration = now_ms() + round(m.ttl * 1000) if m.ttl else 0  # the header's ttl: the time left
         corr = bytes(m.correlation_id) if isinstance(m.correlation_id, (bytes, memoryview)) else m.correlation_id
         return Got(body, text, dict(m.properties or {}), durable=bool(m.durable), priority=m.priority,
                    expiration=expiration, correlation=corr, reply_to=m.reply_to,
-                   content_type=None if m.content_type is None else str(m.content_type), raw=m)
+                   content_type=None if m.content_type is None else str(m.content_type),
+                   ttl_expiration=ttl_expiration, raw=m)
 
     def close(self) -> None:
         self.conn.close()
@@ -455,6 +456,8 @@ def check(sent: Sent, got: Got, src: str, dst: str) -> list[str]:
         differ("priority (MQTT has none: the default 4)", 4, got.priority)
     if abs(got.expiration - sent.expiration) > TTL_SLACK_MS:
         differ("expiration (epoch ms)", sent.expiration, got.expiration)
+    if got.ttl_expiration is not None and abs(got.ttl_expiration - sent.expiration) > TTL_SLACK_MS:
+        differ("header ttl (as epoch ms)", sent.expiration, got.ttl_expiration)
     if got.durable != sent.durable:
         differ("durable", sent.durable, got.durable)
     correlation = got.correlation
