@@ -218,7 +218,8 @@ def _bare(message: Message) -> bytes:
         to=message.address,
         subject=_str(props.get("subject")),
         reply_to=_str(props.get("reply-to")),
-        correlation_id=_untyped(correlation) if isinstance(correlation, str) else _correlation(props.get("correlation-id")),
+        correlation_id=(_untyped(correlation) if isinstance(correlation, str)
+                        else _correlation(props.get("correlation-id"))),
         content_type=_str(props.get("content-type")),
         absolute_expiry_time=Timestamp(message.expiration) if message.expiration else None,
         creation_time=Timestamp(message.timestamp) if message.timestamp else None,
