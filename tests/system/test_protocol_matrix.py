@@ -140,7 +140,8 @@ def messages(src: str, dst: str) -> list[Sent]:
              content_type="application/octet-stream"),
         Sent("text", "héllo wörld ✓ — ünïcode".encode(), True,
              {"colour": "green", "pair": tag, "count": -7, "ratio": 0.25, "flag": False},
-             durable=False, priority=2, ttl_ms=1_200_000, correlation=f"corr-text-{tag}", reply_to="matrix-replies.text",
+             durable=False, priority=2, ttl_ms=1_200_000, correlation=f"corr-text-{tag}",
+             reply_to="matrix-replies.text",
              content_type="text/plain; charset=utf-8"),
     ]
 
@@ -380,7 +381,8 @@ class AmqpSide:
         corr = bytes(m.correlation_id) if isinstance(m.correlation_id, (bytes, memoryview)) else m.correlation_id
         return Got(body, text, dict(m.properties or {}), durable=bool(m.durable), priority=m.priority,
                    expiration=expiration, correlation=corr, reply_to=m.reply_to,
-                   content_type=None if m.content_type is None else str(m.content_type),
+                   # (proton reads an unset content type as the symbol 'None')
+                   content_type=None if str(m.content_type) == "None" else str(m.content_type),
                    ttl_expiration=ttl_expiration, raw=m)
 
     def close(self) -> None:
@@ -526,3 +528,22 @@ def test_one_send_read_by_stomp_mqtt_and_amqp_subscribers_at_once(clients):
             dst = "stomp" if name == "stomp10" else name
             problems = check(m, got, "core", dst)
             assert not problems, name + ": " + "\n".join(problems)
+
+
+@pytest.mark.parametrize("dst", PROTOCOLS)
+def test_mqtt_311_publish_reaches_each_protocol(clients, dst):
+    """MQTT 3.1.1 carries a payload and a QoS only: the body arrives intact, QoS 1 durable and
+    QoS 0 not, with the default priority and no expiry, correlation or content type."""
+    address = f"matrix.topic.mqtt311.{dst}"
+    receiver = clients(dst, f"rx-mqtt311-{dst}")
+    sender = clients("mqtt", f"tx-mqtt311-{dst}", version=V311)
+    receiver.subscribe("topic", address)
+    bodies = {bytes(range(256)) + b"qos1": 1, "ünïcode qos0".encode(): 0}
+    for body, qos in bodies.items():
+        sender.client.publish(MqttSide.topic(address), body, qos)
+    for _ in range(len(bodies)):
+        got = receiver.receive()
+        assert got.body in bodies, got.body[:64]
+        assert got.durable == (bodies.pop(got.body) == 1)
+        assert got.priority in (None, 4) and got.expiration == 0
+        assert (got.correlation, got.reply_to, got.content_type) == (None, None, None)
