@@ -96,11 +96,21 @@ class MqttState:
     @classmethod
     def of(cls, broker: Broker) -> MqttState:
         state = getattr(broker, "_mqtt_state", None)
-        if state is None:
+        if state is None or state.office is not broker.office:  # (a broker activated again: a new office)
+            if state is not None:
+                state.forget()
             state = cls(broker)
             broker._mqtt_state = state  # type: ignore[attr-defined]
         state.load()
         return state
+
+    def forget(self) -> None:
+        """This state's office is gone (the broker was deactivated): its timers end."""
+        for session in self.sessions.values():
+            for timer in (session.timer, session.will_timer[0] if session.will_timer else None):
+                if timer is not None:
+                    timer.cancel()
+        self.sessions.clear()
 
     # -- the system queues -----------------------------------------------------------------
 
