@@ -49,8 +49,8 @@ class ConsumerFrames:
         if (refused := internal_name_problem(self, e.queue.rpartition("::")[2], e.address)) is not None:  # the cluster's $.petrel.* names
             raise RequestFailed(ErrorCode.UNAUTHORIZED, refused)
         office = self.office
-        selector = compile_selector(e.filter) if e.filter else None
         if e.queue:
+            selector = compile_selector(e.filter) if e.filter else None
             name = e.queue.rpartition("::")[2]
             queue = office.queues.get(name)
             if queue is None:
@@ -61,19 +61,12 @@ class ConsumerFrames:
                 raise RequestFailed(ErrorCode.INVALID, "a consumer needs a queue or an address")
             if not -1 <= e.routing_type <= 1:
                 raise RequestFailed(ErrorCode.INVALID, f"bad routing type {e.routing_type}")
-            durable = f"{self.client_id}.{e.subscription}" if e.subscription and self.client_id else None
-            self.access.subscribe(office, e.address, ROUTING[e.routing_type + 1], durable_queue=durable,
-                                  filter=e.filter or None)
-            address, rt = office.ensure_address_for(e.address, ROUTING[e.routing_type + 1])
-            if rt == RoutingType.ANYCAST:
-                queue = office.ensure_anycast_queue(address)
-            else:
-                queue = office.subscribe_multicast(
-                    address, filter=e.filter, client_id=self.client_id, subscription=e.subscription or None
-                )
-                selector = None  # the subscription queue filters at routing
-                if queue.temporary:
-                    self.temporary_queues.add(queue.name)
+            # the address's anycast queue, or a (durable: <client id>.<subscription>) multicast subscription
+            queue, selector = self.server_session.open_queue(
+                e.address, ROUTING[e.routing_type + 1], selector=e.filter or None, client_id=self.client_id,
+                durable_name=e.subscription or None)
+            if queue.temporary and queue.routing_type == RoutingType.MULTICAST:  # our own subscription
+                self.temporary_queues.add(queue.name)
         consumer = CoreConsumer(
             queue, self._deliver, session=session, cid=e.consumer, window=e.window,
             selector=selector, auto_ack=e.auto_ack,
