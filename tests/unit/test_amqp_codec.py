@@ -301,3 +301,14 @@ def test_parse_plain():
     assert parse_plain(b"\x00alice\x00secret") == ("", "alice", "secret")
     with pytest.raises(AmqpError):
         parse_plain(b"alice")
+
+
+def test_a_new_delivery_before_the_last_one_is_complete_is_refused():
+    s = server()
+    data = (b"AMQP\x00\x01\x00\x00" + AmqpConnection._frame(0, 0, encode(Open(container_id="c")))
+            + AmqpConnection._frame(0, 0, encode(Transfer(handle=0, delivery_id=1, delivery_tag=b"a", more=True)) + b"x")
+            + AmqpConnection._frame(0, 0, encode(Transfer(handle=0, delivery_id=2, delivery_tag=b"b")) + b"y"))
+    s.receive_data(data)
+    with pytest.raises(AmqpError, match="before delivery 1") as info:
+        events(s)
+    assert info.value.condition == ILLEGAL_STATE

@@ -214,6 +214,9 @@ class AmqpConnection:
             first, chunks, size = t, [], 0
         else:
             first, chunks, size = partial
+            if t.delivery_id is not None and t.delivery_id != first.delivery_id:
+                raise AmqpError(ILLEGAL_STATE, f"delivery {t.delivery_id} began before delivery "
+                                               f"{first.delivery_id} on handle {t.handle} was complete")
             first = dataclasses.replace(first, settled=first.settled or t.settled,
                                         state=t.state if t.state is not None else first.state)
         size += len(payload)
