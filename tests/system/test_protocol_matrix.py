@@ -5,10 +5,11 @@ client, paho-mqtt 2.x with MQTT 5, python-qpid-proton) talks to its all-protocol
 of the 16 (sender, receiver) pairs goes through an anycast queue where both sides can name one
 (STOMP ``/queue/x``, CORE and AMQP ``queue://x``) and through a topic (multicast; STOMP
 ``/topic/x``, CORE and AMQP ``topic://x``, MQTT ``a/b`` <-> address ``a.b``); MQTT speaks only
-topics, so its pairs go through a topic alone. Three messages cross each pair: a binary one
+topics, so its pairs go through a topic alone. Four messages cross each pair: a binary one
 (bytes 0x00-0xff, durable, priority 7, relative expiry), a large one (160 KiB, over the broker's
-min_large_message_size, so kept in its own file) and a UTF-8 text one (non-durable, priority 2,
-the other form of expiry), each with string, numeric and boolean properties, a correlation
+min_large_message_size, so kept in its own file; priority 9), an empty one (priority 0, no expiry,
+no correlation id, reply-to or content type, a property with a non-ASCII, dotted name) and a
+UTF-8 text one (non-durable, priority 2, the other form of expiry), each with string, numeric and boolean properties, a correlation
 id, a reply-to and a content type. For every pair the test checks all that both protocols can
 express; what one side cannot carry is lost by design (table below), and nothing else.
 
@@ -101,10 +102,10 @@ class Sent:
     props: dict[str, object]
     durable: bool
     priority: int
-    ttl_ms: int
-    correlation: str | bytes
-    reply_to: str
-    content_type: str
+    ttl_ms: int  # 0: never expires
+    correlation: str | bytes | None
+    reply_to: str | None
+    content_type: str | None
     expiration: int = 0  # epoch ms, set when sent
 
 
@@ -136,8 +137,10 @@ def messages(src: str, dst: str) -> list[Sent]:
              content_type="application/octet-stream"),
         Sent("large", bytes(range(256)) * (LARGE // 256) + tag.encode(), False,
              {"colour": "red", "pair": tag, "count": 1 << 40},
-             durable=True, priority=5, ttl_ms=900_000, correlation=f"corr-large-{tag}", reply_to="matrix-replies",
+             durable=True, priority=9, ttl_ms=900_000, correlation=f"corr-large-{tag}", reply_to="matrix-replies",
              content_type="application/octet-stream"),
+        Sent("empty", b"", False, {"pair": tag, "ключ.dotted-name": "значение"},
+             durable=True, priority=0, ttl_ms=0, correlation=None, reply_to=None, content_type=None),
         Sent("text", "héllo wörld ✓ — ünïcode".encode(), True,
              {"colour": "green", "pair": tag, "count": -7, "ratio": 0.25, "flag": False},
              durable=False, priority=2, ttl_ms=1_200_000, correlation=f"corr-text-{tag}",
@@ -193,11 +196,13 @@ class StompSide:
 
     def send(self, kind: str, address: str, m: Sent) -> None:
         rid = self._receipt()
-        m.expiration = now_ms() + m.ttl_ms
+        m.expiration = now_ms() + m.ttl_ms if m.ttl_ms else 0
         headers = {k: as_text(v) for k, v in m.props.items()}
-        headers.update({"persistent": "true" if m.durable else "false", "priority": str(m.priority),
-                        "expires": str(m.expiration), "correlation-id": m.correlation, "reply-to": m.reply_to,
-                        "content-type": m.content_type, "receipt": rid})
+        headers.update({"persistent": "true" if m.durable else "false", "priority": str(m.priority), "receipt": rid})
+        for name, value in (("expires", m.expiration and str(m.expiration)), ("correlation-id", m.correlation),
+                            ("reply-to", m.reply_to), ("content-type", m.content_type)):
+            if value:
+                headers[name] = value
         self.conn.send(self.destination(kind, address), m.body, headers=headers)
         self._await_receipt(rid)
 
@@ -278,9 +283,12 @@ class CoreSide:
         self.consumer = self.session.consumer(self.destination(kind, address))
 
     def send(self, kind: str, address: str, m: Sent) -> None:
-        m.expiration = now_ms() + m.ttl_ms
+        m.expiration = now_ms() + m.ttl_ms if m.ttl_ms else 0
         props = dict(m.props)
-        props.update({"correlation-id": m.correlation, "reply-to": m.reply_to, "content-type": m.content_type})
+        for name, value in (("correlation-id", m.correlation), ("reply-to", m.reply_to),
+                            ("content-type", m.content_type)):
+            if value is not None:
+                props[name] = value
         message = CoreMessage(m.body, props, durable=m.durable, priority=m.priority, expiration=m.expiration)
         self.session.producer(self.destination(kind, address)).send(message, wait=True)
 
@@ -316,13 +324,17 @@ class MqttSide:
         assert kind == "topic", "MQTT speaks topics only"
         props = Properties(PacketTypes.PUBLISH)
         props.UserProperty = [(k, as_text(v)) for k, v in m.props.items()]
-        props.MessageExpiryInterval = m.ttl_ms // 1000
-        props.ContentType = m.content_type
-        props.ResponseTopic = m.reply_to
-        props.CorrelationData = m.correlation if isinstance(m.correlation, bytes) else m.correlation.encode()
+        if m.ttl_ms:
+            props.MessageExpiryInterval = m.ttl_ms // 1000
+        if m.content_type is not None:
+            props.ContentType = m.content_type
+        if m.reply_to is not None:
+            props.ResponseTopic = m.reply_to
+        if m.correlation is not None:
+            props.CorrelationData = m.correlation if isinstance(m.correlation, bytes) else m.correlation.encode()
         if m.text:
             props.PayloadFormatIndicator = 1
-        m.expiration = now_ms() + m.ttl_ms
+        m.expiration = now_ms() + m.ttl_ms if m.ttl_ms else 0
         self.client.publish(self.topic(address), m.body, 1 if m.durable else 0, properties=props)
 
     def receive(self) -> Got:
@@ -356,16 +368,21 @@ class AmqpSide:
 
     def send(self, kind: str, address: str, m: Sent) -> None:
         sent_at = now_ms()
-        msg = AmqpMessage(properties=dict(m.props), durable=m.durable, priority=m.priority,
-                          correlation_id=m.correlation, reply_to=m.reply_to, content_type=m.content_type)
+        msg = AmqpMessage(properties=dict(m.props), durable=m.durable, priority=m.priority)
+        for name, value in (("correlation_id", m.correlation), ("reply_to", m.reply_to),
+                            ("content_type", m.content_type)):
+            if value is not None:
+                setattr(msg, name, value)
         if m.text:
             msg.body = m.body.decode()  # an amqp-value string
-            msg.expiry_time = (sent_at + m.ttl_ms) / 1000  # absolute-expiry-time
+            if m.ttl_ms:
+                msg.expiry_time = (sent_at + m.ttl_ms) / 1000  # absolute-expiry-time
         else:
             msg.body = m.body
             msg.inferred = True  # one data section, as a JMS BytesMessage
-            msg.ttl = m.ttl_ms / 1000  # header ttl
-        m.expiration = sent_at + m.ttl_ms
+            if m.ttl_ms:
+                msg.ttl = m.ttl_ms / 1000  # header ttl
+        m.expiration = sent_at + m.ttl_ms if m.ttl_ms else 0
         target = self.destination(kind, address)
         if target not in self.senders:
             self.senders[target] = self.conn.create_sender(target)
@@ -456,9 +473,10 @@ def check(sent: Sent, got: Got, src: str, dst: str) -> list[str]:
             differ("priority", sent.priority, got.priority)
     elif src == "mqtt" and got.priority is not None and got.priority != 4:
         differ("priority (MQTT has none: the default 4)", 4, got.priority)
-    if abs(got.expiration - sent.expiration) > TTL_SLACK_MS:
+    if abs(got.expiration - sent.expiration) > TTL_SLACK_MS or (got.expiration == 0) != (sent.expiration == 0):
         differ("expiration (epoch ms)", sent.expiration, got.expiration)
-    if got.ttl_expiration is not None and abs(got.ttl_expiration - sent.expiration) > TTL_SLACK_MS:
+    if got.ttl_expiration is not None and (abs(got.ttl_expiration - sent.expiration) > TTL_SLACK_MS
+                                           or (got.ttl_expiration == 0) != (sent.expiration == 0)):
         differ("header ttl (as epoch ms)", sent.expiration, got.ttl_expiration)
     if got.durable != sent.durable:
         differ("durable", sent.durable, got.durable)
