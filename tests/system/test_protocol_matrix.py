@@ -7,11 +7,13 @@ of the 16 (sender, receiver) pairs goes through an anycast queue where both side
 ``/topic/x``, CORE and AMQP ``topic://x``, MQTT ``a/b`` <-> address ``a.b``); MQTT speaks only
 topics, so its pairs go through a topic alone. Four messages cross each pair: a binary one
 (bytes 0x00-0xff, durable, priority 7, relative expiry), a large one (160 KiB, over the broker's
-min_large_message_size, so kept in its own file; priority 9), an empty one (priority 0, no expiry,
-no correlation id, reply-to or content type, a property with a non-ASCII, dotted name) and a
-UTF-8 text one (non-durable, priority 2, the other form of expiry), each with string, numeric and boolean properties, a correlation
-id, a reply-to and a content type. For every pair the test checks all that both protocols can
-express; what one side cannot carry is lost by design (table below), and nothing else.
+min_large_message_size, so kept in its own file; priority 9) and a UTF-8 text one (non-durable,
+priority 2, the other form of expiry), each with string, numeric and boolean properties, a
+correlation id (bytes where both sides can hold bytes), a reply-to and a content type; and an
+empty one (priority 0, no expiry, correlation id, reply-to or content type, a property with a
+non-ASCII, dotted name). For every pair the test checks all that both protocols can express;
+what one side cannot carry is lost by design (table below), and nothing else. An MQTT 3.1.1
+publisher (payload and QoS only) is checked against each receiver too.
 
 What each protocol carries, and where Petrel keeps it:
 
