@@ -16,7 +16,8 @@ Mapping (AMQP -> Petrel; the way back is the reverse):
   ``x-opt-delivery-delay`` schedule the message.
 - body: one data section -> body (several are joined); an amqp-value string -> its UTF-8 bytes
   (``_AMQP_BODY=text``), binary -> the bytes (``binary``); any other body -> its encoded
-  sections kept as they came (``amqp``). A message from STOMP or CORE goes out as one data section.
+  sections kept as they came (``amqp``). A message from STOMP or CORE goes out as one data section;
+  one from MQTT 5 marked UTF-8 (payload format indicator 1) as an amqp-value string.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MESSAGE_ID = "_AMQP_MESSAGE_ID"
 CORRELATION_ID = "_AMQP_CORRELATION_ID"
 ANNOTATION = "_AMQP_MA_"
 GROUP_SEQ = "JMSXGroupSeq"
+MQTT_TEXT = "_MQTT_FORMAT"  # MQTT 5's payload format indicator (1: UTF-8 text), as the MQTT adapter keeps it
 #: Properties that become AMQP header or properties fields, not application properties.
 RESERVED = frozenset({BODY, MESSAGE_ID, CORRELATION_ID, "correlation-id", "reply-to", "content-type", "subject",
                       GROUP_ID, GROUP_SEQ})
@@ -227,6 +229,8 @@ def _bare(message: Message) -> bytes:
         group_sequence=_uint(group_seq),
     )
     kind = props.get(BODY)
+    if kind is None and props.get(MQTT_TEXT) == 1:  # MQTT 5 said UTF-8 text: an AMQP string
+        kind = "text"
     out = AmqpMessage(message_annotations=annotations or None, properties=properties,
                       application_properties=app or None)
     if kind == "text":
