@@ -5,8 +5,9 @@ that other protocols read: user properties by their own names (all of them, in o
 under ``_MQTT_USER_PROPERTIES`` when a name repeats), the content type as ``content-type``,
 the response topic as ``reply-to``, the correlation data as ``correlation-id`` (text when it
 is UTF-8), the message expiry interval as the message's expiration, the payload format
-indicator as ``_MQTT_FORMAT``. A message from another protocol reaches MQTT 5 subscribers with
-its properties as user properties (those an MQTT string cannot hold left out).
+indicator as ``_MQTT_FORMAT`` (an AMQP string body goes out with the indicator too). A message
+from another protocol reaches MQTT 5 subscribers with its properties as user properties (those
+an MQTT string cannot hold left out).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ QOS = "_MQTT_QOS"
 RETAIN = "_MQTT_RETAIN"
 FORMAT = "_MQTT_FORMAT"
 USER_PROPERTIES = "_MQTT_USER_PROPERTIES"
+AMQP_BODY = "_AMQP_BODY"  # the AMQP adapter's body kind: "text" for an amqp-value string
 # Properties another name carries, and the broker's own: not user properties on the way out.
 _NOT_USER = ("_MQTT_", "_AMQ", "_PETREL", "JMS")
 _MAPPED = frozenset({"content-type", "reply-to", "correlation-id"})
@@ -83,7 +85,7 @@ def to_publish(message: Message, qos: int, packet_id: int | None, *, retain: boo
             if left <= 0:
                 return None
             properties[P.MESSAGE_EXPIRY_INTERVAL] = left
-        if props.get(FORMAT):
+        if props.get(FORMAT) or props.get(AMQP_BODY) == "text":  # (an AMQP string body is UTF-8 text)
             properties[P.PAYLOAD_FORMAT_INDICATOR] = 1
         ctype = props.get("content-type")
         if ctype is not None and _fits(str(ctype)):
