@@ -89,6 +89,7 @@ pytestmark = pytest.mark.system
 
 PROTOCOLS = ("stomp", "core", "mqtt", "amqp")
 TYPED = {"core", "amqp"}  # typed property values on both ends
+TEXT_KIND = {"mqtt", "amqp"}  # a body marked as text: MQTT 5's payload format indicator, AMQP's string
 BINARY_CORRELATION = {"core", "mqtt", "amqp"}  # a correlation id of bytes (CORE: a bytes property)
 LARGE = 160 * 1024  # a body over the broker's min_large_message_size: kept in its own file
 TTL_SLACK_MS = 30_000  # an expiry matches within this (MQTT rounds to seconds; clocks read at send)
@@ -461,10 +462,8 @@ def check(sent: Sent, got: Got, src: str, dst: str) -> list[str]:
 
     if got.body != sent.body:
         differ("body", sent.body, got.body)
-    if src == "amqp" and dst == "amqp" and got.text != sent.text:
-        differ("text/binary body kind", sent.text, got.text)
-    if src == "mqtt" and dst == "mqtt" and bool(got.text) != sent.text:
-        differ("payload format indicator", sent.text, got.text)
+    if src in TEXT_KIND and dst in TEXT_KIND and bool(got.text) != sent.text:
+        differ("text or binary (AMQP string / MQTT payload format indicator)", sent.text, got.text)
     for k, v in sent.props.items():
         want = expected_property(v, src, dst)
         have = got.props.get(k, "<missing>")
