@@ -46,10 +46,10 @@ Lost by design, and so not checked for that pair:
 - STOMP and MQTT have no typed values: a number sent from CORE or AMQP reaches them as its
   decimal text (a boolean as ``true``/``false``), and what they send reaches CORE and AMQP as
   strings.
-- Whether a body is text or binary is AMQP's alone (amqp-value string vs data): a body from
-  STOMP, CORE or MQTT reaches AMQP as one data section (bytes), and an AMQP string reaches the
-  others as its UTF-8 bytes; the content type is what tells a receiver (and MQTT's payload format
-  indicator, which only MQTT 5 receivers see again).
+- Whether a body is text or binary only AMQP (amqp-value string vs data) and MQTT 5 (payload
+  format indicator) say, and they keep it between them: a body from STOMP or CORE reaches AMQP
+  as one data section (bytes) and MQTT without the indicator; an AMQP string or an MQTT text
+  payload reaches STOMP and CORE as its UTF-8 bytes. The content type is what tells them.
 - MQTT expiry is in whole seconds: a message from another protocol reaches MQTT with the seconds
   left rounded up, and an MQTT expiry interval becomes an epoch-ms expiration at the broker's
   receipt; AMQP's relative ttl becomes absolute at the broker, and an AMQP receiver gets both the
