@@ -64,8 +64,9 @@ BEGIN, SESSION, QUEUE = 1, 2, 3
 WINDOW = 50_000  # messages in flight or not yet removed here, at most (and half the target's cache)
 SF_PREFIX = "$.petrel.sf."  # store-and-forward queues (petrel.cluster.bridge.sf_queue_name)
 RETRY_REFUSED = 0.5  # s before sending again what the target refused (an address full: FAIL/BLOCK)
-BATCH = 256  # messages in one MIGRATE_BATCH at most ...
-BATCH_BYTES = 512 * 1024  # ... and bytes of bodies
+BATCH = 1024  # messages in one MIGRATE_BATCH at most ...
+BATCH_BYTES = 1024 * 1024  # ... and bytes (Message.size: bodies, properties), less when the target
+FRAME_MARGIN = 64 * 1024  # takes smaller frames; what a batch's frame holds beyond those: IDs, headers
 
 
 class MigrationFailed(Exception):
@@ -127,6 +128,7 @@ class Migration:
         self._batch_to: tuple[int, list[str]] = (0, [])  # (routing type, keys) of the queue being moved
         self._bridged = False  # the queue being moved is the store-and-forward queue toward the target
         self._batch_bytes = 0
+        self._batch_limit = BATCH_BYTES  # bytes per batch, within the target's largest frame
         self._flushing: asyncio.Handle | None = None
 
     # -- the run ---------------------------------------------------------------------------------------
@@ -153,6 +155,8 @@ class Migration:
             if cache > 0:
                 self.window = max(1, min(self.window, cache // 2))
             bridged = int(begun.get("bridge_id_cache_size") or cache)  # for its store-and-forward queue
+            frame = int(begun.get("max_frame_size") or 0)  # a target that does not say it: 512 KiB
+            self._batch_limit = max(1, min(BATCH_BYTES, frame - FRAME_MARGIN)) if frame else 512 * 1024
             self.bridge_window = max(1, min(self.window, bridged // 2)) if bridged > 0 else self.window
             self.link.send(CreateSession(SESSION, 1, False))
             await self._ask(SESSION, None)
@@ -291,7 +295,7 @@ class Migration:
             dup = migration_dup_id(self.broker.node_id, ref.queue.id, ref.seq)
             self._add_to_batch(Migrated(
                 message.address, message.durable, message.priority, message.expiration, message.timestamp,
-                message.scheduled, properties, message.body, ref.delivery_count, dup))
+                message.scheduled, properties, message.body, ref.delivery_count, dup), message.size)
             return
         self._flush()  # what came before goes first
         rt = int(ref.queue.routing_type)  # the queue it goes to, whatever the address has
@@ -313,11 +317,12 @@ class Migration:
         self._streaming = asyncio.get_running_loop().create_task(
             self._stream(link, message, Forward(*head, b"", True, keys, dup)))
 
-    def _add_to_batch(self, migrated: Migrated) -> None:
-        """Into the MIGRATE_BATCH of the queue being moved (`_batch_to`)."""
+    def _add_to_batch(self, migrated: Migrated, size: int) -> None:
+        """Into the MIGRATE_BATCH of the queue being moved (`_batch_to`); `size`: the message's
+        (body, properties and overhead: `Message.size`)."""
         self._batch.append(migrated)
-        self._batch_bytes += len(migrated.body)
-        if len(self._batch) >= BATCH or self._batch_bytes >= BATCH_BYTES:
+        self._batch_bytes += size
+        if len(self._batch) >= BATCH or self._batch_bytes >= self._batch_limit:
             self._flush()
         elif self._flushing is None:  # what one delivery round gave goes at the end of it
             self._flushing = asyncio.get_running_loop().call_soon(self._flush)

@@ -44,9 +44,11 @@ class MigrationFrames:
                  extra={"event": "scale_down.receiving"})
         # the caches of its messages' IDs (MIGRATION.<node>) and of its bridge's copies
         # (BRIDGE.<node>): the origin keeps at most half of each in flight
+        # and its largest frame, which a MIGRATE_BATCH must fit in
         self.reply(Result(e.corr, 0, "", {"node_id": self.broker.node_id,
                                           "id_cache_size": self.office.migration_cache_size(e.node_id),
-                                          "bridge_id_cache_size": self.office.bridge_cache_size(e.node_id)}))
+                                          "bridge_id_cache_size": self.office.bridge_cache_size(e.node_id),
+                                          "max_frame_size": self.broker.config.max_frame_size}))
 
     def on_migrate_queue(self: CoreAdapter, e: MigrateQueue) -> None:
         if self.migration_source is None:
