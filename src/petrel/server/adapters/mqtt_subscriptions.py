@@ -126,15 +126,22 @@ class MqttSubscriptions:
                     self.office.route_to(message, [queue], 0)
 
     def _attach(self: MqttAdapter, sub: SessionSubscription, queue: Queue) -> Queue | None:
-        """Consume `queue` for `sub`; a consumer the same filter had before (a SUBSCRIBE again,
-        with new options) goes only then, so a temporary queue is not deleted in between and
-        what it held comes to the new one."""
+        """Consume `queue` for `sub`. A SUBSCRIBE again of a filter this connection consumes
+        already (a paho application subscribes in on_connect, after its session resumed) only
+        updates the options: the consumer stays, with its deliveries in flight, which are
+        neither lost nor sent twice (MQTT 5 §3.8.4). A consumer of another queue for the same
+        filter goes only after the new one is in place, so a temporary queue is not deleted in
+        between and what it held comes to the new one."""
         if queue.deleted:  # deleted meanwhile: made again
             try:
                 queue = self._open_queue(sub, self.mqtt.persistent)
             except Exception as exc:
                 log.info("MQTT %s: subscription %r lost: %s", self.client_id, sub.options.filter, exc)
                 return None
+        current = self.consumers.get(sub.options.filter)
+        if current is not None and current.queue is queue and not current.closed:
+            self.by_consumer[current.id] = sub  # the new options, from the next delivery on
+            return queue
         consumer = Consumer(queue, self._deliver, window=self.receive_max)
         self.session.add_consumer(consumer)
         if self._window_full:
