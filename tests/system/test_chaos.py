@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from petrel.testing.chaos import DIMENSIONS, FAULT_KINDS, make_plan
+from petrel.testing.chaos.plan import EXTRA_PROTOCOLS
 from petrel.testing.chaos.faults import can_mount_tmpfs
 from petrel.testing.chaos.runner import run_seed
 
@@ -54,6 +55,15 @@ REPLICATION_FAULTS = {"kill9", "sigterm", "backup_kill9", "disk_full", "link_cut
 DRAIN_SEEDS = [2295, 2116, 3001, 7005]
 
 
+# protocol="AMQP" / "MQTT": the same plans with python-qpid-proton or paho-mqtt clients (MQTT on the
+# durable topic, one persistent session per subscription). (seed, topology, protocol); topology None:
+# the drawn one. 6: AMQP transacted sends and acceptances on two durable subscriptions of a 3-node
+# cluster, a SIGTERM; 2295: AMQP transacted into a broker drained by `petrel drain` killed twice;
+# 2: MQTT QoS 1 under BLOCK, the disk full and a consumer dropped; 3001: MQTT, two persistent
+# sessions whose broker is killed and drained into another.
+PROTOCOL_SEEDS = [(6, None, "AMQP"), (2295, "drain", "AMQP"), (2, None, "MQTT"), (3001, "drain", "MQTT")]
+
+
 def covered(seeds: list[int]) -> set[tuple]:
     found = set()
     for seed in seeds:
@@ -78,6 +88,37 @@ def test_the_pair_seeds_cover_both_protocols_and_the_pair_faults():
     plans = [make_plan(seed, topology="pair") for seed in PAIR_SEEDS]
     assert {p.protocol for p in plans} == set(DIMENSIONS["protocol"])
     assert PAIR_FAULTS <= set().union(*(p.fault_kinds for p in plans))
+
+
+def test_a_protocol_option_draws_the_rest_of_the_plan_as_without_it_but_what_the_protocol_cannot_do():
+    for seed in SEEDS + DRAIN_SEEDS:
+        drawn = make_plan(seed)
+        amqp = make_plan(seed, protocol="AMQP")
+        assert amqp.protocol == "AMQP"
+        assert {k: v for k, v in drawn.dimensions().items() if k != "protocol"} == \
+            {k: v for k, v in amqp.dimensions().items() if k != "protocol"}
+        assert (drawn.faults, drawn.messages) == (amqp.faults, amqp.messages)
+        mqtt = make_plan(seed, protocol="MQTT")
+        assert mqtt.destination == "durable-topic" and mqtt.ack != "transacted" and mqtt.subscriptions >= 1
+        assert (drawn.faults, drawn.messages, drawn.topology) == (mqtt.faults, mqtt.messages, mqtt.topology)
+    with pytest.raises(ValueError):
+        make_plan(1, topology="spark", protocol="MQTT")
+
+
+def test_the_protocol_seeds_cover_both_protocols_on_a_cluster_and_a_drain():
+    plans = [make_plan(seed, topology=topology, protocol=protocol) for seed, topology, protocol in PROTOCOL_SEEDS]
+    assert {p.protocol for p in plans} == set(EXTRA_PROTOCOLS)
+    assert {(p.protocol, p.topology) for p in plans} >= {("AMQP", "cluster"), ("AMQP", "drain"), ("MQTT", "drain")}
+    assert any(p.protocol == "AMQP" and p.ack == "transacted" for p in plans)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("seed, topology, protocol", PROTOCOL_SEEDS)
+def test_chaos_protocol_seed(seed, topology, protocol, tmp_path):
+    result = run_seed(seed, tmp_path / f"{protocol}-{seed}", topology=topology, protocol=protocol)
+    print(result.report())
+    assert result.ok, result.report()
+    assert result.verdict.confirmed > 0
 
 
 def test_a_topology_option_draws_the_rest_of_the_plan_as_without_it():

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from petrel.testing.chaos.plan import EXTRA_TOPOLOGIES, TOPOLOGIES, make_plan
+from petrel.testing.chaos.plan import EXTRA_PROTOCOLS, EXTRA_TOPOLOGIES, PROTOCOLS, TOPOLOGIES, make_plan
 from petrel.testing.chaos.report import print_table
 from petrel.testing.chaos.runner import run_seed
 
@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="replace the drawn topology (pair: a shared-store primary and backup; replication: a "
                              "replicating primary and backup; drain: a broker killed and drained into another; spark: "
                              "a Spark streaming query for the consumer, killed and restarted)")
+    parser.add_argument("--protocol", choices=PROTOCOLS + EXTRA_PROTOCOLS,
+                        help="replace the drawn client protocol (AMQP: python-qpid-proton; MQTT: paho-mqtt, on the "
+                             "durable topic, one persistent session per subscription)")
     parser.add_argument("--workdir", type=Path, help="where the brokers' directories go (default: a temp dir)")
     parser.add_argument("--plan", action="store_true", help="print the plan(s) only, run nothing")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every run's report, not only failures'")
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = iter(range(start, start + count)) if count is not None else _forever(start)
     if args.plan:
         for seed in (seeds if args.runs or args.seed is not None else [next(seeds)]):
-            print(make_plan(seed, scale=args.scale, topology=args.topology).describe())
+            print(make_plan(seed, scale=args.scale, topology=args.topology, protocol=args.protocol).describe())
         return 0
     deadline = time.monotonic() + args.duration if args.duration else None
     base = args.workdir or Path(tempfile.mkdtemp(prefix="petrel-chaos-"))
@@ -47,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         if deadline is not None and time.monotonic() > deadline:
             break
-        print(make_plan(seed, scale=args.scale, topology=args.topology).describe(), flush=True)
-        result = run_seed(seed, base / f"seed-{seed}", scale=args.scale, topology=args.topology)
+        print(make_plan(seed, scale=args.scale, topology=args.topology, protocol=args.protocol).describe(), flush=True)
+        result = run_seed(seed, base / f"seed-{seed}", scale=args.scale, topology=args.topology,
+                          protocol=args.protocol)
         results.append(result)
         print(result.report() if (args.verbose or not result.ok) else result.summary(), flush=True)
     print()

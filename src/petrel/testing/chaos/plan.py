@@ -10,10 +10,16 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "HA_FAULT_KINDS", "SPARK_FAULT_KINDS", "Fault",
+__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_PROTOCOLS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "HA_FAULT_KINDS", "SPARK_FAULT_KINDS", "Fault",
            "Plan", "make_plan"]
 
 PROTOCOLS = ("STOMP", "CORE")
+#: Protocols a run gets only when asked for (``make_plan(seed, protocol="AMQP")``), so that the
+#: seeds drawn before them keep their plans. AMQP 1.0 (python-qpid-proton) does everything the
+#: plan draws; MQTT 5 (paho-mqtt) speaks topics only, so its runs use the durable topic (one
+#: persistent session per subscription), acknowledge transacted batches one by one, and send
+#: without priority or delay (MQTT has neither).
+EXTRA_PROTOCOLS = ("AMQP", "MQTT")
 ACK_MODES = ("auto", "client", "client-individual", "transacted")
 SIZES = ("small", "large")
 LIMITS = ("none", "PAGE", "BLOCK")
@@ -161,13 +167,18 @@ class Plan:
         return asdict(self)
 
 
-def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> Plan:
+def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None, protocol: str | None = None) -> Plan:
     """The plan of run `seed`; `scale` multiplies the message counts (and the pacing time);
-    `topology` replaces the drawn one (everything else is drawn as without it)."""
+    `topology` and `protocol` replace the drawn ones (everything else is drawn as without them,
+    but for what the protocol cannot do: see `EXTRA_PROTOCOLS`)."""
     if topology is not None and topology not in TOPOLOGIES + EXTRA_TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}")
+    if protocol is not None and protocol not in PROTOCOLS + EXTRA_PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}")
+    if protocol == "MQTT" and topology in ("spark", "spark-sink"):
+        raise ValueError("the spark topologies read and write queues, which MQTT cannot address")
     rng = random.Random(seed)
-    protocol = rng.choice(PROTOCOLS)
+    protocol_drawn = rng.choice(PROTOCOLS)
     ack = rng.choice(ACK_MODES)
     persistent = rng.random() < 0.8
     size = rng.choice(SIZES)
@@ -226,9 +237,14 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None) -> 
         destination, persistent, feature, churn = "queue", True, "plain", False
         limit = "PAGE" if limit == "BLOCK" else limit
         consumers, subscriptions = 0, 0
+    if protocol == "MQTT":
+        if destination == "queue":  # each consumer becomes a persistent session of its own
+            destination, subscriptions, consumers = "durable-topic", max(consumers, 1), 1
+        ack = "client-individual" if ack == "transacted" else ack
+    protocol_ = protocol or protocol_drawn
     security = random.Random(f"security-{seed}").choice(SECURITY)
     if topology in ("spark", "spark-sink"):  # the Spark source and sink log in as anonymous clients
         security = "off"
-    return Plan(seed, protocol, ack, persistent, size, limit, feature, destination, topology, churn,
+    return Plan(seed, protocol_, ack, persistent, size, limit, feature, destination, topology, churn,
                 duplicate_ids, producers, consumers, subscriptions, messages, duration, tuple(faults),
                 failback, lock, drain_kills, batch_limit, sink_chunk, security)

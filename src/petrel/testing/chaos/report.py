@@ -63,4 +63,4 @@ def print_table(results: Sequence[RunResult], *, caption: str | None = None) -> 
 def _replay(r: RunResult) -> str:
     from petrel.testing.chaos.runner import replay_command
 
-    return replay_command(r.plan.seed, r.scale, r.plan.topology)
+    return replay_command(r.plan.seed, r.scale, r.plan.topology, r.plan.protocol)

@@ -23,7 +23,7 @@ from petrel.testing.chaos.drain import DrainPair
 from petrel.testing.chaos.pair import SharedStorePair
 from petrel.testing.chaos.replication import LiveDisk, ReplicationPair
 from petrel.testing.chaos.spark import SparkQuery, spark_available
-from petrel.testing.chaos.plan import EXTRA_TOPOLOGIES, LARGE_THRESHOLD, Plan, make_plan
+from petrel.testing.chaos.plan import EXTRA_PROTOCOLS, EXTRA_TOPOLOGIES, LARGE_THRESHOLD, Plan, make_plan
 from petrel.testing.chaos.timeline import Timeline
 from petrel.testing.chaos.workload import QUEUE, TOPIC, Ports, Workload, streams_of
 from petrel.testing.cluster import (api_request, backlog, make_cluster, start_all, stop_all, wait_bindings,
@@ -36,10 +36,12 @@ __all__ = ["RunResult", "replay_command", "run_plan", "run_seed"]
 DEAD_ENDS = ("DLQ", "ExpiryQueue")  # their messages say no stream
 
 
-def replay_command(seed: int, scale: float = 1.0, topology: str | None = None) -> str:
+def replay_command(seed: int, scale: float = 1.0, topology: str | None = None, protocol: str | None = None) -> str:
     extra = f" --scale {scale:g}" if scale != 1.0 else ""
     if topology in EXTRA_TOPOLOGIES:
         extra += f" --topology {topology}"
+    if protocol in EXTRA_PROTOCOLS:
+        extra += f" --protocol {protocol}"
     return f".venv/bin/python -m petrel.testing.chaos --seed {seed}{extra}"
 
 
@@ -70,7 +72,7 @@ class RunResult:
         if self.verdict.defects():
             lines.append(f"  {self.verdict.defects()}")
         lines += [f"  PROBLEM: {p}" for p in self.problems]
-        lines.append(f"  replay: {replay_command(self.plan.seed, self.scale, self.plan.topology)}")
+        lines.append(f"  replay: {replay_command(self.plan.seed, self.scale, self.plan.topology, self.plan.protocol)}")
         lines.append("  plan: " + self.plan.describe().replace("\n", "\n  "))
         if self.skipped:
             lines.append("  skipped: " + "; ".join(f"{k}: {v}" for k, v in self.skipped.items()))
@@ -313,8 +315,9 @@ def _wait_subscriptions(workload: Workload, brokers: _Brokers) -> None:
                 wait_bindings(brokers.nodes[p.ports.node], c.stream, timeout=30)
 
 
-def run_seed(seed: int, workdir: Path, *, scale: float = 1.0, topology: str | None = None) -> RunResult:
-    return run_plan(make_plan(seed, scale=scale, topology=topology), workdir, scale=scale)
+def run_seed(seed: int, workdir: Path, *, scale: float = 1.0, topology: str | None = None,
+             protocol: str | None = None) -> RunResult:
+    return run_plan(make_plan(seed, scale=scale, topology=topology, protocol=protocol), workdir, scale=scale)
 
 
 def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from petrel.testing.chaos.amqp_channels import amqp_consumer, amqp_producer
 from petrel.testing.chaos.channels import (
     ChannelError,
     Spec,
@@ -23,6 +24,7 @@ from petrel.testing.chaos.channels import (
     stomp_consumer,
     stomp_producer,
 )
+from petrel.testing.chaos.mqtt_channels import mqtt_consumer, mqtt_producer, subscription_queue
 from petrel.testing.chaos import security
 from petrel.testing.chaos.ledger import Ledger, message_id
 from petrel.testing.chaos.plan import Plan
@@ -39,15 +41,35 @@ def subscriber(k: int) -> tuple[str, str]:
     return f"chaos-c{k}", f"sub{k}"
 
 
+#: protocol -> (producer channel, consumer channel); STOMP connects to the STOMP port, the others
+#: to the all-protocols port.
+CHANNELS = {
+    "STOMP": (stomp_producer, stomp_consumer),
+    "CORE": (core_producer, core_consumer),
+    "AMQP": (amqp_producer, amqp_consumer),
+    "MQTT": (mqtt_producer, mqtt_consumer),
+}
+
+
 def _login(plan: Plan):
     """What a channel of this run's protocol logs in with (`security`)."""
-    return security.core_login(plan) if plan.protocol == "CORE" else security.stomp_login(plan)
+    if plan.protocol == "CORE":
+        return security.core_login(plan)
+    if plan.protocol in ("AMQP", "MQTT"):  # SASL PLAIN / CONNECT's user name, or anonymous
+        return security.stomp_login(plan) if security.secured(plan) else None
+    return security.stomp_login(plan)
+
+
+def _port(plan: Plan, ports: Ports) -> int:
+    return ports.stomp if plan.protocol == "STOMP" else ports.core
 
 
 def streams_of(plan: Plan) -> tuple[str, ...]:
     """The queues every message of the plan must reach (one per durable subscription)."""
     if plan.destination == "queue":
         return (QUEUE,)
+    if plan.protocol == "MQTT":  # a persistent session's subscription queue
+        return tuple(subscription_queue(subscriber(k)[0]) for k in range(plan.subscriptions))
     return tuple(".".join(subscriber(k)) for k in range(plan.subscriptions))
 
 
@@ -131,8 +153,8 @@ class Producer(_Worker):
         plan = self.plan
         if not self.started:
             self.started = time.monotonic()
-        open_ = core_producer if plan.protocol == "CORE" else stomp_producer
-        channel = open_(self.ports.core if plan.protocol == "CORE" else self.ports.stomp, self.destination,
+        open_ = CHANNELS[plan.protocol][0]
+        channel = open_(_port(plan, self.ports), self.destination,
                         plan.ack == "transacted", self.ledger.confirmed, login=_login(plan))
         streams = streams_of(plan)
         try:
@@ -208,8 +230,8 @@ class Consumer(_Worker):
 
     def session(self) -> bool:
         plan = self.plan
-        open_ = core_consumer if plan.protocol == "CORE" else stomp_consumer
-        channel = open_(self.ports.core if plan.protocol == "CORE" else self.ports.stomp, self.destination, plan.ack,
+        open_ = CHANNELS[plan.protocol][1]
+        channel = open_(_port(plan, self.ports), self.destination, plan.ack,
                         client_id=self.client_id, subscription=self.subscription,
                         on_delivery=self._delivered, on_ack_confirmed=self._ack_confirmed, login=_login(plan))
         self.subscribed.set()
@@ -272,7 +294,7 @@ class Workload:
         if topic:
             for k in range(plan.subscriptions):
                 client_id, sub = subscriber(k)
-                self.consumers.append(Consumer(k, dest, f"{client_id}.{sub}", client_id, sub, plan, ledger, timeline,
+                self.consumers.append(Consumer(k, dest, streams_of(plan)[k], client_id, sub, plan, ledger, timeline,
                                                cports[(m - 1 - k) % m], random.Random(rng.random())))
         else:
             for k in range(plan.consumers):
