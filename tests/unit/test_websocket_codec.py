@@ -106,7 +106,7 @@ def test_unmask_at_any_offset_matches_bytewise_xor():
         assert unmask(data[:cut], mask) + unmask(data[cut:], mask, cut) == want
 
 
-@pytest.mark.parametrize("raw, code", [
+FORBIDDEN = [  # random masks: the ids are the case numbers, the same in every xdist worker
     (client_frame(Opcode.TEXT, b"x", rsv=0x40), CloseCode.PROTOCOL_ERROR),  # no extension negotiated
     (bytes((0x81, 0x01)) + b"x", CloseCode.PROTOCOL_ERROR),  # not masked
     (client_frame(0x3, b""), CloseCode.PROTOCOL_ERROR),  # reserved opcode
@@ -120,7 +120,10 @@ def test_unmask_at_any_offset_matches_bytewise_xor():
     (client_frame(Opcode.CLOSE, (1005).to_bytes(2, "big")), CloseCode.PROTOCOL_ERROR),  # reserved code
     (client_frame(Opcode.CLOSE, (1000).to_bytes(2, "big") + b"\xff"), CloseCode.INVALID_FRAME_PAYLOAD_DATA),
     (bytes((0x82, 0xFF)) + b"\x80" + bytes(7) + bytes(4), CloseCode.PROTOCOL_ERROR),  # length over 2**63
-])
+]
+
+
+@pytest.mark.parametrize("raw, code", FORBIDDEN, ids=[f"case{i}" for i in range(len(FORBIDDEN))])
 def test_what_rfc6455_forbids_is_a_frame_error_with_its_close_code(raw: bytes, code: int):
     decoder = FrameDecoder()
     decoder.receive_data(raw)
