@@ -8,7 +8,7 @@ Each run invokes, for each variant in turn (the order alternates between runs), 
 (`--brokers petrel --workloads S1,S2 --runs 1`, its counts and warm-up) and bench/core_rows.py
 (`--workloads S1,S2 --runs 1`), with PYTHONPATH putting that tree's `src` first: the broker
 (`petrel run` of this venv's console script) and the CORE client come from that tree, the load
-generators from this checkout's bench/. "head" is this checkout's src. The figure per (suite, row,
+generators from this checkout's bench/. "head" is this checkout's src, or --after's (a worktree of a commit: nothing uncommitted). The figure per (suite, row,
 variant) is the median of the runs' msgs/s and broker CPU µs/msg; the ratio is head / before
 (>= 0.95 means no regression beyond 5 % of msgs/s), with the median of the per-run ratios beside it.
 """
@@ -101,14 +101,16 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", type=Path, required=True, help="a worktree of the commit before the seam")
+    p.add_argument("--after", type=Path, default=ROOT,
+                   help="the tree measured as head (default this checkout, with whatever is uncommitted in it)")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--suites", default=",".join(SUITES))
     args = p.parse_args()
-    variants = [("head", ROOT / "src"), ("before", args.before.resolve() / "src")]
+    variants = [("head", args.after.resolve() / "src"), ("before", args.before.resolve() / "src")]
     suites = [s for s in args.suites.split(",") if s in SUITES]
     started = dt.datetime.now(dt.timezone.utc)
     load_before = bs.loadavg()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.after, capture_output=True,
                             text=True).stdout.strip()
     before_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.before,
                                    capture_output=True, text=True).stdout.strip()
