@@ -2,7 +2,7 @@
 RabbitMQ 3.10's AMQP 1.0 plugin (Debian's `rabbitmq-server`), in one run, as ratios of medians.
 
     .venv/bin/python bench/amqp.py [--runs 5] [--s1 50000] [--s2 20000] [--size 1024]
-                                   [--brokers petrel,rabbitmq]
+                                   [--brokers petrel,rabbitmq] [--generator proton|raw]
 
 ActiveMQ 5.17's AMQP transport cannot run here: Debian's `activemq` has no activemq-amqp jar and
 Debian has no proton-j, which it needs (`activemq` in --brokers says so and is skipped).
@@ -23,6 +23,10 @@ with a credit window of 1,000 (proton's prefetch).
   as fast as credit allows.
 - S2: `durable` true, both links at-least-once: the producer keeps up to 1,000 unsettled and
   counts `accepted` dispositions, the consumer accepts and settles each delivery.
+`--generator raw` puts bench/amqp_raw.py's clients in the same two processes instead: raw
+sockets, Petrel's codec for the handshake, transfer frames from a template, transfers counted
+undecoded, a credit top-up at half the window and (at-least-once) one accepting disposition per
+read covering its range; a few µs of CPU per message where proton's handlers take about 50.
 msgs/s = COUNT / (the producer's first send to the consumer's last receive). Each run also reads
 the broker process's CPU time per message and each generator process's CPU share (CPU time /
 wall time: near 100 % means the generator, not the broker, was the limit). Runs are interleaved
@@ -153,19 +157,49 @@ def produce(url: str, address: str, durable: bool, count: int, size: int) -> tup
     return p.t0, p.confirmed, cpu / max(1e-9, time.perf_counter() - w0), cpu
 
 
-def _producer_main(url, address, durable, count, size, result) -> None:
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def consume_raw_main(url: str, address: str, durable: bool, count: int, ready, result) -> None:
+    from amqp_raw import consume_raw
+
+    w0, cpu0 = time.perf_counter(), _cpu()
+    got, last = 0, 0.0
     try:
-        result.put(produce(url, address, durable, count, size))
+        got, last = consume_raw(_port(url), address, durable, count, ready)
+    except Exception as exc:  # noqa: BLE001 - reported as an incomplete run
+        print(f"consumer: {exc!r}", flush=True)
+    cpu = _cpu() - cpu0
+    result.put((got, last, cpu / max(1e-9, time.perf_counter() - w0), cpu))
+
+
+def produce_raw(url: str, address: str, durable: bool, count: int, size: int) -> tuple[float, int, float, float]:
+    from amqp_raw import produce_raw as produce_
+
+    w0, cpu0 = time.perf_counter(), _cpu()
+    t0, confirmed = produce_(_port(url), address, durable, count, size)
+    cpu = _cpu() - cpu0
+    return t0, confirmed, cpu / max(1e-9, time.perf_counter() - w0), cpu
+
+
+GENERATORS = {"proton": (consume, produce), "raw": (consume_raw_main, produce_raw)}
+
+
+def _producer_main(url, address, durable, count, size, result, generator="proton") -> None:
+    try:
+        result.put(GENERATORS[generator][1](url, address, durable, count, size))
     except Exception as exc:  # noqa: BLE001
         print(f"producer: {exc!r}", flush=True)
         result.put((0.0, 0, 0.0, 0.0))
 
 
-def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: int = 0) -> dict:
+def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: int = 0,
+            generator: str = "proton") -> dict:
     """One measurement: msgs/s, broker CPU µs/msg, the generator processes' CPU shares."""
     ctx = mp.get_context("spawn")
     ready, cres, pres = ctx.Event(), ctx.Queue(), ctx.Queue()
-    consumer = ctx.Process(target=consume, args=(url, address, durable, count, ready, cres))
+    consumer = ctx.Process(target=GENERATORS[generator][0], args=(url, address, durable, count, ready, cres))
     consumer.start()
     out: dict = {"rate": None, "cpu_us_per_msg": None, "producer_cpu": None, "consumer_cpu": None,
                  "generator_us_per_msg": None}
@@ -174,7 +208,7 @@ def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: i
         out["error"] = "consumer not attached"
         return out
     cpu0 = procstat.cpu_seconds(pid) if pid else None
-    producer = ctx.Process(target=_producer_main, args=(url, address, durable, count, size, pres))
+    producer = ctx.Process(target=_producer_main, args=(url, address, durable, count, size, pres, generator))
     producer.start()
     deadline = 120 + count / 500
     try:
@@ -269,6 +303,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--warmup", type=int, default=10_000, help="S1 messages per broker first, not counted")
     parser.add_argument("--brokers", default="petrel,rabbitmq")
+    parser.add_argument("--generator", choices=sorted(GENERATORS), default="proton",
+                        help="proton's reactor, or raw sockets on Petrel's codec (bench/amqp_raw.py)")
     args = parser.parse_args()
     names = [b for b in args.brokers.split(",") if b in BROKERS]
     if "activemq" in names:
@@ -297,14 +333,14 @@ def main() -> None:
                 brokers.append(("rabbitmq", f"amqp://127.0.0.1:{rabbit.amqp_port}", rabbit.pid,
                                 "/queue/bench-{w}-{r}"))
             for name, url, pid, pattern in brokers if args.warmup else ():
-                w = one_run(url, pattern.format(w="warmup", r=0), False, args.warmup, args.size, pid)
+                w = one_run(url, pattern.format(w="warmup", r=0), False, args.warmup, args.size, pid, args.generator)
                 print(f"warm-up {name}: {bs.fmt(w.get('rate'))} msgs/s {w.get('error') or ''}", flush=True)
             for run in range(args.runs):
                 order = brokers if run % 2 == 0 else brokers[::-1]
                 for workload, durable in WORKLOADS:
                     for name, url, pid, pattern in order:
                         m = one_run(url, pattern.format(w=workload.lower(), r=run), durable,
-                                    counts[workload], args.size, pid)
+                                    counts[workload], args.size, pid, args.generator)
                         m["loadavg"] = bs.loadavg()
                         figures.setdefault((workload, name), []).append(m)
                         print(f"run {run + 1} {workload} {name}: {bs.fmt(m['rate'])} msgs/s, "
@@ -320,7 +356,7 @@ def main() -> None:
     load_after = bs.loadavg()
     print(f"\n{started:%Y-%m-%d %H:%M} UTC, commit {commit}, medians of {args.runs} runs, S1 {args.s1:,} "
           f"pre-settled non-durable, S2 {args.s2:,} durable at-least-once, {args.size}-byte bodies, "
-          f"1 producer -> 1 consumer (proton); load average before {load_before}, after {load_after}\n")
+          f"1 producer -> 1 consumer ({args.generator}); load average before {load_before}, after {load_after}\n")
     print(table(rows, shown))
     out = Path(__file__).parent / "results" / f"amqp-{started:%Y%m%d-%H%M%S}.json"
     out.parent.mkdir(exist_ok=True)
