@@ -119,3 +119,81 @@ def test_a_subscribe_again_sends_the_retained_messages_as_retain_handling_says(b
     raw.send(Puback(again.packet_id))
     raw.send(Disconnect())
     raw.close()
+
+
+def test_unacknowledged_deliveries_keep_their_packet_id_and_dup_through_kill_9(b):
+    raw = Raw(b.mqtt_port, Connect("pid-sub", 5, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600}))
+    raw.send(Subscribe(1, (Subscription("pid/#", 2),)))
+    assert isinstance(raw.recv(), Suback)
+    pub = Paho(b.mqtt_port, "pid-pub")
+    pub.publish("pid/one", b"one", 1)
+    for i in range(5):
+        pub.publish(f"pid/two/{i}", f"two {i}".encode(), 2)
+    pub.publish("pid/three", b"three", 2)
+    pub.close()
+    first = {p.payload: p for p in (raw.recv() for _ in range(7))}
+    assert not any(p.dup for p in first.values())
+    three = first[b"three"].packet_id
+    raw.send(Pubrec(three))  # the message is the client's; PUBCOMP never comes
+    assert raw.recv() == Pubrel(three)
+    b.kill9()  # nothing else acknowledged
+    b.start()
+    raw = Raw(b.mqtt_port, Connect("pid-sub", 5, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600}))
+    assert raw.connack.session_present
+    got = []
+    with pytest.raises(TimeoutError):
+        while True:
+            got.append(raw.recv(timeout=1.0))
+    assert Pubrel(three) in got
+    again = {p.payload: p for p in got if isinstance(p, Publish)}
+    assert sorted(again) == sorted(k for k in first if k != b"three")  # the PUBREC'd one: only PUBREL
+    for payload, p in again.items():
+        assert (p.packet_id, p.qos, p.dup) == (first[payload].packet_id, first[payload].qos, True)
+    for p in again.values():
+        raw.send(Puback(p.packet_id) if p.qos == 1 else Pubrec(p.packet_id))
+    rels = [raw.recv() for _ in range(5)]
+    assert sorted(r.packet_id for r in rels) == sorted(p.packet_id for p in again.values() if p.qos == 2)
+    for pid in [r.packet_id for r in rels] + [three]:
+        raw.send(Pubcomp(pid))
+    raw.send(Publish("elsewhere", b"x", 1, packet_id=9))  # its PUBACK follows a sync of all before
+    assert raw.recv().packet_id == 9  # (0x10: no subscribers)
+    raw.send(Disconnect())
+    raw.close()
+    b.kill9()
+    b.start()
+    raw = Raw(b.mqtt_port, Connect("pid-sub", 5, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600}))
+    assert raw.connack.session_present
+    with pytest.raises(TimeoutError):
+        raw.recv(timeout=1.0)  # all done: nothing comes again
+    # new deliveries still flow, with packet ids of their own
+    pub = Paho(b.mqtt_port, "pid-pub")
+    pub.publish("pid/new", b"new", 2)
+    pub.close()
+    new = raw.recv()
+    assert (new.payload, new.dup) == (b"new", False)
+    raw.send(Pubrec(new.packet_id))
+    assert raw.recv() == Pubrel(new.packet_id)
+    raw.send(Pubcomp(new.packet_id))
+    raw.send(Disconnect())
+    raw.close()
+
+
+def test_paho_gets_each_qos_2_message_once_when_the_broker_dies_mid_delivery(b):
+    raw = Raw(b.mqtt_port, Connect("eo-paho", 4, clean_start=False))
+    raw.send(Subscribe(1, (Subscription("eop/#", 2),)))
+    assert isinstance(raw.recv(), Suback)
+    pub = Paho(b.mqtt_port, "eop-pub")
+    for i in range(5):
+        pub.publish(f"eop/{i}", f"m{i}".encode(), 2)
+    pub.close()
+    assert len([raw.recv() for _ in range(5)]) == 5
+    raw.abort()
+    b.kill9()
+    b.start()
+    client, got = _resubscribing_paho(b.mqtt_port, "eo-paho", "eop/#")
+    messages = _drain(got)
+    client.disconnect()
+    client.loop_stop()
+    assert sorted(m.payload for m in messages) == [f"m{i}".encode() for i in range(5)]
+    assert all(m.qos == 2 for m in messages)  # sent again at once on resume, before the SUBSCRIBE again
+

@@ -14,6 +14,15 @@ Three durable last-value queues hold it, so the journal keeps it like any messag
 - ``$.petrel.mqtt.qos2``: QoS 2 PUBLISHes received and answered with PUBREC, not yet released by
   PUBREL (keyed by client id and packet id). PUBREL routes the message and removes it in one
   store transaction, so a resend after a crash is recognised and never routed twice.
+- ``$.petrel.mqtt.sent``: the packet id given to a QoS 1 or 2 delivery of a durable message to a
+  persistent session, until the client acknowledges it (keyed by client id and packet id; the
+  subscription queue's name and the message id as properties), so that after a restart the
+  message is sent again with that packet id and DUP. A QoS 2 PUBLISH is written to the client
+  only once its record is durable; PUBREC replaces the record by the ``pubrel`` one and
+  acknowledges the message in one store transaction, so a message whose PUBREC was seen is never
+  sent again, and one whose PUBREC was not is sent again as the same PUBLISH (exactly once
+  through ``kill -9``). A QoS 1 delivery does not wait for its record (a crash in between sends
+  it again as new: at least once). PUBACK removes the record before acknowledging the message.
 
 The state is loaded when the broker starts serving, if it holds any (`start`, the protocol's
 start hook), else when the first MQTT client connects; a persistent session's expiry counts
@@ -47,6 +56,9 @@ SESSIONS = "$.petrel.mqtt.sessions"
 RETAINED = "$.petrel.mqtt.retain"
 QOS2 = "$.petrel.mqtt.qos2"
 PUBREL = "$.petrel.mqtt.pubrel"
+SENT = "$.petrel.mqtt.sent"
+SENT_QUEUE = "_MQTT_SENT_Q"  # on a SENT record: the subscription queue's name
+SENT_MESSAGE = "_MQTT_SENT_M"  # on a SENT record: the message id
 KEY = "_MQTT_KEY"
 RETAINED_TOPIC = "_MQTT_RETAINED"  # on a copy of a retained message routed to a new subscription
 NEVER = 0xFFFFFFFF  # session expiry interval: the session never ends
@@ -68,7 +80,8 @@ class MqttSession:
     subscriptions: dict[str, SessionSubscription] = field(default_factory=dict)
     adapter: Any = None  # the connection it is attached to
     pubrel_pending: set[int] = field(default_factory=set)  # QoS 2 out: PUBREC seen, PUBCOMP not yet
-    packet_ids: dict[tuple[int, int], int] = field(default_factory=dict)  # (queue id, message id) -> id
+    packet_ids: dict[tuple[str, int], int] = field(default_factory=dict)  # (queue name, message id) -> id
+    reserved: set[int] = field(default_factory=set)  # packet ids of deliveries to send again
     timer: Any = None  # session expiry
     will_timer: Any = None  # a delayed will: (timer, publish now)
     saved: bytes = b""  # the record last written to $.petrel.mqtt.sessions
@@ -215,6 +228,16 @@ class MqttState:
                 self._remove(ref)
             else:
                 session.pubrel_pending.add(int(pid))
+        sent = self.office.queues.get(SENT)
+        for ref in list(sent.iter_refs()) if sent is not None else ():
+            pid, _, client_id = str(ref.message.properties.get(KEY, "")).partition(":")
+            session = self.sessions.get(client_id)
+            props = ref.message.properties
+            if session is None or not pid.isdigit() or int(pid) in session.pubrel_pending:
+                self._remove(ref)
+            else:
+                session.packet_ids[(str(props.get(SENT_QUEUE)), int(props.get(SENT_MESSAGE) or 0))] = int(pid)
+                session.reserved.add(int(pid))
         log.info("MQTT: %d persistent sessions loaded", len(self.sessions))
 
     def save(self, session: MqttSession, *, disconnected: bool = False) -> None:
@@ -244,6 +267,10 @@ class MqttState:
             self._remove(ref)
         for pid in list(session.pubrel_pending):
             self.released_done(session.client_id, pid)
+        for pid in set(session.packet_ids.values()):
+            self.sent_done(session.client_id, pid)
+        session.packet_ids.clear()
+        session.reserved.clear()
         self.sync()
 
     def drop_queue(self, sub: SessionSubscription) -> None:
@@ -361,15 +388,36 @@ class MqttState:
     # -- QoS 2 delivered, PUBREC seen, PUBCOMP not yet ----------------------------------------
 
     def released(self, client_id: str, packet_id: int, ref: MessageReference) -> None:
-        """PUBREC for a delivery: the message is acknowledged and the packet id kept, in one
-        store transaction."""
+        """PUBREC for a delivery: the message is acknowledged, its ``sent`` record removed and
+        the packet id kept, in one store transaction."""
+        key = self._qos2_key(client_id, packet_id)
         record = Message(id=self.broker.store.next_id(), address=PUBREL, body=b"",
-                         properties={KEY: self._qos2_key(client_id, packet_id)}, durable=True, timestamp=now_ms())
+                         properties={KEY: key}, durable=True, timestamp=now_ms())
         self._queue(PUBREL)
         tx = Transaction(f"mqtt-pubrec-{client_id}-{packet_id}")
         tx.sends.append((record, RoutingType.ANYCAST))
         tx.hold_ack(ref)
+        sent = self._find(SENT, key)
+        if sent is not None:
+            tx.acks.append(sent)
+            sent.queue._last_values.pop(key, None)
         self.office.commit(tx)
+        if sent is not None:
+            self._settled(sent.queue)
+
+    # -- QoS 1/2 delivered, not yet acknowledged ----------------------------------------------
+
+    def sent(self, client_id: str, packet_id: int, queue_name_: str, message_id: int) -> None:
+        """A delivery of a durable message to a persistent session got `packet_id` (replacing
+        the record of the delivery that had it before)."""
+        self._put(SENT, self._qos2_key(client_id, packet_id), b"",
+                  {SENT_QUEUE: queue_name_, SENT_MESSAGE: message_id})
+
+    def sent_done(self, client_id: str, packet_id: int) -> None:
+        """PUBACK (or a refusing PUBREC, or the session's end): the record goes."""
+        ref = self._find(SENT, self._qos2_key(client_id, packet_id))
+        if ref is not None:
+            self._remove(ref)
 
     def released_done(self, client_id: str, packet_id: int) -> None:
         """PUBCOMP: the packet id is free again."""

@@ -14,6 +14,7 @@ matching a new subscription are routed into its queue after the SUBACK.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
 from petrel.codec.mqtt import (
@@ -56,6 +57,7 @@ class MqttSubscriptions:
         self._next_pid = 1
         self._window_full = False
         self._topics: dict[str, str] = {}  # address -> topic, for deliveries
+        self._held: deque[list] = deque()  # [chunks, ready, sync asked]: output waiting for a sync
 
     def configure_delivery(self: MqttAdapter, receive_max: int | None, max_packet: int | None) -> None:
         self.receive_max = receive_max or V3_RECEIVE_MAXIMUM
@@ -185,6 +187,9 @@ class MqttSubscriptions:
             if sub is None:
                 reasons.append(R.NO_SUBSCRIPTION_EXISTED)
                 continue
+            for key, pid in [(k, p) for k, p in session.packet_ids.items() if k[0] == sub.queue]:
+                del session.packet_ids[key]
+                self.state.sent_done(self.client_id, pid)
             self.state.drop_queue(sub)
             reasons.append(R.SUCCESS)
         self.state.save(session)
@@ -228,11 +233,13 @@ class MqttSubscriptions:
         retained = RETAINED_TOPIC in message.properties
         retain = retained or (sub.options.retain_as_published and bool(message.properties.get("_MQTT_RETAIN")))
         pid = None
+        known = False  # sent before with this packet id (before a reconnect or a restart)
         if qos:
-            pid = self._packet_id(ref)
-            if pid is None:  # cannot happen under the receive maximum; the message goes back
+            got = self._packet_id(ref)
+            if got is None:  # cannot happen under the receive maximum; the message goes back
                 queue.cancel(ref, redelivered=False, consumer=consumer)
                 return
+            pid, known = got
         if message.large is not None:
             message = _with_body(message, self.broker.large.read(message.large))  # whole, in memory
         topic = self._topics.get(message.address)
@@ -240,7 +247,7 @@ class MqttSubscriptions:
             if len(self._topics) >= 1024:
                 self._topics.clear()
             topic = self._topics[message.address] = address_to_topic(message.address)
-        publish = to_publish(message, qos, pid, retain=retain, dup=ref.delivery_count > 0, v5=self.v5,
+        publish = to_publish(message, qos, pid, retain=retain, dup=known or ref.delivery_count > 0, v5=self.v5,
                              topic=topic,
                              subscription_ids=[sub.identifier] if sub.identifier else None)
         if publish is None:  # expired on its way
@@ -252,33 +259,78 @@ class MqttSubscriptions:
                      self.client_id, len(head) + len(payload))
             queue.acknowledge(ref, consumer=consumer)
             return
-        self.conn.write(head + payload if len(payload) < 4096 else head)
-        if len(payload) >= 4096:
-            self.conn.write(payload)
+        chunks = (head + payload,) if len(payload) < 4096 else (head, payload)
         if not qos:
+            self._write_out(chunks, False)
             queue.acknowledge(ref, consumer=consumer)
             return
+        session = self.mqtt
+        recorded = not known and session.persistent and ref.message.durable and queue.durable
+        if recorded:  # its packet id outlives a restart; QoS 2 goes out once that is durable
+            self.state.sent(self.client_id, pid, queue.name, ref.message.id)
+        self._write_out(chunks, recorded and qos == 2)
         self.inflight[pid] = (consumer, ref)
-        self.mqtt.packet_ids[(queue.id, message.id)] = pid
+        session.packet_ids[(queue.name, ref.message.id)] = pid
         if len(self.inflight) + len(self.mqtt.pubrel_pending) >= self.receive_max:
             self._window_full = True
             for c in self.consumers.values():
                 c.paused = True
 
-    def _packet_id(self: MqttAdapter, ref: MessageReference) -> int | None:
+    def _packet_id(self: MqttAdapter, ref: MessageReference) -> tuple[int, bool] | None:
+        """A packet id for the delivery of `ref`, and whether it is the one it was sent with
+        before (a redelivery after a reconnect or a restart keeps it, when it still can)."""
         session = self.mqtt
         busy = self.inflight
         pending = session.pubrel_pending
-        if ref.delivery_count:  # a redelivery keeps its packet id, when it still can
-            pid = session.packet_ids.get((ref.queue.id, ref.message.id))
-            if pid is not None and pid not in busy and pid not in pending:
-                return pid
+        reserved = session.reserved
+        pid = session.packet_ids.get((ref.queue.name, ref.message.id))
+        if pid is not None and pid not in busy and pid not in pending:
+            reserved.discard(pid)
+            return pid, True
         for _ in range(65535):
             pid = self._next_pid
             self._next_pid = pid % 65535 + 1
-            if pid not in busy and pid not in pending:
-                return pid
+            if pid not in busy and pid not in pending and pid not in reserved:
+                return pid, False
         return None
+
+    def _write_out(self: MqttAdapter, chunks: tuple[bytes, ...], synced: bool) -> None:
+        """Write a delivery, after the store's next sync when `synced`, in delivery order.
+        Deliveries needing a sync during one turn of the loop share one."""
+        held = self._held
+        if not held and not synced:
+            for chunk in chunks:
+                self.conn.write(chunk)
+            return
+        if synced and not (held and not held[-1][2]):  # a new batch: its sync is asked soon
+            held.append([[], False, False])
+            self.conn.call_later(0, self._sync_held)
+        elif not held:
+            held.append([[], True, True])
+        held[-1][0].extend(chunks)
+
+    def _sync_held(self: MqttAdapter) -> None:
+        batch = next((b for b in self._held if not b[2]), None)
+        if batch is None:
+            return
+        batch[2] = True
+
+        def durable() -> None:
+            batch[1] = True
+            held = self._held
+            while held and held[0][1]:
+                if self.conn.closed:
+                    held.clear()
+                    return
+                for chunk in held.popleft()[0]:
+                    self.conn.write(chunk)
+
+        def failed(exc: BaseException) -> None:
+            self._held.clear()
+            if not self.conn.closed:
+                self.fail(R.UNSPECIFIED_ERROR, f"not persisted: {exc}")
+
+        self.broker.store.sync(durable, failed=failed)
 
     def on_delivery_ack(self: MqttAdapter, packet) -> None:
         """PUBACK (QoS 1 done), PUBREC (QoS 2: the message is the client's; PUBREL follows),
@@ -297,7 +349,7 @@ class MqttSubscriptions:
                     self.write(Pubrel(pid, R.PACKET_IDENTIFIER_NOT_FOUND))
                 return
             consumer, ref = entry
-            session.packet_ids.pop((ref.queue.id, ref.message.id), None)
+            session.packet_ids.pop((ref.queue.name, ref.message.id), None)
             if packet.type == T.PUBREC and packet.reason < 0x80:
                 session.pubrel_pending.add(pid)
                 if session.persistent and ref.message.durable and ref.queue.durable:
@@ -306,6 +358,8 @@ class MqttSubscriptions:
                     self.session.acknowledge(consumer, [ref])
                 self.confirm(Pubrel(pid), durable=True)
             else:  # PUBACK, or a PUBREC refusing the message: not sent again either
+                if session.persistent:  # the record first: never one left for an acknowledged message
+                    self.state.sent_done(self.client_id, pid)
                 self.session.acknowledge(consumer, [ref])
         if self._window_full and len(self.inflight) + len(session.pubrel_pending) < self.receive_max:
             self._window_full = False
