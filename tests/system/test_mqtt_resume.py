@@ -197,3 +197,40 @@ def test_paho_gets_each_qos_2_message_once_when_the_broker_dies_mid_delivery(b):
     assert sorted(m.payload for m in messages) == [f"m{i}".encode() for i in range(5)]
     assert all(m.qos == 2 for m in messages)  # sent again at once on resume, before the SUBSCRIBE again
 
+
+def _wait_for_log(b, text: str, count: int = 1, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while b.log_path.read_text(errors="replace").count(text) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} not logged {count} times")
+        time.sleep(0.05)
+
+
+def test_a_delayed_will_survives_kill_9_and_goes_when_due_unless_the_session_resumed(b):
+    watcher = Paho(b.mqtt_port, "will-watch", clean=False)
+    watcher.subscribe("wills9/#", 1)
+    watcher.close()
+    session = {P.SESSION_EXPIRY_INTERVAL: 600}
+    for name, delay in (("goes", 2), ("resumes", 6)):
+        Raw(b.mqtt_port, Connect(name, 5, clean_start=False, properties=session, will=Will(
+            f"wills9/{name}", f"{name} died".encode(), 1, retain=True,
+            properties={P.WILL_DELAY_INTERVAL: delay}))).abort()
+    _wait_for_log(b, "due in", 2)
+    sync = Raw(b.mqtt_port, Connect("will-sync", 5))
+    sync.send(Publish("elsewhere", b"x", 1, packet_id=1))  # its PUBACK follows a sync of all before
+    assert sync.recv().packet_id == 1
+    b.kill9()  # before either will is due
+    b.start()
+    back = Raw(b.mqtt_port, Connect("resumes", 5, clean_start=False, properties=session))
+    assert back.connack.session_present
+    watcher = Paho(b.mqtt_port, "will-watch", clean=False)
+    will = watcher.get(timeout=20)
+    assert (will.topic, will.payload) == ("wills9/goes", b"goes died")
+    assert watcher.drain(idle=7.0) == []  # the resumed session's will never goes
+    watcher.close()
+    late = Paho(b.mqtt_port, "will-late", version=V5)
+    late.subscribe("wills9/#", 1)  # the will was retained
+    assert [(m.topic, m.payload, m.retain) for m in late.drain()] == [("wills9/goes", b"goes died", True)]
+    late.close()
+    back.send(Disconnect())
+    back.close()

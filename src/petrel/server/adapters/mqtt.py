@@ -188,7 +188,8 @@ class MqttAdapter(MqttSubscriptions):
             old.will_timer = None
             if c.clean_start:  # the old session ends now: its will goes now
                 publish_will()
-            # else: back within the will delay, no will
+            else:  # back within the will delay, no will
+                state.will_done(client_id)
         present = old is not None and not c.clean_start
         if old is not None and not present:
             state.end(old)
@@ -451,22 +452,7 @@ class MqttAdapter(MqttSubscriptions):
             delay = min(delay, session.expiry)
         else:
             delay = 0
-        retain = self.will_retain
-        state = self.state
-
-        def publish() -> None:
-            if session is not None:
-                session.will_timer = None
-            try:
-                self.office.send(will, None)
-                if retain:
-                    state.retain(will)
-                state.sync()
-                log.info("MQTT will of %s published to %s", self.client_id, will.address)
-            except Exception as exc:
-                log.info("MQTT will of %s not published: %s", self.client_id, exc)
-
         if delay <= 0 or session is None:
-            publish()
-        else:
-            session.will_timer = (asyncio.get_running_loop().call_later(delay, publish), publish)
+            self.state.publish_will(self.client_id, will, self.will_retain)
+        else:  # kept durably: a restart before it is due publishes it when it is
+            self.state.will_later(session, will, self.will_retain, delay)

@@ -23,6 +23,9 @@ Three durable last-value queues hold it, so the journal keeps it like any messag
   sent again, and one whose PUBREC was not is sent again as the same PUBLISH (exactly once
   through ``kill -9``). A QoS 1 delivery does not wait for its record (a crash in between sends
   it again as new: at least once). PUBACK removes the record before acknowledging the message.
+- ``$.petrel.mqtt.wills``: the will of a disconnected persistent session waiting for its will
+  delay (keyed by client id; when it is due as a property), so that a broker restarted before
+  then publishes it when it is due, unless the session resumed first.
 
 The state is loaded when the broker starts serving, if it holds any (`start`, the protocol's
 start hook), else when the first MQTT client connects; a persistent session's expiry counts
@@ -57,6 +60,10 @@ RETAINED = "$.petrel.mqtt.retain"
 QOS2 = "$.petrel.mqtt.qos2"
 PUBREL = "$.petrel.mqtt.pubrel"
 SENT = "$.petrel.mqtt.sent"
+WILLS = "$.petrel.mqtt.wills"
+WILL_ADDRESS = "_MQTT_WILL_ADDRESS"
+WILL_DUE = "_MQTT_WILL_DUE"  # ms since the epoch
+WILL_RETAIN = "_MQTT_WILL_RETAIN"
 SENT_QUEUE = "_MQTT_SENT_Q"  # on a SENT record: the subscription queue's name
 SENT_MESSAGE = "_MQTT_SENT_M"  # on a SENT record: the message id
 KEY = "_MQTT_KEY"
@@ -238,6 +245,13 @@ class MqttState:
             else:
                 session.packet_ids[(str(props.get(SENT_QUEUE)), int(props.get(SENT_MESSAGE) or 0))] = int(pid)
                 session.reserved.add(int(pid))
+        wills = self.office.queues.get(WILLS)
+        for ref in list(wills.iter_refs()) if wills is not None else ():
+            try:
+                self._will_from(ref, now)
+            except Exception as exc:
+                log.error("an MQTT will record that does not load (%s); dropped", exc)
+                self._remove(ref)
         log.info("MQTT: %d persistent sessions loaded", len(self.sessions))
 
     def save(self, session: MqttSession, *, disconnected: bool = False) -> None:
@@ -294,6 +308,63 @@ class MqttState:
                 self.end(session)
 
         session.timer = loop.call_later(min(seconds, 10 * 365 * 86400), expire)
+
+    # -- wills waiting for their delay ---------------------------------------------------------
+
+    def will_later(self, session: MqttSession, will: Message, retain: bool, delay: float) -> None:
+        """Publish `will` in `delay` seconds unless the session resumes first; kept durably
+        until then."""
+        props = dict(will.properties)
+        props[WILL_ADDRESS] = will.address
+        props[WILL_DUE] = now_ms() + int(delay * 1000)
+        props[WILL_RETAIN] = retain
+        props["_MQTT_EXPIRATION"] = will.expiration
+        props[KEY] = session.client_id
+        self._send(Message(id=self.broker.store.next_id(), address=WILLS, body=will.body, properties=props,
+                           durable=True, priority=will.priority, timestamp=will.timestamp))
+        self.sync()
+        log.info("MQTT will of %s due in %.1fs", session.client_id, delay)
+        self._arm_will(session.client_id, will, retain, delay)
+
+    def _will_from(self, ref: MessageReference, now: int) -> None:
+        m = ref.message
+        props = {k: v for k, v in m.properties.items()
+                 if k not in (KEY, WILL_ADDRESS, WILL_DUE, WILL_RETAIN, "_MQTT_EXPIRATION")}
+        will = Message(id=self.broker.store.next_id(), address=str(m.properties[WILL_ADDRESS]), body=m.body,
+                       properties=props, durable=m.durable, priority=m.priority,
+                       expiration=int(m.properties.get("_MQTT_EXPIRATION") or 0), timestamp=m.timestamp)
+        delay = max(0.0, (int(m.properties[WILL_DUE]) - now) / 1000)
+        self._arm_will(str(m.properties[KEY]), will, bool(m.properties.get(WILL_RETAIN)), delay)
+
+    def _arm_will(self, client_id: str, will: Message, retain: bool, delay: float) -> None:
+        session = self.sessions.get(client_id)
+
+        def publish() -> None:
+            if session is not None:
+                session.will_timer = None
+            self.will_done(client_id)
+            self.publish_will(client_id, will, retain)
+
+        timer = asyncio.get_running_loop().call_later(min(delay, 10 * 365 * 86400), publish)
+        if session is not None:
+            session.will_timer = (timer, publish)
+
+    def will_done(self, client_id: str) -> None:
+        """The will went, or is not to go (the session resumed): its record goes."""
+        ref = self._find(WILLS, client_id)
+        if ref is not None:
+            self._remove(ref)
+            self.sync()
+
+    def publish_will(self, client_id: str, will: Message, retain: bool) -> None:
+        try:
+            self.office.send(will, None)
+            if retain:
+                self.retain(will)
+            self.sync()
+            log.info("MQTT will of %s published to %s", client_id, will.address)
+        except Exception as exc:
+            log.info("MQTT will of %s not published: %s", client_id, exc)
 
     # -- retained messages --------------------------------------------------------------------
 
