@@ -118,6 +118,7 @@ class Clustering:
             self.remove_remote_binding(binding.key)
         self.remote_bindings[binding.key] = binding
         self.remote_by_address.setdefault(binding.address, []).append(binding)
+        self.remote_wildcard_changed(binding, True)
         log.debug("remote binding added: %r", binding)
         if self.observer is not None:
             self.observer.binding_added(binding)
@@ -134,6 +135,7 @@ class Clustering:
                 group.remove(binding)
             if not group:
                 del self.remote_by_address[binding.address]
+        self.remote_wildcard_changed(binding, False)
         log.debug("remote binding removed: %r", binding)
         if self.observer is not None:
             self.observer.binding_removed(binding)

@@ -422,6 +422,8 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             targets = address.targets(message, routing_type)
         if self.wildcard_addresses and only is None and not diverted:
             targets = self.wildcard_targets(message, routing_type, targets)
+        if self.remote_wildcards and only is None and not diverted:  # other nodes' pattern addresses
+            remote = self.wildcard_remote(message, routing_type, remote)
         dup_id = message.duplicate_id if track_dup and address is not None else None
         persist_dup = dup_id is not None and self.persist_id_cache
         stored = [q for q in targets if q.durable] if message.durable else []

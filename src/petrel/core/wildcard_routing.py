@@ -6,6 +6,10 @@ filters become `*` and `#` words); it holds no messages of its own. Which patter
 address is cached per address name; the cache is dropped whenever a pattern address comes or
 goes. A broker without pattern addresses pays one dict check per send. As in MQTT, a pattern
 that starts with a wildcard does not match an address that starts with ``$``.
+
+In a cluster, another node's multicast queue on a pattern address (its remote binding) gets,
+from this node, what is sent to every address the pattern matches, as a local one would: the
+message goes to that node as for a remote binding on its own address, naming the queue.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from petrel.core.wildcard import is_wildcard, matches
 if TYPE_CHECKING:
     from petrel.core.address import Address
     from petrel.core.queue import Queue
+    from petrel.core.remote import RemoteBinding
 
 __all__ = ["WildcardRouting"]
 
@@ -30,6 +35,43 @@ class WildcardRouting:
     def init_wildcards(self) -> None:
         self.wildcard_addresses: dict[str, Address] = {}
         self._wildcard_cache: dict[str, list[Address]] = {}
+        self.remote_wildcards: dict[str, list[RemoteBinding]] = {}  # pattern -> other nodes' bindings
+        self._remote_wildcard_cache: dict[str, list[RemoteBinding]] = {}
+
+    def remote_wildcard_changed(self, binding: RemoteBinding, added: bool) -> None:
+        """A remote binding came or went (`Clustering`): indexed when its address is a pattern."""
+        if not is_wildcard(binding.address):
+            return
+        group = self.remote_wildcards.setdefault(binding.address, [])
+        if added:
+            group.append(binding)
+        elif binding in group:
+            group.remove(binding)
+        if not group:
+            del self.remote_wildcards[binding.address]
+        self._remote_wildcard_cache.clear()
+
+    def wildcard_remote(self, message: Message, routing_type: RoutingType | None,
+                        remote: list[RemoteBinding] | None) -> list[RemoteBinding] | None:
+        """`remote` and the other nodes' multicast bindings on pattern addresses matching the
+        message's address."""
+        if routing_type is RoutingType.ANYCAST:
+            return remote
+        name = message.address
+        cache = self._remote_wildcard_cache
+        found = cache.get(name)
+        if found is None:
+            dollar = name.startswith("$")
+            found = [b for pattern, group in self.remote_wildcards.items()
+                     if pattern != name and not (dollar and pattern[:1] in ("*", "#")) and matches(pattern, name)
+                     for b in group if b.routing_type == RoutingType.MULTICAST]
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[name] = found
+        extra = [b for b in found if b.accepts(message) and (remote is None or b not in remote)]
+        if not extra:
+            return remote
+        return (remote or []) + extra
 
     def wildcard_address_added(self, address: Address) -> None:
         if is_wildcard(address.name):
