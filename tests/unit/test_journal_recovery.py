@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from petrel.storage.journal import DamagedJournal, FileJournal, Record, RecordType, encode, read_segments
@@ -300,8 +300,11 @@ def _base_journal():
 
 
 @settings(max_examples=100, deadline=None)
-@given(hits=st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 7)), min_size=1, max_size=4))
-def test_flipped_bits_anywhere_give_damage_or_a_load_never_anything_else(tmp_path_factory, hits):
+@given(hits=st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 7)), min_size=1, max_size=4),
+       loads=st.integers(1, 3))
+# the first record header of both data segments: the second load dropped what the first kept
+@example(hits=[(16, 0), (17, 0), (7659, 0)], loads=1)
+def test_flipped_bits_anywhere_give_damage_or_a_load_never_anything_else(tmp_path_factory, hits, loads):
     target = tmp_path_factory.mktemp("fuzz") / "j"
     shutil.copytree(_base_journal(), target)
     files = sorted(p for p in target.iterdir() if p.name.startswith("petrel-data-") and p.suffix == ".pj"
@@ -319,8 +322,10 @@ def test_flipped_bits_anywhere_give_damage_or_a_load_never_anything_else(tmp_pat
     if strict is not None:
         assert list(strict.records) == list(loaded.records) and loaded.skipped == []
         return
-    again = reload(target, skip_damaged=True, compact_percentage=0, datasync=False)
-    assert list(again.records) == list(loaded.records)
+    # every later load gives what the first kept (recovery never drops what an earlier one kept)
+    for _ in range(loads):
+        again = reload(target, skip_damaged=True, compact_percentage=0, datasync=False)
+        assert list(again.records) == list(loaded.records)
     # compaction rewrites the damaged segments (all but the current one)
     journal = FileJournal(target, file_size=SIZE, compact_percentage=0, datasync=False)
     journal.load(skip_damaged=True)
@@ -335,3 +340,60 @@ def test_flipped_bits_anywhere_give_damage_or_a_load_never_anything_else(tmp_pat
     except DamagedJournal:
         after = reload(target, skip_damaged=True, compact_percentage=0, datasync=False)
     assert list(after.records) == list(loaded.records) + [5000]
+
+
+def _first_headers_flipped(path):
+    """Flip a bit in the header of the first record of every data segment; their ids."""
+    segments = layout(path)
+    for seg, file, recs in segments:
+        flip(file, HEADER_SIZE + 1)  # in the record's user type: its header check fails
+    return [seg for seg, _, _ in segments]
+
+
+@pytest.mark.parametrize("segments", [2, 3])
+def test_loads_after_damage_in_every_segment_keep_what_the_first_kept(tmp_path, segments):
+    # Holes in older segments followed by data in a later one are damage (their records after
+    # the hole kept); the newest segment's hole, vouched for by no MARK, is a torn tail. Dropping
+    # it must not leave that segment empty: the next load would take the older segment for the
+    # newest holding data and drop its records after the hole as a torn tail.
+    write(tmp_path, adds(60 * segments, size=200), crash=True)
+    before = layout(tmp_path)
+    assert len(before) == segments
+    # kept: the records of the older segments after their damaged first one
+    expected = [rec.id for _, _, recs in before[:-1] for _, rec in recs[1:] if rec.type == RecordType.ADD]
+    _first_headers_flipped(tmp_path)
+    with pytest.raises(DamagedJournal):
+        reload(tmp_path)
+    first = reload(tmp_path, skip_damaged=True)
+    assert len(first.skipped) == segments - 1
+    kept = list(first.records)
+    assert kept == expected
+    for _ in range(3):
+        again = reload(tmp_path, skip_damaged=True)
+        assert list(again.records) == kept
+        assert len(again.skipped) == segments - 1  # the same damage, reported again
+    # appends resume after the dropped tail's MARK, and everything stays
+    journal = FileJournal(tmp_path, file_size=SIZE)
+    journal.load(skip_damaged=True)
+    journal.start(run_all)
+    adds(3, start=1000)(journal)
+    journal.stop()
+    assert list(reload(tmp_path, skip_damaged=True).records) == kept + [1000, 1001, 1002]
+
+
+def test_a_dropped_torn_tail_leaves_a_mark_where_appends_resume(tmp_path):
+    write(tmp_path, adds(10), crash=True)
+    seg, path, recs = layout(tmp_path)[-1]
+    off, _ = recs[6]
+    flip(path, off + 40)  # a hole after the last MARK, records after it: a torn tail
+    loaded = reload(tmp_path)
+    assert list(loaded.records) == [1, 2, 3, 4, 5, 6] and loaded.skipped == []
+    buf = path.read_bytes()
+    from petrel.storage.journal.records import decode
+    mark, end = decode(buf, off, seg)
+    assert mark.type == RecordType.MARK and mark.id == off
+    assert not any(buf[end:])  # the dropped records are zeroed
+    assert list(reload(tmp_path).records) == [1, 2, 3, 4, 5, 6]
+    write(tmp_path, adds(2, start=20))
+    assert layout(tmp_path)[-1][2][-2][0] == end  # the first append lands just after the MARK
+    assert list(reload(tmp_path).records) == [1, 2, 3, 4, 5, 6, 20, 21]

@@ -37,12 +37,28 @@ when it lies after the hole, that everything before its offset was synced.  With
 * ``H < M``: the hole is in synced data: damage (file and offset reported).
 * ``H >= M``: no sync on record covers the hole.  Power loss can produce it, so
   it is treated as a torn tail: records from ``H`` on are dropped (with a
-  warning), the bytes zeroed, and appends resume at ``H``.  What this gives up:
+  warning), a MARK of ``H`` is written at ``H`` (see below), the bytes after it
+  are zeroed, and appends resume after the MARK.  What this gives up:
   real damage inside the last synced batch whose MARK never reached the disk
   (at most the batches synced after the last durable MARK) reads as a torn tail.
 
 Older segments need no MARKs: one is synced whole before a newer one is written,
 so any hole in a segment followed by data in a later one is damage.
+
+Dropping a torn tail leaves a MARK
+----------------------------------
+Whether a hole is damage or a torn tail depends on whether later segments hold
+data, so a load must not destroy the evidence an earlier load judged by.  With
+holes in segments 1 and 2, say, the valid records after segment 2's hole prove
+segment 2 was written, hence segment 1 synced whole: its hole is damage and the
+records after it are kept (and served).  Segment 2's hole is a torn tail; if
+dropping it left segment 2 empty, the next load would see segment 1 as the
+newest segment holding data, judge its hole a torn tail and drop the records the
+first load kept.  So the dropped tail is replaced by a MARK of its offset,
+written and synced before the bytes after it are zeroed: the segment still
+holds a record (the evidence stays), the MARK truthfully vouches that the
+segment is synced up to there (recovery synced it), and appends resume after
+it.  A MARK is an ordinary record of format version 1 that older code reads too.
 
 Transactions take effect at their COMMIT.  A COMMIT whose counts do not match the
 records found is dropped; a transaction left open (or only prepared) at the end
@@ -72,7 +88,9 @@ from .records import (
     decode_raw,
     decode_run,
     decode_tx_counts,
+    encode_data,
     find_candidate,
+    record_size,
 )
 from .segment import Layout, SegmentInfo, check_header, read_file
 
@@ -81,6 +99,7 @@ __all__ = ["LoadedJournal", "LoadedRecord", "Replay", "Scan", "read_segments", "
 log = logging.getLogger("petrel.storage.journal")
 
 _ZEROS = bytes(1 << 20)
+_MARK_SIZE = record_size(MARK, 0)
 
 
 @dataclass(slots=True)
@@ -306,6 +325,17 @@ def _zero_from(path: Path, offset: int, sync: bool, stream: StoreStream) -> None
         os.close(fd)
 
 
+def _mark_at(path: Path, offset: int, sync: bool, stream: StoreStream, segment_id: int) -> None:
+    """Write (and sync) a MARK of ``offset`` at ``offset``: where a torn tail was dropped."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        stream.pwrite(fd, path, encode_data(MARK, segment_id, 0, offset, b""), offset)
+        if sync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -> Recovered:
     """Replay every data segment of ``layout`` into ``ledger``; see the module doc."""
     replay = Replay(ledger)
@@ -384,11 +414,15 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         torn_hole = judge_held(newest=True)
         h_path, h_seg, h_scan, _ = held
         if torn_hole:
+            # The segment keeps a MARK where its data now ends (see "Dropping a torn tail
+            # leaves a MARK"), written and synced before the bytes after it are zeroed.
             hole = h_scan.damage[0].offset
-            ledger.segments[h_seg].used = hole
-            _zero_from(h_path, hole, sync, layout.stream)
+            _mark_at(h_path, hole, sync, layout.stream, h_seg)
+            ledger.apply(MARK, hole, 0, h_seg, _MARK_SIZE)
+            ledger.segments[h_seg].used = hole + _MARK_SIZE
+            _zero_from(h_path, hole + _MARK_SIZE, sync, layout.stream)
             if last is not None and last[0] == h_seg:
-                resume_end = hole
+                resume_end = hole + _MARK_SIZE
             if suspect is not None and suspect[3] == h_seg:
                 suspect = None  # the torn record lay after the hole: zeroed with it
 
