@@ -56,10 +56,15 @@ Lost by design, and so not checked for that pair:
   absolute-expiry-time and the time left as the header's ttl.
 - Durability reaches an MQTT subscriber as the delivery's QoS (min of the subscription's 1 and
   the message's: 1 for durable, 0 for not); a QoS 0 PUBLISH is non-durable, QoS 1 durable.
-- reply-to and the correlation id are carried verbatim (a response topic ``a/b`` is not turned
-  into the address ``a.b``). A correlation id of bytes (MQTT correlation data that is not UTF-8,
-  an AMQP binary one, a CORE bytes property) crosses between CORE, MQTT and AMQP as bytes; STOMP
-  cannot carry it (text headers only).
+- A reply-to is an address (``a.b``): MQTT's response topic ``a/b`` becomes the reply-to ``a.b``
+  and a reply-to ``a.b`` reaches MQTT as the response topic ``a/b``, as topics map to addresses
+  (so a service of any protocol answering an MQTT request sends to the topic the requester
+  listens on). The correlation id is carried verbatim. A correlation id of bytes (MQTT
+  correlation data that is not UTF-8, an AMQP binary one, a CORE bytes property) crosses between
+  CORE, MQTT and AMQP as bytes; STOMP gets bytes (a correlation id or any property) as base64
+  text (`petrel.core.message_props.text`), as MQTT gets a bytes property as a user property.
+- Nothing else arrives: the protocols' internal properties (``_MQTT_*``, ``_AMQP_*``: QoS,
+  retain, the publisher's client id, body kinds...) reach no client of any protocol.
 
 The last test sends once to a topic read at the same time by STOMP 1.2 and 1.0, MQTT 5 and
 3.1.1, and AMQP subscribers: each gets the message as its protocol renders it (a message keeps
@@ -332,7 +337,7 @@ class MqttSide:
         if m.content_type is not None:
             props.ContentType = m.content_type
         if m.reply_to is not None:
-            props.ResponseTopic = m.reply_to
+            props.ResponseTopic = self.topic(m.reply_to)  # the topic of the address replies go to
         if m.correlation is not None:
             props.CorrelationData = m.correlation if isinstance(m.correlation, bytes) else m.correlation.encode()
         if m.text:
@@ -462,6 +467,9 @@ def check(sent: Sent, got: Got, src: str, dst: str) -> list[str]:
 
     if got.body != sent.body:
         differ("body", sent.body, got.body)
+    internal = sorted(k for k in got.props if k.startswith(("_MQTT_", "_AMQP_")))
+    if internal:
+        differ("internal properties (none should reach a client)", [], internal)
     if src in TEXT_KIND and dst in TEXT_KIND and bool(got.text) != sent.text:
         differ("text or binary (AMQP string / MQTT payload format indicator)", sent.text, got.text)
     for k, v in sent.props.items():
@@ -484,8 +492,11 @@ def check(sent: Sent, got: Got, src: str, dst: str) -> list[str]:
     correlation = got.correlation
     if dst == "mqtt" and isinstance(sent.correlation, str) and isinstance(correlation, bytes):
         correlation = correlation.decode("utf-8", "replace")  # MQTT's correlation data is bytes
+    reply_to = sent.reply_to
+    if dst == "mqtt" and reply_to is not None:
+        reply_to = MqttSide.topic(reply_to)  # an address reaches MQTT as its topic
     for what, want, have in (("correlation id", sent.correlation, correlation),
-                             ("reply-to", sent.reply_to, got.reply_to),
+                             ("reply-to", reply_to, got.reply_to),
                              ("content type", sent.content_type, got.content_type)):
         if have != want or type(have) is not type(want):
             differ(what, want, have)
@@ -566,3 +577,43 @@ def test_mqtt_311_publish_reaches_each_protocol(clients, dst):
         assert got.durable == (bodies.pop(got.body) == 1)
         assert got.priority in (None, 4) and got.expiration == 0
         assert (got.correlation, got.reply_to, got.content_type) == (None, None, None)
+
+
+@pytest.mark.parametrize("service", ["stomp", "core", "amqp"])
+def test_a_service_answers_an_mqtt_request_where_the_requester_listens(clients, service):
+    """An MQTT 5 requester names its response topic ``a/b/c``; a service of another protocol
+    answers to the reply-to it reads, and the answer reaches the requester's subscription."""
+    requests, responses = f"matrix.requests.{service}", f"matrix/responses/{service}/r1"
+    server = clients(service, f"svc-{service}")
+    server.subscribe("topic", requests)
+    requester = clients("mqtt", f"req-{service}")
+    requester.client.subscribe(responses, 1)
+    props = Properties(PacketTypes.PUBLISH)
+    props.ResponseTopic = responses
+    props.CorrelationData = b"req-1"
+    requester.client.publish(MqttSide.topic(requests), b"question", 1, properties=props)
+    request = server.receive()
+    assert request.body == b"question"
+    assert request.reply_to == f"matrix.responses.{service}.r1"  # an address, not the topic
+    answer = Sent("answer", b"answer", False, {}, durable=True, priority=4, ttl_ms=0, correlation="req-1",
+                  reply_to=None, content_type=None)
+    server.send("topic", request.reply_to, answer)
+    got = requester.receive()
+    assert (got.body, got.raw.topic, got.correlation) == (b"answer", responses, b"req-1")
+
+
+@pytest.mark.parametrize("src", ["core", "amqp"])
+@pytest.mark.parametrize("dst", ["stomp", "mqtt"])
+def test_bytes_properties_reach_text_protocols_as_base64(clients, src, dst):
+    """A bytes property (CORE and AMQP can hold one) reaches STOMP headers and MQTT user
+    properties as its standard base64, never as Python's ``b'...'``."""
+    address = f"matrix.topic.bytes.{src}.{dst}"
+    receiver = clients(dst, f"rx-bytes-{src}-{dst}")
+    sender = clients(src, f"tx-bytes-{src}-{dst}")
+    receiver.subscribe("topic", address)
+    blob = b"\x00\x01\xfe\xffbytes"
+    sender.send("topic", address, Sent("bytes", b"b", False, {"blob": blob, "plain": "text"}, durable=False,
+                                       priority=4, ttl_ms=0, correlation=None, reply_to=None, content_type=None))
+    got = receiver.receive()
+    assert got.props.get("blob") == "AAH+/2J5dGVz"  # base64 of blob
+    assert got.props.get("plain") == "text"

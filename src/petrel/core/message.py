@@ -36,6 +36,10 @@ class RoutingType(IntEnum):
             raise ValueError(f"routing type must be ANYCAST or MULTICAST, not {text!r}") from None
 
 
+#: The largest encoding a message keeps in its wire cache (`Message.wire_put`), in bytes.
+WIRE_CACHE_LIMIT = 4096
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -73,7 +77,7 @@ class Message:
     user_id: str | None = None
     # Set for a large message: its body is in a file and `body` is b"".
     large: LargeBody | None = None
-    # protocol adapters may cache the message's rendered properties here: (key, bytes)
+    # encodings protocol adapters keep for their next delivery: (key, value, key, value...), see `wire_get`
     wire_cache: tuple | None = None
     # Queues still holding a reference; when it falls to zero the stored message goes.
     ref_count: int = 0
@@ -92,6 +96,26 @@ class Message:
         """The body's length, wherever it is kept."""
         large = self.large
         return len(self.body) if large is None else large.size
+
+    def wire_get(self, key: str) -> object | None:
+        """The encoding an adapter cached under `key` (`wire_put`), or None."""
+        cache = self.wire_cache
+        if cache is not None:
+            for i in range(0, len(cache), 2):
+                if cache[i] == key:
+                    return cache[i + 1]
+        return None
+
+    def wire_put(self, key: str, value: object, size: int) -> None:
+        """Keep `value`, the message as protocol `key` encodes it (`size` bytes), for the next
+        delivery over that protocol: a message delivered to subscribers of several protocols
+        (and STOMP versions) is encoded once for each. Allocated on the first put; one entry per
+        key, so at most one per protocol and version; an encoding over `WIRE_CACHE_LIMIT` bytes
+        is not kept (adapters cache what surrounds a body, never a large body itself)."""
+        if size > WIRE_CACHE_LIMIT:
+            return
+        cache = self.wire_cache
+        self.wire_cache = (key, value) if cache is None else cache + (key, value)
 
     @property
     def duplicate_id(self) -> str | None:

@@ -66,6 +66,8 @@ def _decoders() -> dict[int, msgspec.msgpack.Decoder]:
 
 
 def _check_properties(props: dict) -> str | None:
+    if type(props) is msgspec.Raw:  # a map the sender encoded itself (a server's cached DELIVER properties)
+        return None
     for value in props.values():
         if type(value) not in _SCALARS:
             return f"message property values must be scalars, not {type(value).__name__}"

@@ -28,7 +28,8 @@ from typing import Any
 from petrel.codec.amqp.message import BODY_DATA, BODY_VALUE, AmqpMessage, decode_message, encode_message
 from petrel.codec.amqp.performatives import AmqpSequence, AmqpValue, Header, Properties
 from petrel.codec.amqp.types import Described, Symbol, Timestamp, UByte, UInt, ULong, encode
-from petrel.core.message import GROUP_ID, Message, RoutingType, now_ms
+from petrel.core.message import Message, RoutingType, now_ms
+from petrel.core.message_props import GROUP_ID, GROUP_SEQ, INTERNAL_PREFIXES
 
 __all__ = ["parse_address", "to_petrel", "to_amqp", "RESERVED"]
 
@@ -36,7 +37,6 @@ BODY = "_AMQP_BODY"
 MESSAGE_ID = "_AMQP_MESSAGE_ID"
 CORRELATION_ID = "_AMQP_CORRELATION_ID"
 ANNOTATION = "_AMQP_MA_"
-GROUP_SEQ = "JMSXGroupSeq"
 MQTT_TEXT = "_MQTT_FORMAT"  # MQTT 5's payload format indicator (1: UTF-8 text), as the MQTT adapter keeps it
 #: Properties that become AMQP header or properties fields, not application properties.
 RESERVED = frozenset({BODY, MESSAGE_ID, CORRELATION_ID, "correlation-id", "reply-to", "content-type", "subject",
@@ -179,19 +179,32 @@ def _wire_value(v: Any) -> Any:
 
 
 def to_amqp(message: Message, delivery_count: int) -> bytes:
-    """The transfer payload for a Petrel message (from any protocol). Everything after the
-    header is encoded once and cached on the message (`Message.wire_cache`, key "amqp"), so a
-    message delivered to several AMQP receivers is encoded once; the header carries the
-    delivery count and is encoded each time."""
+    """The transfer payload for a Petrel message (from any protocol). The sections between the
+    header and the body are encoded once and cached on the message (`Message.wire_put`, key
+    "amqp"), so a message delivered to several AMQP receivers is encoded once, and the cache
+    holds no copy of a data body; the header carries the delivery count and is encoded each time."""
     header = encode(Header(durable=message.durable or None, priority=UByte(message.priority),
                            ttl=_ttl_left(message.expiration) if message.expiration else None,
                            delivery_count=UInt(delivery_count) if delivery_count else None))
     cache = message.wire_cache
-    if cache is not None and cache[0] == "amqp":
-        return header + cache[1]
-    rest = _bare(message)
-    message.wire_cache = ("amqp", rest)
-    return header + rest
+    if cache is not None and cache[0] is _CACHE_KEY:
+        sections, data_body = cache[1]
+    else:
+        got = message.wire_get(_CACHE_KEY)
+        if got is None:
+            got = _bare(message)
+            message.wire_put(_CACHE_KEY, got, len(got[0]))
+        sections, data_body = got  # type: ignore[misc]
+    if not data_body:
+        return header + sections
+    body = message.body
+    n = len(body)
+    return b"".join((header, sections, _DATA + (bytes((0xa0, n)) if n < 256 else b"\xb0" + n.to_bytes(4, "big")),
+                     body))
+
+
+_CACHE_KEY = "amqp"
+_DATA = b"\x00\x53\x75"  # a data section: described by the small ulong 0x75, then a binary
 
 
 def _ttl_left(expiration: int) -> UInt:
@@ -200,8 +213,9 @@ def _ttl_left(expiration: int) -> UInt:
     return UInt(min(max(expiration - now_ms(), 1), 0xFFFFFFFF))
 
 
-def _bare(message: Message) -> bytes:
-    """The sections after the header."""
+def _bare(message: Message) -> tuple[bytes, bool]:
+    """The sections after the header, and whether a data section with the body follows them
+    (then they stop before it; else they hold the body too)."""
     props = message.properties
     app: dict[str, Any] = {}
     annotations: dict[Any, Any] = {}
@@ -210,7 +224,7 @@ def _bare(message: Message) -> bytes:
             continue
         if k.startswith(ANNOTATION):
             annotations[Symbol(k[len(ANNOTATION):])] = _wire_value(v)
-        elif not k.startswith("_AMQP_"):
+        elif not k.startswith(INTERNAL_PREFIXES):  # (ours read above, MQTT's its own)
             app[k] = _wire_value(v)
     message_id = props.get(MESSAGE_ID)
     correlation = props.get(CORRELATION_ID)
@@ -238,10 +252,10 @@ def _bare(message: Message) -> bytes:
     elif kind == "binary":
         out.body_kind, out.body = BODY_VALUE, message.body
     elif kind == "amqp":
-        return encode_message(out) + message.body
+        return encode_message(out) + message.body, False
     else:
-        out.body_kind, out.body = BODY_DATA, [message.body]
-    return encode_message(out)
+        return encode_message(out), True  # the data section goes after (`to_amqp`)
+    return encode_message(out), False
 
 
 def _str(v: Any) -> str | None:

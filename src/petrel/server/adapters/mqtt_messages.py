@@ -3,11 +3,15 @@
 A PUBLISH's QoS above 0 makes a durable message. 5.0 properties become message properties
 that other protocols read: user properties by their own names (all of them, in order, also
 under ``_MQTT_USER_PROPERTIES`` when a name repeats), the content type as ``content-type``,
-the response topic as ``reply-to``, the correlation data as ``correlation-id`` (text when it
-is UTF-8), the message expiry interval as the message's expiration, the payload format
+the response topic as ``reply-to`` in address form (``a/b`` -> ``a.b``, as topics become addresses;
+a reply-to goes out to MQTT as a topic again, ``a.b`` -> ``a/b``), the correlation data as
+``correlation-id`` (text when it is UTF-8), the message expiry interval as the message's expiration, the payload format
 indicator as ``_MQTT_FORMAT`` (an AMQP string body goes out with the indicator too). A message
-from another protocol reaches MQTT 5 subscribers with its properties as user properties (those
-an MQTT string cannot hold left out).
+from another protocol reaches MQTT 5 subscribers with its properties as user properties
+(typed values as `petrel.core.message_props.text` says, bytes in base64; the protocols' internal
+``_MQTT_*``/``_AMQP_*`` properties left out, and those an MQTT string cannot hold). The
+properties that do not change between deliveries are built once per message (its wire cache,
+key "mqtt5").
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import math
 from petrel.codec.mqtt import PropertyId as P
 from petrel.codec.mqtt import Publish
 from petrel.core.message import Message, now_ms
-from petrel.server.adapters.mqtt_topics import address_to_topic
+from petrel.core.message_props import CONTENT_TYPE, CORRELATION_ID, INTERNAL_PREFIXES, REPLY_TO, text
+from petrel.server.adapters.mqtt_topics import TopicError, address_to_topic, topic_to_address
 
 __all__ = ["QOS", "RETAIN", "to_message", "to_publish", "message_qos"]
 
@@ -27,8 +32,9 @@ FORMAT = "_MQTT_FORMAT"
 USER_PROPERTIES = "_MQTT_USER_PROPERTIES"
 AMQP_BODY = "_AMQP_BODY"  # the AMQP adapter's body kind: "text" for an amqp-value string
 # Properties another name carries, and the broker's own: not user properties on the way out.
-_NOT_USER = ("_MQTT_", "_AMQ", "_PETREL", "JMS")
-_MAPPED = frozenset({"content-type", "reply-to", "correlation-id"})
+_NOT_USER = (*INTERNAL_PREFIXES, "_AMQ", "_PETREL", "JMS")
+_MAPPED = frozenset({CONTENT_TYPE, REPLY_TO, CORRELATION_ID})
+_CACHE_KEY = "mqtt5"
 
 
 def to_message(publish: Publish, message_id: int, address: str, *, v5: bool) -> Message:
@@ -51,7 +57,7 @@ def to_message(publish: Publish, message_id: int, address: str, *, v5: bool) -> 
         if P.CONTENT_TYPE in pp:
             props["content-type"] = pp[P.CONTENT_TYPE]
         if P.RESPONSE_TOPIC in pp:
-            props["reply-to"] = pp[P.RESPONSE_TOPIC]
+            props[REPLY_TO] = response_to_address(pp[P.RESPONSE_TOPIC])
         if P.CORRELATION_DATA in pp:
             data = pp[P.CORRELATION_DATA]
             try:
@@ -74,57 +80,79 @@ def message_qos(message: Message) -> int:
     return 1 if message.durable else 0
 
 
+def response_to_address(topic: str) -> str:
+    """A response topic as a reply-to: the address its topic is (``a/b`` -> ``a.b``); one that
+    names no address (an empty level) is kept as it is."""
+    try:
+        return topic_to_address(topic)
+    except TopicError:
+        return topic
+
+
 def to_publish(message: Message, qos: int, packet_id: int | None, *, retain: bool, dup: bool, v5: bool,
                topic: str | None = None, subscription_ids: list[int] | None = None) -> Publish | None:
     """The PUBLISH for a delivery; None when the message expired meanwhile."""
     properties: dict = {}
     if v5:
-        props = message.properties
-        if message.expiration:
-            left = math.ceil((message.expiration - now_ms()) / 1000)
-            if left <= 0:
-                return None
-            properties[P.MESSAGE_EXPIRY_INTERVAL] = left
-        if props.get(FORMAT) or props.get(AMQP_BODY) == "text":  # (an AMQP string body is UTF-8 text)
-            properties[P.PAYLOAD_FORMAT_INDICATOR] = 1
-        ctype = props.get("content-type")
-        if ctype is not None and _fits(str(ctype)):
-            properties[P.CONTENT_TYPE] = str(ctype)
-        reply = props.get("reply-to")
-        if reply is not None and _fits(str(reply)):
-            properties[P.RESPONSE_TOPIC] = str(reply)
-        corr = props.get("correlation-id")
-        if corr is not None:
-            data = corr if isinstance(corr, bytes) else str(corr).encode()
-            if len(data) <= 0xFFFF:
-                properties[P.CORRELATION_DATA] = data
-        stored = props.get(USER_PROPERTIES)
-        if isinstance(stored, list):
-            users = [(str(k), str(v)) for k, v in stored]
+        cache = message.wire_cache
+        if cache is not None and cache[0] is _CACHE_KEY:
+            properties = cache[1]
         else:
-            users = [(k, v if isinstance(v, str) else _text(v)) for k, v in props.items()
-                     if k not in _MAPPED and not k.startswith(_NOT_USER)]
-        if users:
-            users = [(k, v) for k, v in users if _fits(k) and _fits(v)]  # MQTT strings: 65,535 bytes
-            if users:
-                properties[P.USER_PROPERTY] = users
-        if subscription_ids:
-            properties[P.SUBSCRIPTION_IDENTIFIER] = subscription_ids
+            properties = message.wire_get(_CACHE_KEY)  # type: ignore[assignment]
+            if properties is None:
+                properties, size = _static_properties(message.properties)
+                message.wire_put(_CACHE_KEY, properties, size)
+        if message.expiration or subscription_ids:
+            properties = dict(properties)  # (the cached ones stay as they are)
+            if message.expiration:
+                left = math.ceil((message.expiration - now_ms()) / 1000)
+                if left <= 0:
+                    return None
+                properties[P.MESSAGE_EXPIRY_INTERVAL] = left
+            if subscription_ids:
+                properties[P.SUBSCRIPTION_IDENTIFIER] = subscription_ids
     return Publish(topic if topic is not None else address_to_topic(message.address), message.body, qos,
                    retain, dup and qos > 0, packet_id, properties)
 
 
-def _fits(text: str) -> bool:
-    """Whether `text` fits an MQTT string (65,535 bytes of UTF-8, no U+0000); what does not is
+def _static_properties(props: dict) -> tuple[dict, int]:
+    """The 5.0 properties of a message that are the same at every delivery, and about how many
+    bytes they take."""
+    properties: dict = {}
+    size = 0
+    if props.get(FORMAT) or props.get(AMQP_BODY) == "text":  # (an AMQP string body is UTF-8 text)
+        properties[P.PAYLOAD_FORMAT_INDICATOR] = 1
+    ctype = props.get(CONTENT_TYPE)
+    if ctype is not None and _fits(ctype := text(ctype)):
+        properties[P.CONTENT_TYPE] = ctype
+        size += len(ctype)
+    reply = props.get(REPLY_TO)
+    if reply is not None and _fits(reply := address_to_topic(text(reply))):
+        properties[P.RESPONSE_TOPIC] = reply
+        size += len(reply)
+    corr = props.get(CORRELATION_ID)
+    if corr is not None:
+        data = bytes(corr) if isinstance(corr, (bytes, bytearray, memoryview)) else text(corr).encode()
+        if len(data) <= 0xFFFF:
+            properties[P.CORRELATION_DATA] = data
+            size += len(data)
+    stored = props.get(USER_PROPERTIES)
+    if isinstance(stored, list):
+        users = [(str(k), text(v)) for k, v in stored]
+    else:
+        users = [(k, v if isinstance(v, str) else text(v)) for k, v in props.items()
+                 if k not in _MAPPED and not k.startswith(_NOT_USER)]
+    if users:
+        users = [(k, v) for k, v in users if _fits(k) and _fits(v)]  # MQTT strings: 65,535 bytes
+        if users:
+            properties[P.USER_PROPERTY] = users
+            size += sum(len(k) + len(v) + 4 for k, v in users)
+    return properties, size
+
+
+def _fits(s: str) -> bool:
+    """Whether `s` fits an MQTT string (65,535 bytes of UTF-8, no U+0000); what does not is
     left out of the PUBLISH (another protocol's property MQTT cannot carry)."""
-    if len(text) > 0xFFFF or "\x00" in text:
+    if len(s) > 0xFFFF or "\x00" in s:
         return False
-    return len(text) <= 0x3FFF or len(text.encode("utf-8", "surrogatepass")) <= 0xFFFF
-
-
-def _text(value: object) -> str:
-    """A typed property (CORE's, AMQP's) as a user property: a boolean as JMS writes it
-    (true/false, not Python's True/False), a number in decimal."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    return len(s) <= 0x3FFF or len(s.encode("utf-8", "surrogatepass")) <= 0xFFFF

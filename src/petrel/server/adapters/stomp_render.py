@@ -1,13 +1,16 @@
 """Rendering MESSAGE and RECEIPT frames on the hot path, without building frame objects.
 
 Our headers come first, then the message's properties, rendered once per message and STOMP
-version and cached on it (`Message.wire_cache`), so a message delivered to several
-subscriptions, or redelivered, is rendered once.
+version and cached on it (`Message.wire_put`, key ``stomp<version>``), so a message delivered to
+several subscriptions, or redelivered, is rendered once. Other protocols' internal properties
+are left out and typed values become text as `petrel.core.message_props` says (bytes in base64).
 """
 
 from __future__ import annotations
 
 from petrel.codec.stomp import Frame
+from petrel.core.message_props import is_internal, public
+from petrel.core.message_props import text as header_text
 from petrel.core.queue import MessageReference
 
 # Headers the broker writes on MESSAGE; a property of the same name is not repeated.
@@ -17,14 +20,16 @@ MESSAGE_HEADERS = frozenset(
 )
 
 
-def header_text(value: object) -> str:
-    """A property's value as a header: text as it is, a boolean as JMS writes it (true/false,
-    not Python's True/False), a number in decimal."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+__all__ = ["MESSAGE_HEADERS", "header_text", "headers_of", "render_properties", "message_prefix", "render_message",
+           "receipt_bytes"]
+
+#: The wire-cache key of each STOMP version (their escaping differs).
+_CACHE_KEYS = {"1.0": "stomp1.0", "1.1": "stomp1.1", "1.2": "stomp1.2"}
+
+
+def headers_of(properties: dict) -> dict[str, str]:
+    """A message's properties as the headers of a MESSAGE built as a frame (large bodies)."""
+    return {str(k): header_text(v) for k, v in public(properties).items()}
 
 
 def render_properties(properties: dict, escaping) -> bytes:
@@ -34,7 +39,7 @@ def render_properties(properties: dict, escaping) -> bytes:
     escapes = bool(escaping.decode_table)
     for k, v in properties.items():
         k = str(k)
-        if k in MESSAGE_HEADERS or not k:
+        if k in MESSAGE_HEADERS or not k or is_internal(k):
             continue
         v = v if isinstance(v, str) else header_text(v)
         if escapes:
@@ -65,12 +70,15 @@ def render_message(prefix: bytes, consumer_id: int, ref: MessageReference, versi
                    escaping) -> bytes:
     """The whole MESSAGE frame of a (non-large) message for one subscription."""
     m = ref.message
+    key = _CACHE_KEYS.get(version, "stomp")  # type: ignore[arg-type]
     cache = m.wire_cache
-    if cache is not None and cache[0] == version:
+    if cache is not None and cache[0] is key:
         props = cache[1]
     else:
-        props = render_properties(m.properties, escaping) if m.properties else b""
-        m.wire_cache = (version, props)
+        props = m.wire_get(key)
+        if props is None:
+            props = render_properties(m.properties, escaping) if m.properties else b""
+            m.wire_put(key, props, len(props))
     ack_id = f"{consumer_id}.{ref.seq}"
     head = (
         f"message-id:{ack_id}\npersistent:{'true' if m.durable else 'false'}\npriority:{m.priority}\n"

@@ -16,7 +16,7 @@ from petrel.codec.stomp.frames import Frame
 from petrel.core.queue import Consumer, MessageReference
 from petrel.server.adapters.stomp_headers import StompError, int_header, parse_destination
 from petrel.server.adapters.stomp_large import deliver_large
-from petrel.server.adapters.stomp_render import header_text, message_prefix, render_message
+from petrel.server.adapters.stomp_render import headers_of, message_prefix, render_message
 
 if TYPE_CHECKING:
     from petrel.server.adapters.stomp import StompAdapter
@@ -150,7 +150,7 @@ class SubscriptionFrames:
         if prefix is not None and m.large is None:
             self.conn.write(render_message(prefix, consumer.id, ref, self.codec.version, sub.ack, self.codec._escaping))
             return
-        headers = {str(k): header_text(v) for k, v in m.properties.items()}
+        headers = headers_of(m.properties)
         ack_id = f"{consumer.id}.{ref.seq}"
         headers["subscription"] = sub.id
         headers["message-id"] = ack_id

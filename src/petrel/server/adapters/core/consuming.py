@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from petrel.cluster.internal_names import internal_name_problem
 from petrel.codec.core import (
     CREDIT_OVERHEAD,
@@ -20,8 +22,8 @@ from petrel.codec.core import (
     Nack,
     Result,
 )
-from petrel.codec.errors import LocalProtocolError
-from petrel.core.message import RoutingType
+from petrel.core.message import Message, RoutingType
+from petrel.core.message_props import INTERNAL_PREFIXES
 from petrel.core.queue import MessageReference
 from petrel.core.selector import compile_selector
 from petrel.server.adapters.core import large
@@ -30,15 +32,37 @@ from petrel.server.adapters.core.session import CoreConsumer, RequestFailed
 if TYPE_CHECKING:
     from petrel.server.adapters.core.adapter import CoreAdapter
 
-__all__ = ["ConsumerFrames", "ROUTING", "scalars"]
+__all__ = ["ConsumerFrames", "ROUTING", "scalars", "wire_properties"]
 
 ROUTING = (None, RoutingType.ANYCAST, RoutingType.MULTICAST)  # indexed by routing_type + 1
 _SCALARS = (type(None), bool, int, float, str, bytes)
 
 
+_encode = msgspec.msgpack.Encoder().encode
+_CACHE_KEY = "core"
+
+
 def scalars(props: dict[str, Any]) -> dict[str, Any]:
-    """Properties CORE can carry: other values (lists, maps from other protocols) as text."""
-    return {k: v if type(v) in _SCALARS else str(v) for k, v in props.items()}
+    """Properties as a CORE client gets them: other protocols' internal ones left out
+    (`petrel.core.message_props`), values CORE cannot carry (lists, maps) as text."""
+    return {k: v if type(v) in _SCALARS else str(v) for k, v in props.items() if not k.startswith(INTERNAL_PREFIXES)}
+
+
+def wire_properties(m: Message) -> msgspec.Raw:
+    """`scalars` of the message's properties, encoded once per message (its wire cache, key
+    "core") and put into each DELIVER as they are."""
+    cache = m.wire_cache
+    if cache is not None and cache[0] is _CACHE_KEY:
+        return cache[1]
+    raw = m.wire_get(_CACHE_KEY)
+    if raw is None:
+        props = scalars(m.properties)
+        try:
+            raw = msgspec.Raw(_encode(props))
+        except (TypeError, ValueError, OverflowError):  # (an integer over 64 bits): as text
+            raw = msgspec.Raw(_encode({k: v if isinstance(v, (str, bytes)) else str(v) for k, v in props.items()}))
+        m.wire_put(_CACHE_KEY, raw, len(raw))
+    return raw  # type: ignore[return-value]
 
 
 class ConsumerFrames:
@@ -118,13 +142,9 @@ class ConsumerFrames:
         send = self.codec.send
         sid, cid = consumer.session.id, consumer.cid
         if size <= self.chunk_size or not self.large_ok:
-            try:
-                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
-                                    m.expiration, m.timestamp, m.properties, body, size, False))
-            except LocalProtocolError:  # a property CORE cannot carry (from another protocol)
-                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
-                                    m.expiration, m.timestamp, scalars(m.properties), body, size, False))
-            self.conn.write(data)
+            self.conn.write(send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable,
+                                         m.priority, m.expiration, m.timestamp, wire_properties(m), body, size,
+                                         False)))
             return
         # a big body held in memory (it came from where files are not used): in chunks all the same
         chunk = self.chunk_size
