@@ -71,11 +71,8 @@ TARGETS = {"S1": 1.5, "S3": 1.5, "S2": 2.0}
 
 
 class CorePetrel(Petrel):
-    """``petrel run`` as stompbench starts it (CORE is detected on the all-protocols port),
-    without the management port, which would clash with another Petrel on the host."""
-
-    def command(self, workdir: Path) -> list[str]:
-        return [*super().command(workdir), "--http-port", "-1"]
+    """``petrel run`` as stompbench starts it (CORE is detected on the all-protocols port; no
+    management port, which would clash with another Petrel on the host)."""
 
     @property
     def url(self) -> str:

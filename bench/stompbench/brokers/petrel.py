@@ -66,6 +66,8 @@ class Petrel(Broker):
             "-1",
             "--host",
             self.host,
+            "--http-port",  # no management port: 8161 may be another broker's on a shared host
+            "-1",
         ]
 
 
