@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from petrel.codec.amqp.frames import detect as detect_amqp
 from petrel.codec.core.frames import detect as detect_core
 from petrel.codec.mqtt.connection import detect as detect_mqtt
+from petrel.codec.openwire.connection import detect as detect_openwire
 from petrel.codec.stomp.frames import detect as detect_stomp
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ PROTOCOLS: tuple[ProtocolSpec, ...] = (
                  on_start="petrel.server.adapters.mqtt_state:start"),
     ProtocolSpec("amqp", detect_amqp, "petrel.server.adapters.amqp:AmqpAdapter",
                  port_setting="amqp_port", standard_port=5672),
+    ProtocolSpec("openwire", detect_openwire, "petrel.server.adapters.openwire:OpenWireAdapter"),
 )
 
 BY_NAME: dict[str, ProtocolSpec] = {spec.name: spec for spec in PROTOCOLS}

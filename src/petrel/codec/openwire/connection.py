@@ -125,6 +125,11 @@ class OpenWireConnection:
         return command
 
     @property
+    def buffered_bytes(self) -> int:
+        """Received bytes not yet returned as events (the unfinished frame)."""
+        return len(self._buffer)
+
+    @property
     def trailing(self) -> bytes:
         """Bytes received and not yet part of an event."""
         return self._buffer.peek()

@@ -1,0 +1,44 @@
+"""Real Java JMS programs against Petrel's OpenWire: compiled with `javac` at test time against
+Debian's ActiveMQ Classic client (``libactivemq-java``: activemq-client.jar) and the JMS 1.1
+API (``libgeronimo-jms-1.1-spec-java``), run with `java`. Installs nothing: `require()` skips
+the test with a clear message where Java or the jars are absent."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+JAVA_DIR = Path("/usr/share/java")
+JARS = ("activemq-client.jar", "geronimo-jms_1.1_spec.jar", "hawtbuf.jar", "slf4j-api.jar", "slf4j-nop.jar",
+        "geronimo-j2ee-management-1.1-spec.jar")
+SOURCES = Path(__file__).resolve().parent.parent / "interop"
+
+
+def require() -> None:
+    for tool in ("java", "javac"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"no {tool}: install a JDK (Debian: openjdk-17-jdk-headless) for the OpenWire JMS tests")
+    missing = [jar for jar in JARS if not (JAVA_DIR / jar).exists()]
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)} in {JAVA_DIR}: install Debian's libactivemq-java and "
+                    "libgeronimo-jms-1.1-spec-java for the OpenWire JMS tests")
+
+
+def compile_program(name: str, out: Path) -> str:
+    """Compile tests/interop/<name>.java into `out`; the classpath to run it with."""
+    require()
+    out.mkdir(parents=True, exist_ok=True)
+    classpath = ":".join([str(out), *(str(JAVA_DIR / jar) for jar in JARS)])
+    subprocess.run(["javac", "-d", str(out), "-cp", classpath, str(SOURCES / f"{name}.java")], check=True,
+                   timeout=300, capture_output=True)
+    return classpath
+
+
+def run(classpath: str, main: str, *args: str, timeout: float = 180) -> list[str]:
+    """Run a compiled program; its output lines (fails with its output when it fails)."""
+    proc = subprocess.run(["java", "-cp", classpath, main, *args], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{main} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout.splitlines()
