@@ -123,7 +123,7 @@ def test_negotiation_answers_loose():
     assert info.properties["TightEncodingEnabled"] is False and info.properties["CacheEnabled"] is False
     assert type(info.properties["MaxInactivityDuration"]) is JavaLong  # the Java client casts it to Long
     assert detect(codec.send(info)[:13]) is True
-    assert detect(b"\x00\x00") is None and detect(b"CONNECT\n") is False
+    assert detect(b"\x00\x00") is None and detect(b"CONNECT\n") is False and detect(b"\x00\x01\x02") is False
 
 
 @pytest.mark.parametrize("wire, why", [

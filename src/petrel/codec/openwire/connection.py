@@ -146,7 +146,11 @@ class OpenWireConnection:
 
 def detect(head: bytes) -> bool | None:
     """Whether a client's first bytes are an OpenWire WireFormatInfo (a 4-byte size, type 1,
-    then "ActiveMQ"): True, False, or None (too few to tell)."""
+    then "ActiveMQ"): True, False, or None (too few to tell). A client's WireFormatInfo is a few
+    hundred bytes, so its size's first two bytes are zero (a WireFormatInfo over 64 KiB is not
+    one a client sends)."""
+    if head[:2] != b"\x00\x00"[:len(head[:2])]:
+        return False
     expected = bytes((DataType.WIREFORMAT_INFO,)) + MAGIC
     rest = head[4:4 + len(expected)]
     if rest != expected[:len(rest)]:
