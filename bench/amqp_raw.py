@@ -121,9 +121,16 @@ class RawLink:
         return from_described(decode_one(body, 0)[0]) if body else None
 
     def close(self) -> None:
+        """Close, then read until the broker's close or EOF: a socket closed with unread bytes
+        resets the connection, and a broker may then drop the transfers it had not read yet."""
         try:
             self.sock.sendall(self.codec.send(0, Close()))
-        except OSError:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                frames = self.frames(timeout=max(0.1, deadline - time.monotonic()))
+                if any(body.startswith(b"\x00\x53\x18") for body in frames):
+                    break
+        except (OSError, ConnectionError):
             pass
         self.sock.close()
 
