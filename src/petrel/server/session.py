@@ -63,7 +63,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from petrel.cluster.internal_names import drop_reserved, internal_name_problem, internal_write_problem
+from petrel.cluster.internal_names import INTERNAL_PREFIX, drop_reserved, internal_name_problem, internal_write_problem
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull as _CoreAddressFull
 from petrel.core.message import Message, RoutingType
@@ -77,6 +77,7 @@ from petrel.server.refusals import (
     AddressFull,
     NotAuthorized,
     NotDurable,
+    Refused,
     RoutingRefused,
     SelectorRefused,
     TransactionRolledBack,
@@ -99,30 +100,30 @@ log = logging.getLogger("petrel.server.session")
 class Confirmations:
     """Replies released after the disk, in read order (see the module's contract)."""
 
-    __slots__ = ("conn", "store", "on_failed", "out", "_sync", "_tx", "_batches", "failed")
+    __slots__ = ("conn", "store", "on_failed", "out", "sync", "sync_tx", "_batches", "failed")
 
     def __init__(self, conn: Any, store: Any, on_failed: Callable[[BaseException], None]) -> None:
         self.conn = conn
         self.store = store
         self.on_failed = on_failed
         self.out: list = []  # what the read being handled appended
-        self._sync = False
-        self._tx = False
+        self.sync = False
+        self.sync_tx = False
         self._batches: deque[list] = deque()  # [items, ready], released in order
         self.failed = False  # a sync failed: nothing more is confirmed
 
     def add(self, item: bytes | Callable[[], None], durable: bool = False, transactional: bool = False) -> None:
         self.out.append(item)
         if durable:
-            self._sync = True
+            self.sync = True
             if transactional:
-                self._tx = True
+                self.sync_tx = True
 
     def need_sync(self, transactional: bool = False) -> None:
         """This read's confirmations wait for the disk even if none of them asked."""
-        self._sync = True
+        self.sync = True
         if transactional:
-            self._tx = True
+            self.sync_tx = True
 
     @property
     def pending(self) -> bool:
@@ -140,11 +141,11 @@ class Confirmations:
     def flush(self) -> None:
         out = self.out
         if not out:
-            self._sync = self._tx = False
+            self.sync = self.sync_tx = False
             return
         self.out = []
-        sync, transactional = self._sync, self._tx
-        self._sync = self._tx = False
+        sync, transactional = self.sync, self.sync_tx
+        self.sync = self.sync_tx = False
         if self.failed:
             return
         if not sync and not self._batches:
@@ -248,42 +249,56 @@ class ServerSession:
         try:
             if tx is not None and tx.__class__ is str:
                 tx = self.transaction(tx)
-            try:
-                self.access.send(office, name, routing_type)
-            except _SecurityNotAuthorized as exc:
-                raise NotAuthorized(str(exc)) from None
-            if (refused := internal_write_problem(self, name)) is not None:  # $.petrel.*
-                raise NotAuthorized(refused)
+            access = self.access
+            if access.enabled:
+                try:
+                    access.send(office, name, routing_type)
+                except _SecurityNotAuthorized as exc:
+                    raise NotAuthorized(str(exc)) from None
+            if name.startswith(INTERNAL_PREFIX) and (refused := internal_write_problem(self, name)) is not None:
+                raise NotAuthorized(refused)  # $.petrel.*
         except BaseException:
             office.discard(message)  # a large body's file goes with it
             raise
-        drop_reserved(self, message.properties)  # _PETREL_*
+        if message.properties:
+            drop_reserved(self, message.properties)  # _PETREL_*
         if office.grouping is not None and wait_for_group(
                 self, name, message.properties, routing_type,
                 lambda: self._route(message, routing_type, tx, then, block_reads),
                 lambda reason: self._group_refused(message, reason)):
             return None
-        return self._route(message, routing_type, tx, then, block_reads)
+        # (as _route, inlined: the hot path)
+        try:
+            result = office.send(message, routing_type, tx)
+        except (_CoreAddressFull, RoutingError, ValueError) as exc:
+            raise self._refused(message, exc) from None
+        if then is not None:
+            then(result)
+        if block_reads and (result.blocked or result.throttled):
+            self.block(name, quiet=not result.blocked)
+        return result
 
     def _route(self, message: Message, routing_type: RoutingType | None, tx: Transaction | None,
                then: Callable[[SendResult], None] | None, block_reads: bool) -> SendResult:
-        office = self.office
+        """The send after a grouping decision."""
         try:
-            result = office.send(message, routing_type, tx)
-        except _CoreAddressFull as exc:
-            office.discard(message)
-            raise AddressFull(str(exc)) from None
-        except SelectorError as exc:
-            office.discard(message)
-            raise SelectorRefused(str(exc)) from None
-        except (RoutingError, ValueError) as exc:
-            office.discard(message)
-            raise RoutingRefused(str(exc)) from None
+            result = self.office.send(message, routing_type, tx)
+        except (_CoreAddressFull, RoutingError, ValueError) as exc:
+            raise self._refused(message, exc) from None
         if then is not None:
             then(result)
         if block_reads and (result.blocked or result.throttled):
             self.block(message.address, quiet=not result.blocked)
         return result
+
+    def _refused(self, message: Message, exc: Exception) -> Refused:
+        """The office refused `message`: it goes (its large body's file too), and why."""
+        self.office.discard(message)
+        if isinstance(exc, _CoreAddressFull):
+            return AddressFull(str(exc))
+        if isinstance(exc, SelectorError):
+            return SelectorRefused(str(exc))
+        return RoutingRefused(str(exc))
 
     def _group_refused(self, message: Message, reason: str) -> None:
         self.office.discard(message)

@@ -175,7 +175,7 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
 
     @property
     def _sync(self) -> bool:
-        return self._confirmations._sync
+        return self._confirmations.sync
 
     @_sync.setter
     def _sync(self, value: bool) -> None:
@@ -198,11 +198,12 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
         """Call `fn`, then handle the events buffered in the codec, in order, unless held."""
         codec = self.codec
         handlers = self._handlers
+        session = self.server_session
         office, creator = self.office, self.office.creator
         office.creator = self.access.user  # the queues created meanwhile are the user's (max_queues_per_user)
         try:
             fn(*args)
-            while not self._closing and not self._held:
+            while not self._closing and not session.held:
                 if self._stash:
                     events, self._stash = self._stash, []
                 else:
@@ -223,7 +224,7 @@ class CoreAdapter(SendFrames, ConsumerFrames, AdminFrames, ClusterFrames, Replic
                         self.reply(Result(getattr(event, "corr", 0), ErrorCode.INVALID, str(exc)))
                     if self._closing:
                         break
-                    if self._held:  # the rest waits for resume_held
+                    if session.held:  # the rest waits for resume_held
                         at = next(i for i, other in enumerate(events) if other is event)
                         self._stash = events[at + 1 :]
                         break

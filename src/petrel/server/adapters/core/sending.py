@@ -94,7 +94,7 @@ class SendFrames:
                                                         SEND_CODES.get(exc.kind, ErrorCode.ROUTING), str(exc))))
             return
         if e.durable and tx is None:
-            self._sync = True
+            self._confirmations.sync = True  # the confirmation waits for the disk
         if result is not None and (result.blocked or result.throttled):
             self._block(session, message.address, quiet=not result.blocked)
 
