@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from petrel.storage.journal import DamagedJournal, FileJournal, Record, RecordType, encode, read_segments
-from petrel.storage.journal.records import HEADER_SIZE, encode_segment_header, encode_tx_counts
+from petrel.storage.journal.records import HEADER_SIZE, decode, encode_segment_header, encode_tx_counts
 
 from journal_harness import SIZE, reload, run_all, started
 
@@ -389,7 +389,6 @@ def test_a_dropped_torn_tail_leaves_a_mark_where_appends_resume(tmp_path):
     loaded = reload(tmp_path)
     assert list(loaded.records) == [1, 2, 3, 4, 5, 6] and loaded.skipped == []
     buf = path.read_bytes()
-    from petrel.storage.journal.records import decode
     mark, end = decode(buf, off, seg)
     assert mark.type == RecordType.MARK and mark.id == off
     assert not any(buf[end:])  # the dropped records are zeroed
@@ -397,3 +396,37 @@ def test_a_dropped_torn_tail_leaves_a_mark_where_appends_resume(tmp_path):
     write(tmp_path, adds(2, start=20))
     assert layout(tmp_path)[-1][2][-2][0] == end  # the first append lands just after the MARK
     assert list(reload(tmp_path).records) == [1, 2, 3, 4, 5, 6, 20, 21]
+
+
+def _start_and_stop(path, **options):
+    """A broker's life with nothing appended: load (skipping damage), start, stop; housekeeping
+    (reclaim) runs meanwhile."""
+    journal = FileJournal(path, file_size=SIZE, **options)
+    loaded = journal.load(skip_damaged=True)
+    journal.start(run_all)
+    journal.stop()
+    return loaded
+
+
+@pytest.mark.parametrize("later", ["empty segment", "unreadable segment"])
+def test_kept_damage_stays_kept_when_appends_resume_in_an_empty_segment(tmp_path, later):
+    # The segment whose data proved the older hole damage holds nothing live, so it is
+    # reclaimed once appends resume in a later segment; if that one held no record either,
+    # the next load would take the damaged segment for the newest holding data.
+    write(tmp_path, adds(120, size=200), crash=True)
+    before = layout(tmp_path)
+    assert len(before) == 2
+    expected = [rec.id for _, rec in before[0][2][1:] if rec.type == RecordType.ADD]
+    _first_headers_flipped(tmp_path)
+    if later == "empty segment":
+        handmade(tmp_path, 3, [])  # put in service just before the crash
+    else:
+        handmade(tmp_path, 3, [Record(RecordType.ADD, id=500, body=b"z")])
+        with open(tmp_path / "petrel-data-3.pj", "r+b") as f:
+            f.write(b"JUNK")
+    for _ in range(3):
+        assert list(_start_and_stop(tmp_path).records) == expected
+    assert list(reload(tmp_path, skip_damaged=True).records) == expected
+    seg, path, _ = layout(tmp_path)[-1]  # where appends resume holds the evidence: a MARK
+    assert seg == (3 if later == "empty segment" else 4)
+    assert decode(path.read_bytes(), HEADER_SIZE, seg)[0].type == RecordType.MARK

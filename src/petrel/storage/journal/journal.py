@@ -158,6 +158,8 @@ class FileJournal:
         self._writer.open_current(seg, exists)
         self._seg, self._off, self._next_seg = seg, off, max(seg, found.max_segment) + 1
         self._writer.durable = self._marked = (seg, off)
+        if found.mark_resume:  # the evidence kept damage rests on (recovery.py): written below
+            self._mark((seg, off))
         self._known = set(loaded.records)
         self._state = "loaded"
         for tx_id, _prepared in found.open_txs:  # keep them dead

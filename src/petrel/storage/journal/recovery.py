@@ -60,6 +60,14 @@ holds a record (the evidence stays), the MARK truthfully vouches that the
 segment is synced up to there (recovery synced it), and appends resume after
 it.  A MARK is an ordinary record of format version 1 that older code reads too.
 
+The evidence must also outlive reclaim: a segment holding nothing live goes once
+it is older than the segment appends go to.  So when a hole was kept because
+later segments hold data and the segment appends resume in holds no record (a
+new one, or one left empty), the journal appends a MARK there first, synced
+before load returns: the segment appends go to always holds a record newer than
+every kept hole (a rollover's first record is synced before anything older is
+reclaimed; compaction never takes the current segment).
+
 Transactions take effect at their COMMIT.  A COMMIT whose counts do not match the
 records found is dropped; a transaction left open (or only prepared) at the end
 is rolled back and reported, and the caller appends a ROLLBACK for it.
@@ -305,6 +313,9 @@ class Recovered:
     resume_exists: bool  # the resume segment's file exists
     max_segment: int  # highest segment id in the directory
     open_txs: list[tuple[int, bool]]  # (tx id, prepared) still open: to roll back
+    # damage kept because later segments hold data, and the resume segment holds no record:
+    # the caller appends a MARK there first (see "Dropping a torn tail leaves a MARK")
+    mark_resume: bool = False
 
 
 def _zero_from(path: Path, offset: int, sync: bool, stream: StoreStream) -> None:
@@ -356,9 +367,11 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
     # (path, segment, scan, index of the first record after the hole)
     held: tuple[Path, int, Scan, int] | None = None
     resume_end = 0
+    kept_older = False  # a hole kept as damage because later segments hold data
 
     def judge_held(newest: bool) -> bool:
         """Settle the held hole; True when it was a torn tail (records after it dropped)."""
+        nonlocal kept_older
         h_path, h_seg, h_scan, first_after = held
         hole = h_scan.damage[0].offset
         vouched = max((raw[3] for raw in h_scan.records if raw[1] == MARK), default=0)
@@ -371,6 +384,7 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         reason = h_scan.damage[0].reason
         if not newest:
             reason += " (later segments hold data)"
+            kept_older = True
         else:
             reason += f" (in data synced up to offset {vouched})"
         damaged(h_path, hole, reason, f"offset {h_scan.damage[0].resume}")
@@ -449,7 +463,9 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
             log.warning("rolling back unfinished transaction %d", tx_id,
                         extra={"event": "journal.tx_rolled_back"})
     loaded = LoadedJournal(replay.records, [tx_id for tx_id, _ in open_txs], skipped, replay.max_id)
-    return Recovered(loaded, resume_segment, resume_offset, resume_exists, max_segment, open_txs)
+    holds = resume_exists and resume_offset > HEADER_SIZE  # a valid record lies before the offset
+    return Recovered(loaded, resume_segment, resume_offset, resume_exists, max_segment, open_txs,
+                     kept_older and not holds)
 
 
 def read_segments(directory: str | Path, prefix: str = "petrel-data",
