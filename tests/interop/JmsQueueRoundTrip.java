@@ -2,7 +2,7 @@ import javax.jms.*;
 import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** Sends N persistent text messages to a queue, then receives them (client-ack or auto-ack):
- *  args: url queue count mode(send|receive|both) ackMode(auto|client). Prints SENT n, then
+ *  args: url destination ("name" a queue, "topic:name" a topic) count mode(send|receive|both) ackMode(auto|client). Prints SENT n, then
  *  one GOT line a message and RECEIVED n. */
 public class JmsQueueRoundTrip {
     public static void main(String[] args) {
@@ -24,7 +24,9 @@ public class JmsQueueRoundTrip {
         Connection connection = factory.createConnection();
         connection.start();
         Session session = connection.createSession(false, clientAck ? Session.CLIENT_ACKNOWLEDGE : Session.AUTO_ACKNOWLEDGE);
-        Queue queue = session.createQueue(queueName);
+        boolean topic = queueName.startsWith("topic:");
+        Destination queue = topic ? session.createTopic(queueName.substring(6)) : session.createQueue(queueName);
+        MessageConsumer early = topic ? session.createConsumer(queue) : null;  // a topic keeps nothing for later
         if (!mode.equals("receive")) {
             MessageProducer producer = session.createProducer(queue);
             producer.setDeliveryMode(DeliveryMode.PERSISTENT);
@@ -38,7 +40,7 @@ public class JmsQueueRoundTrip {
             System.out.flush();
         }
         if (!mode.equals("send")) {
-            MessageConsumer consumer = session.createConsumer(queue);
+            MessageConsumer consumer = early != null ? early : session.createConsumer(queue);
             int got = 0;
             Message last = null;
             while (got < count) {

@@ -5,7 +5,7 @@ ConnectionInfo (login when security is on), SessionInfo, ProducerInfo, ConsumerI
 and topics, the prefetch as the consumer's window, selectors, durable topic subscribers by
 client id + subscription name), messages (text, bytes and the others' bodies kept as the
 client encoded them), MessageAck (standard and individual acks settle, poison acks send back,
-delivered acks are noted only), RemoveInfo, ShutdownInfo and KeepAliveInfo with the
+delivered acks widen the prefetch window by what the client holds, as ActiveMQ does), RemoveInfo, ShutdownInfo and KeepAliveInfo with the
 negotiated inactivity duration. A command that asks for a response gets its Response in read
 order; a persistent message's only once it is durable (the session's confirmations). Refusals
 are ExceptionResponses. Advisory consumers (``ActiveMQ.Advisory.*``) are accepted and never
@@ -76,11 +76,13 @@ TEXT_KINDS = (DataType.ACTIVEMQ_TEXT_MESSAGE,)
 
 
 class _Sub:
-    __slots__ = ("info", "consumer", "by_message")
+    __slots__ = ("info", "consumer", "by_message", "prefetch", "extension")
 
     def __init__(self, info: ConsumerInfo, consumer: Consumer | None) -> None:
         self.info = info
         self.consumer = consumer
+        self.prefetch = consumer.window if consumer is not None else 0
+        self.extension = 0  # messages delivered-acked (held by a client-ack session): the window grows by them
         self.by_message: dict[int, int] = {}  # Petrel message id -> delivery seq (for acks)
 
 
@@ -338,7 +340,13 @@ class OpenWireAdapter:
             return
         consumer = sub.consumer
         kind = a.ack_type
-        if kind in (AckType.DELIVERED, AckType.REDELIVERED, AckType.UNMATCHED) or a.last_message_id is None:
+        if kind == AckType.DELIVERED:  # the client holds them unacknowledged: room for as many more
+            sub.extension += max(0, a.message_count)
+            consumer.window = sub.prefetch + sub.extension
+            consumer.queue.deliver()
+            self.respond(a)
+            return
+        if kind in (AckType.REDELIVERED, AckType.UNMATCHED) or a.last_message_id is None:
             self.respond(a)
             return
         seq = sub.by_message.get(a.last_message_id.producer_sequence_id)
@@ -351,6 +359,9 @@ class OpenWireAdapter:
             refs = self.session.refs_through(consumer, seq)
         for ref in refs:
             sub.by_message.pop(ref.message.id, None)
+        if sub.extension:
+            sub.extension = max(0, sub.extension - len(refs))
+            consumer.window = sub.prefetch + sub.extension
         if kind == AckType.POISON:
             self.session.cancel(consumer, refs)
         else:
