@@ -23,7 +23,8 @@ the way in and back on the way out, as topics are (`petrel.server.adapters.mqtt_
 
 Internal properties. A protocol keeps what only it can say under its own prefix
 (``_MQTT_``: QoS, retain, the publisher's client id, the payload format indicator...;
-``_AMQP_``: the body's kind, the typed message id and correlation id, message annotations).
+``_AMQP_``: the body's kind, the typed message id and correlation id, message annotations;
+``_OW_``: the JMS message kind an OpenWire producer sent).
 They are the adapter's own notes: no client sees them, not even one of the same protocol;
 the adapter of that protocol reads them when it converts the message on the way out (AMQP
 restoring its message id's type, MQTT its retain flag). `public` gives the properties a client
@@ -42,7 +43,7 @@ import base64
 from petrel.core.message import DUPLICATE_ID, GROUP_ID
 
 __all__ = ["CONTENT_TYPE", "CORRELATION_ID", "REPLY_TO", "SUBJECT", "GROUP_ID", "GROUP_SEQ", "DUPLICATE_ID",
-           "MQTT_PREFIX", "AMQP_PREFIX", "INTERNAL_PREFIXES", "is_internal", "public", "text"]
+           "MQTT_PREFIX", "AMQP_PREFIX", "OPENWIRE_PREFIX", "INTERNAL_PREFIXES", "is_internal", "public", "text"]
 
 CONTENT_TYPE = "content-type"
 CORRELATION_ID = "correlation-id"
@@ -52,8 +53,9 @@ GROUP_SEQ = "JMSXGroupSeq"
 
 MQTT_PREFIX = "_MQTT_"
 AMQP_PREFIX = "_AMQP_"
+OPENWIRE_PREFIX = "_OW_"
 #: Prefixes of the protocols' internal properties (str.startswith takes the tuple).
-INTERNAL_PREFIXES = (MQTT_PREFIX, AMQP_PREFIX)
+INTERNAL_PREFIXES = (MQTT_PREFIX, AMQP_PREFIX, OPENWIRE_PREFIX)
 
 
 def is_internal(name: str) -> bool:

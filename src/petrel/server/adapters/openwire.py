@@ -315,7 +315,10 @@ class OpenWireAdapter:
         kind = m.properties.get(KIND, DataType.ACTIVEMQ_BYTES_MESSAGE)
         content: bytes | None = m.body
         if kind in TEXT_KINDS:
-            content = text_content(m.body.decode("utf-8", "surrogatepass"))
+            try:
+                content = text_content(m.body.decode("utf-8", "surrogatepass"))
+            except UnicodeDecodeError:  # not text after all: the bytes as they are
+                kind = DataType.ACTIVEMQ_BYTES_MESSAGE
         correlation = props.pop("correlation-id", None)
         jms_type = props.pop("JMSType", None)
         group = props.pop("JMSXGroupID", None)

@@ -1,0 +1,105 @@
+"""OpenWire spoken by hand (the codec as a client) to a real broker: refusals come back as
+ExceptionResponses, malformed bytes end only their own connection, and a message sent over
+OpenWire is received over STOMP with its text and properties."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from conftest import connect
+from petrel.codec.openwire import (
+    NEED_DATA,
+    BrokerInfo,
+    ConnectionError as OwConnectionError,
+    ConnectionId,
+    ConnectionInfo,
+    DataType,
+    Destination,
+    ExceptionResponse,
+    KeepAliveInfo,
+    Message,
+    MessageId,
+    OpenWireConnection,
+    ProducerId,
+    Response,
+    WireFormatInfo,
+    text_content,
+)
+from petrel.testing.process import BrokerProcess
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture
+def b(tmp_path):
+    broker = BrokerProcess(tmp_path / "b").start()
+    yield broker
+    broker.stop()
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.codec = OpenWireConnection()
+        self.sock.sendall(self.codec.send(WireFormatInfo(12, {"TightEncodingEnabled": True, "CacheEnabled": True})))
+
+    def send(self, command) -> None:
+        self.sock.sendall(self.codec.send(command))
+
+    def next(self, skip=(KeepAliveInfo, BrokerInfo, WireFormatInfo)):
+        while True:
+            ev = self.codec.next_event()
+            if ev is NEED_DATA:
+                data = self.sock.recv(65536)
+                if not data:
+                    return None
+                self.codec.receive_data(data)
+            elif not isinstance(ev, skip):
+                return ev
+
+
+def test_refusal_is_an_exception_response_and_garbage_ends_only_its_connection(b):
+    c = Client(b.port)
+    c.send(ConnectionInfo(command_id=1, response_required=True, connection_id=ConnectionId("ID:raw:1"), client_id="raw"))
+    assert c.next() == Response(correlation_id=1)
+    producer = ProducerId("ID:raw:1", 1, 1)
+    c.send(Message(command_id=2, response_required=True, kind=DataType.ACTIVEMQ_TEXT_MESSAGE, producer_id=producer,
+                   destination=Destination(DataType.ACTIVEMQ_QUEUE, "$.petrel.internal"),
+                   message_id=MessageId(producer_id=producer, producer_sequence_id=1), content=text_content("x"),
+                   persistent=True))
+    refused = c.next()
+    assert isinstance(refused, ExceptionResponse) and refused.correlation_id == 2
+    assert "javax.jms" in refused.exception.class_name and refused.exception.message
+
+    bad = Client(b.port)
+    bad.sock.sendall(b"\x00\x00\x00\x05\x63garbage")  # an unknown command type
+    error = bad.next()
+    assert isinstance(error, OwConnectionError) and "protocol error" in error.exception.message
+    assert bad.next() is None  # closed
+
+    c.send(KeepAliveInfo(command_id=3, response_required=True))  # the first connection still works
+    assert isinstance(c.next(skip=(BrokerInfo,)), KeepAliveInfo)
+
+
+def test_openwire_text_reaches_stomp_with_its_properties(b):
+    c = Client(b.port)
+    c.send(ConnectionInfo(command_id=1, response_required=True, connection_id=ConnectionId("ID:raw:2")))
+    assert c.next() == Response(correlation_id=1)
+    stomp, listener = connect(b)
+    stomp.subscribe("/queue/cross", id="s1", ack="auto")
+    producer = ProducerId("ID:raw:2", 1, 1)
+    c.send(Message(command_id=2, response_required=True, kind=DataType.ACTIVEMQ_TEXT_MESSAGE, producer_id=producer,
+                   destination=Destination(DataType.ACTIVEMQ_QUEUE, "cross"),
+                   message_id=MessageId(producer_id=producer, producer_sequence_id=1),
+                   content=text_content("h\u00e9llo"), properties={"colour": "blue", "n": 7}, persistent=True,
+                   correlation_id="corr-1"))
+    assert c.next() == Response(correlation_id=2)
+    frame = listener.messages.get(timeout=10)
+    body = frame.body if isinstance(frame.body, str) else frame.body.decode()
+    assert body == "h\u00e9llo"
+    assert frame.headers["colour"] == "blue" and frame.headers["n"] == "7"
+    assert frame.headers.get("correlation-id") == "corr-1"
+    assert not [h for h in frame.headers if h.startswith("_OW_")]  # OpenWire's own notes stay internal
+    stomp.disconnect()
