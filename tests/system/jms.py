@@ -42,3 +42,8 @@ def run(classpath: str, main: str, *args: str, timeout: float = 180) -> list[str
     proc = subprocess.run(["java", "-cp", classpath, main, *args], capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{main} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout.splitlines()
+
+
+def run_any(classpath: str, main: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run a compiled program whatever its exit status."""
+    return subprocess.run(["java", "-cp", classpath, main, *args], capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,51 @@
+"""OpenWire with security on: the JMS client's user name and password log in (ConnectionInfo);
+a wrong password is refused with a JMSSecurityException; a user without the permission to
+send to an address is refused the send."""
+
+from __future__ import annotations
+
+import pytest
+
+from jms import compile_program, run, run_any
+from petrel.security.users import UserStore
+from petrel.testing.process import OWN_SECURITY, BrokerProcess
+
+pytestmark = pytest.mark.system
+
+SETTINGS = '''
+[security]
+users_file = "users.toml"
+login_failure_delay = 100
+
+[security_settings."auto.#"]
+send = ["creator"]
+consume = ["creator"]
+createAddress = ["creator"]
+createDurableQueue = ["creator"]
+createNonDurableQueue = ["creator"]
+'''
+
+
+def test_login_and_refusals(tmp_path):
+    classpath = compile_program("JmsQueueRoundTrip", tmp_path / "classes")
+    workdir = tmp_path / "b"
+    workdir.mkdir()
+    users = UserStore(workdir / "users.toml")
+    users.add("creator", "creator-pw", ["creator"])
+    users.add("other", "other-pw", ["other"])
+    users.save()
+    broker = BrokerProcess(workdir, settings=SETTINGS, env=OWN_SECURITY).start()
+    try:
+        base = f"tcp://127.0.0.1:{broker.port}"
+        lines = run(classpath, "JmsQueueRoundTrip", f"{base}?jms.userName=creator&jms.password=creator-pw",
+                    "auto.jms", "10", "both", "client")
+        assert "SENT 10" in lines and "RECEIVED 10" in lines
+        wrong = run_any(classpath, "JmsQueueRoundTrip", f"{base}?jms.userName=creator&jms.password=nope",
+                        "auto.jms", "1", "send")
+        assert wrong.returncode != 0 and "JMSSecurityException" in wrong.stderr, wrong.stderr[-2000:]
+        denied = run_any(classpath, "JmsQueueRoundTrip", f"{base}?jms.userName=other&jms.password=other-pw",
+                         "auto.jms", "1", "send")
+        assert denied.returncode != 0 and "SENT 1" not in denied.stdout
+        assert "JMSSecurityException" in denied.stderr, denied.stderr[-2000:]
+    finally:
+        broker.stop()
