@@ -9,7 +9,8 @@ are left out and typed values become text as `petrel.core.message_props` says (b
 from __future__ import annotations
 
 from petrel.codec.stomp import Frame
-from petrel.core.message_props import is_internal, public
+from petrel.core.message import WIRE_CACHE_LIMIT
+from petrel.core.message_props import INTERNAL_PREFIXES, public
 from petrel.core.message_props import text as header_text
 from petrel.core.queue import MessageReference
 
@@ -39,7 +40,7 @@ def render_properties(properties: dict, escaping) -> bytes:
     escapes = bool(escaping.decode_table)
     for k, v in properties.items():
         k = str(k)
-        if k in MESSAGE_HEADERS or not k or is_internal(k):
+        if k in MESSAGE_HEADERS or not k or (k[0] == "_" and k.startswith(INTERNAL_PREFIXES)):
             continue
         v = v if isinstance(v, str) else header_text(v)
         if escapes:
@@ -75,10 +76,13 @@ def render_message(prefix: bytes, consumer_id: int, ref: MessageReference, versi
     if cache is not None and cache[0] is key:
         props = cache[1]
     else:
-        props = m.wire_get(key)
+        props = None if cache is None else m.wire_get(key)
         if props is None:
             props = render_properties(m.properties, escaping) if m.properties else b""
-            m.wire_put(key, props, len(props))
+            if cache is None and len(props) <= WIRE_CACHE_LIMIT:  # (the first entry: `wire_put`, inlined)
+                m.wire_cache = (key, props)
+            else:
+                m.wire_put(key, props, len(props))
     ack_id = f"{consumer_id}.{ref.seq}"
     head = (
         f"message-id:{ack_id}\npersistent:{'true' if m.durable else 'false'}\npriority:{m.priority}\n"
