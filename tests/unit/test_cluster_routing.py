@@ -225,3 +225,21 @@ def test_forwarded_messages_respect_a_full_address(policy) -> None:
         office.queues["orders"].purge()
         assert office.receive_forwarded(late, ["orders"], "n:2").outcome == SendOutcome.ROUTED
     assert office.queues["orders"].message_count == 1  # the first message, or the late one after the purge
+
+
+def test_a_remote_binding_on_a_pattern_address_gets_what_is_sent_to_matching_addresses(office) -> None:
+    link = FakeLink(office, "B")
+    remote(office, link, "sub-star", "news.*", MULTI)
+    remote(office, link, "sub-hash", "news.#", MULTI, selector="kind = 'x'")
+    with office.names_from_elsewhere():  # a pattern address, as MQTT makes it
+        office.ensure_address_for("news.#", MULTI)
+        office.create_queue("local-hash", "news.#", MULTI)
+    send(office, "news.eu", 1, MULTI, properties={"kind": "x"})
+    send(office, "news.eu.fr", 1, MULTI, properties={"kind": "y"})  # only the local pattern queue
+    assert [(sorted(keys), body) for keys, body in forwarded(link)] == [
+        (["sub-hash", "sub-star"], b"0")]  # one copy for the node, naming both of its queues
+    assert office.queues["local-hash"].message_count == 2
+    office.remove_remote_binding("sub-star@B")
+    office.remove_remote_binding("sub-hash@B")
+    send(office, "news.us", 1, MULTI, properties={"kind": "x"})
+    assert len(forwarded(link)) == 1  # gone: nothing more forwarded
