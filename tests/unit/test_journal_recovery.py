@@ -430,3 +430,30 @@ def test_kept_damage_stays_kept_when_appends_resume_in_an_empty_segment(tmp_path
     seg, path, _ = layout(tmp_path)[-1]  # where appends resume holds the evidence: a MARK
     assert seg == (3 if later == "empty segment" else 4)
     assert decode(path.read_bytes(), HEADER_SIZE, seg)[0].type == RecordType.MARK
+
+
+def test_compacting_a_damaged_segment_whose_transaction_straddles_keeps_its_records(tmp_path):
+    # A damaged COMMIT leaves its transaction open: load rolls it back with a ROLLBACK in the
+    # current segment, so the transaction straddles the end of any compaction run that takes
+    # its segment. The copy of the live records and the carried transaction records both
+    # wanted that segment's id; the second file overwrote the first (all the records lost).
+    def ops(journal):
+        adds(30)(journal)
+        journal.add_tx(7, 500, 1, b"t" * 100)
+        journal.commit(7)
+        adds(150, start=31)(journal)
+    write(tmp_path, ops, crash=True)
+    segments = layout(tmp_path)
+    assert len(segments) >= 3
+    seg, path, recs = segments[0]
+    commit = next(off for off, rec in recs if rec.type == RecordType.COMMIT)
+    flip(path, commit + 3)  # in its length: the header check fails
+    first = reload(tmp_path, skip_damaged=True)
+    assert 500 not in first.records and first.rolled_back == [7]
+    journal = FileJournal(tmp_path, file_size=SIZE)
+    assert list(journal.load(skip_damaged=True).records) == list(first.records)
+    journal.start(run_all)
+    journal.compact()
+    journal.stop()
+    for _ in range(2):
+        assert list(reload(tmp_path, skip_damaged=True).records) == list(first.records)

@@ -398,7 +398,12 @@ class Compactor:
         if not items:
             bins = []
         ids = sorted(segments)
-        kept = ids[:len(bins)] + ([last] if carried else [])  # the last id never goes to a bin then
+        usable = ids[:-1] if carried else ids  # the carried records keep the last id
+        if len(bins) > len(usable):
+            # no id left for a copy (two files under one name would overwrite each other):
+            # nothing is rewritten, and damage there stays (skipped again on load)
+            return None
+        kept = usable[:len(bins)] + ([last] if carried else [])
         if len(kept) >= len(ids) and not damaged:
             return None  # would not save a file (rewriting damage away is worth it anyway)
         plan = RenamePlan(
