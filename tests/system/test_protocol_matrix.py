@@ -617,3 +617,23 @@ def test_bytes_properties_reach_text_protocols_as_base64(clients, src, dst):
     got = receiver.receive()
     assert got.props.get("blob") == "AAH+/2J5dGVz"  # base64 of blob
     assert got.props.get("plain") == "text"
+
+
+@pytest.mark.parametrize("src", PROTOCOLS)
+def test_no_client_sets_another_protocols_internal_properties(clients, src):
+    """Properties named like a protocol's internal ones (``_AMQP_BODY=amqp`` would make AMQP
+    receivers take a body for encoded sections; ``_MQTT_CLIENT`` is what No Local compares) are
+    not a client's to set: they are dropped from its send, and the message arrives as sent."""
+    address = f"matrix.topic.spoof.{src}"
+    receivers = {"amqp": clients("amqp", f"rx-spoof-amqp-{src}"), "stomp": clients("stomp", f"rx-spoof-stomp-{src}")}
+    for side in receivers.values():
+        side.subscribe("topic", address)
+    sender = clients(src, f"tx-spoof-{src}")
+    spoofed = {"_AMQP_BODY": "amqp", "_MQTT_CLIENT": "someone-else", "_MQTT_RETAIN": "true", "kept": "yes"}
+    sender.send("topic", address, Sent("spoof", b"plain bytes", False, spoofed, durable=False, priority=4,
+                                       ttl_ms=0, correlation=None, reply_to=None, content_type=None))
+    for name, side in receivers.items():
+        got = side.receive()
+        assert got.body == b"plain bytes", name
+        assert {k: v for k, v in got.props.items() if k != "kept"} == {}, (name, got.props)
+        assert got.props["kept"] == "yes", name

@@ -135,3 +135,18 @@ def test_mqtt_expiry_and_subscription_ids_do_not_enter_the_cache():
     assert P.MESSAGE_EXPIRY_INTERVAL not in cached and P.SUBSCRIPTION_IDENTIFIER not in cached
     p2 = to_publish(m, 0, None, retain=False, dup=False, v5=True)
     assert P.SUBSCRIPTION_IDENTIFIER not in p2.properties
+
+
+def test_no_client_sets_internal_properties():
+    from petrel.codec.amqp.message import AmqpMessage, encode_message
+
+    from petrel.server.adapters.amqp_convert import to_petrel
+
+    publish = Publish("t", b"raw", 1, False, False, 1,
+                      {P.USER_PROPERTY: [("_AMQP_BODY", "amqp"), ("_MQTT_RETAIN", "1"), ("k", "v")]})
+    assert to_message(publish, 1, "t", v5=True).properties == {"_MQTT_QOS": 1, "k": "v"}
+    payload = encode_message(AmqpMessage(application_properties={"_AMQP_BODY": "amqp", "_MQTT_QOS": 2, "k": "v"},
+                                         body_kind="data", body=[b"raw"]))
+    m = to_petrel(payload, message_id=1, address="q", now=0)
+    assert m.properties == {"k": "v"}
+    assert decode_message(to_amqp(m, 0)).body == [b"raw"]  # a data section, not raw "sections"

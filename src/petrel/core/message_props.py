@@ -28,7 +28,8 @@ Internal properties. A protocol keeps what only it can say under its own prefix
 They are the adapter's own notes: no client sees them, not even one of the same protocol;
 the adapter of that protocol reads them when it converts the message on the way out (AMQP
 restoring its message id's type, MQTT its retain flag). `public` gives the properties a client
-of any protocol may see.
+of any protocol may see, and is also what a client's send keeps: no client sets them (a STOMP
+header ``_AMQP_BODY`` would otherwise make AMQP receivers parse a body as encoded sections).
 
 Text. STOMP headers and MQTT user properties are strings; a typed value (CORE's, AMQP's)
 reaches them as `text`: a string as it is, a boolean as ``true``/``false`` (as JMS writes it),

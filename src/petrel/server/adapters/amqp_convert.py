@@ -109,7 +109,8 @@ def to_petrel(payload: bytes, *, message_id: int, address: str, now: int) -> Mes
     props: dict[str, object] = {}
     if m.application_properties:
         for k, v in m.application_properties.items():
-            props[str(k)] = _simple(v)
+            if not str(k).startswith(INTERNAL_PREFIXES):  # (not a client's to set)
+                props[str(k)] = _simple(v)
     message = Message(id=message_id, address=address, body=b"", properties=props, timestamp=now)
     h = m.header
     if h is not None:

@@ -51,7 +51,8 @@ def to_message(publish: Publish, message_id: int, address: str, *, v5: bool) -> 
         if users:
             names = [name for name, _ in users]
             for name, value in users:
-                props.setdefault(name, value)
+                if not name.startswith(INTERNAL_PREFIXES):  # (not a client's to set)
+                    props.setdefault(name, value)
             if len(set(names)) != len(names):
                 props[USER_PROPERTIES] = [list(pair) for pair in users]
         if P.CONTENT_TYPE in pp:

@@ -31,6 +31,7 @@ from petrel.core.message import (
     Message,
     now_ms,
 )
+from petrel.core.message_props import CONTENT_TYPE, INTERNAL_PREFIXES
 from petrel.server.adapters.stomp_headers import StompError, int_header, parse_destination
 from petrel.server.adapters.stomp_large import LargeSends
 from petrel.server.adapters.stomp_render import receipt_bytes
@@ -208,13 +209,15 @@ class StompAdapter(SubscriptionFrames):
             id=large[0] if large else self.broker.store.next_id(),
             address=name,
             body=frame.body,
-            properties={k: v for k, v in headers.items() if k not in FRAME_HEADERS},
+            # (other protocols' internal properties are not a client's to set)
+            properties={k: v for k, v in headers.items()
+                        if k not in FRAME_HEADERS and (k[:1] != "_" or not k.startswith(INTERNAL_PREFIXES))},
             durable=headers.get("persistent", "false").lower() == "true",
             timestamp=now,
         )
-        ctype = headers.get("content-type")
+        ctype = headers.get(CONTENT_TYPE)
         if ctype is not None:
-            message.properties["content-type"] = ctype
+            message.properties[CONTENT_TYPE] = ctype
         if "priority" in headers:
             message.priority = int_header(headers, "priority", 0, 9)
         if "expires" in headers:

@@ -12,6 +12,7 @@ from petrel.cluster.internal_names import internal_write_problem
 from petrel.codec.core import Commit, ErrorCode, Result, Rollback, Send, SendChunk, SendFailed
 from petrel.codec.core.cluster import Forward
 from petrel.core.message import LargeBody, Message, now_ms
+from petrel.core.message_props import public
 from petrel.server.adapters.core import large
 from petrel.server.adapters.core.consuming import ROUTING
 from petrel.server.adapters.core.session import SEND_CODES, Fatal, RequestFailed, ServerSession
@@ -80,8 +81,11 @@ class SendFrames:
             self._out.append(self.codec.send(SendFailed(
                 session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
             return
+        props = e.properties
+        if props and not getattr(self.access.subject, "internal", False):
+            props = public(props)  # other protocols' internal properties are not a client's to set
         # positional: id, address, body, properties, durable, priority, expiration, timestamp, scheduled
-        message = Message(large_body[0] if large_body else self._next_id(), e.address, body, e.properties,
+        message = Message(large_body[0] if large_body else self._next_id(), e.address, body, props,
                           e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
         if large_body is not None:  # from here the session owns the file (and drops it if it refuses)
             message.large = large_body[1]
