@@ -67,3 +67,15 @@ def test_client_ack_beyond_the_prefetch_and_a_topic(tmp_path, classpath):
         assert received(run(classpath, "JmsQueueRoundTrip", url, "topic:news", str(N), "both", "auto")) == list(range(N))
     finally:
         broker.stop()
+
+
+def test_local_transactions_commit_and_rollback(tmp_path):
+    """A transacted JMS session: what a rolled-back send sent is gone, a committed one arrives;
+    a rolled-back receive comes again, redelivered, and its commit leaves nothing."""
+    classpath = compile_program("JmsTransactions", tmp_path / "classes")
+    broker = BrokerProcess(tmp_path / "b").start()
+    try:
+        lines = run(classpath, "JmsTransactions", f"tcp://127.0.0.1:{broker.port}", "tx.orders", "10")
+        assert lines == ["SENT 10", "FIRST 10", "AGAIN 10 redelivered=true", "LEFT 0"]
+    finally:
+        broker.stop()

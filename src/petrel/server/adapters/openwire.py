@@ -9,7 +9,8 @@ delivered acks widen the prefetch window by what the client holds, as ActiveMQ d
 negotiated inactivity duration. A command that asks for a response gets its Response in read
 order; a persistent message's only once it is durable (the session's confirmations). Refusals
 are ExceptionResponses. Advisory consumers (``ActiveMQ.Advisory.*``) are accepted and never
-fed. Transactions, temporary destinations, MessagePull, the failover transport's cluster
+fed. Local transactions (begin, commit
+one phase, rollback) map to the session's. XA, temporary destinations, MessagePull, the failover transport's cluster
 updates and the other message kinds' conversions are not done yet.
 """
 
@@ -48,11 +49,12 @@ from petrel.codec.openwire import (
     SessionId,
     SessionInfo,
     ShutdownInfo,
+    TransactionInfo,
     WireFormatInfo,
     text_content,
     text_of,
 )
-from petrel.codec.openwire.commands import JavaThrowable
+from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
 from petrel.core.consumer import Consumer
 from petrel.core.message import Message, RoutingType
 from petrel.security.errors import AuthenticationFailed
@@ -76,14 +78,16 @@ TEXT_KINDS = (DataType.ACTIVEMQ_TEXT_MESSAGE,)
 
 
 class _Sub:
-    __slots__ = ("info", "consumer", "by_message", "prefetch", "extension")
+    __slots__ = ("info", "consumer", "by_message", "order", "dispatched", "prefetch", "extension")
 
     def __init__(self, info: ConsumerInfo, consumer: Consumer | None) -> None:
         self.info = info
         self.consumer = consumer
         self.prefetch = consumer.window if consumer is not None else 0
         self.extension = 0  # messages delivered-acked (held by a client-ack session): the window grows by them
-        self.by_message: dict[int, int] = {}  # Petrel message id -> delivery seq (for acks)
+        self.by_message: dict[int, int] = {}  # Petrel message id -> its reference's seq (acks name messages)
+        self.order: dict[int, int] = {}  # seq -> dispatch number: a standard ack covers all dispatched up to its last
+        self.dispatched = 0
 
 
 class OpenWireAdapter:
@@ -97,6 +101,7 @@ class OpenWireAdapter:
         self.connection_id: str | None = None
         self.client_id: str | None = None
         self.subs: dict[ConsumerId, _Sub] = {}
+        self.tx_acks: dict[str, list] = {}  # transaction -> [(consumer, refs)] its acks settle at the commit
         self.by_consumer: dict[int, _Sub] = {}
         self._closing = False
         self._last_read = time.monotonic()
@@ -151,6 +156,8 @@ class OpenWireAdapter:
                 self.on_consumer(c)
             elif t is RemoveInfo:
                 self.on_remove(c)
+            elif t is TransactionInfo:
+                self.on_transaction(c)
             elif t is KeepAliveInfo:
                 if c.response_required:
                     self.session.confirm(self.codec.send(KeepAliveInfo()))
@@ -249,8 +256,9 @@ class OpenWireAdapter:
             raise Refused("a message without a destination")
         message = self.to_message(m)
         routing = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
-        self.session.send(message, routing)
-        self.respond(m, durable=m.persistent)
+        tx = self.tx_name(m.transaction_id)
+        self.session.send(message, routing, tx)
+        self.respond(m, durable=m.persistent and tx is None)
 
     def to_message(self, m: OwMessage) -> Message:
         props = dict(m.properties or {})
@@ -305,6 +313,8 @@ class OpenWireAdapter:
             return
         m = ref.message
         sub.by_message[m.id] = ref.seq
+        sub.dispatched += 1
+        sub.order[ref.seq] = sub.dispatched
         info = sub.info
         self.conn.write(self.codec.send(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination,
                                                         message=self.to_openwire(m, info.destination),
@@ -356,20 +366,80 @@ class OpenWireAdapter:
         if seq is None or seq not in consumer.delivering:
             self.respond(a)  # settled already (a repeated ack)
             return
+        delivering = consumer.delivering
         if kind == AckType.INDIVIDUAL:
-            refs = [consumer.delivering[seq]]
-        else:
-            refs = self.session.refs_through(consumer, seq)
-        for ref in refs:
-            sub.by_message.pop(ref.message.id, None)
+            refs = [delivering[seq]]
+        else:  # everything dispatched up to the last one (a rolled-back transaction's acks come back unordered)
+            order = sub.order
+            limit = order.get(seq, 0)
+            refs = [ref for s, ref in delivering.items() if order.get(s, 0) <= limit]
+        if a.transaction_id is None:
+            for ref in refs:
+                sub.by_message.pop(ref.message.id, None)
+                sub.order.pop(ref.seq, None)
+        elif len(sub.order) > 2 * len(delivering) + 1024:  # forget what transactions settled
+            sub.order = {s: n for s, n in sub.order.items() if s in delivering}
+            sub.by_message = {i: s for i, s in sub.by_message.items() if s in delivering}
         if sub.extension:
             sub.extension = max(0, sub.extension - len(refs))
             consumer.window = sub.prefetch + sub.extension
+        tx = self.tx_name(a.transaction_id)
         if kind == AckType.POISON:
             self.session.cancel(consumer, refs)
+        elif tx is not None:
+            # settled at the commit; a rollback leaves them with the client, which redelivers them itself
+            self.session.transaction(tx)
+            self.tx_acks.setdefault(tx, []).append((consumer, refs))
         else:
             self.session.acknowledge(consumer, refs)
-        self.respond(a, durable=a.response_required)
+        self.respond(a, durable=a.response_required and tx is None)
+
+    # -- transactions ------------------------------------------------------------------------
+
+    @staticmethod
+    def tx_name(tid: Any) -> str | None:
+        """The server session's name of a local transaction; XA is refused."""
+        if tid is None:
+            return None
+        if isinstance(tid, LocalTransactionId):
+            conn = tid.connection_id.value if tid.connection_id is not None else ""
+            return f"{conn}:{tid.value}"
+        raise Refused("XA transactions are not supported by Petrel's OpenWire yet")
+
+    def on_transaction(self, c: TransactionInfo) -> None:
+        name = self.tx_name(c.transaction_id)
+        if name is None:
+            raise Refused("a TransactionInfo without a transaction id")
+        kind = c.type
+        if kind == 0:  # BEGIN
+            self.session.begin(name)
+            self.respond(c)
+        elif kind == 2:  # COMMIT_ONE_PHASE
+            seen: set[tuple[int, int]] = set()
+            for consumer, refs in self.tx_acks.pop(name, ()):
+                live = []
+                for ref in refs:  # still held by the consumer, once each
+                    key = (consumer.id, ref.seq)
+                    if key not in seen and consumer.delivering.get(ref.seq) is ref:
+                        seen.add(key)
+                        live.append(ref)
+                if live:
+                    self.session.acknowledge(consumer, live, name)
+            self.session.commit(name)
+            if c.response_required:
+                self.session.confirm(self.codec.send(Response(correlation_id=c.command_id)), durable=True,
+                                     transactional=True)
+            else:
+                self.session.need_sync(transactional=True)
+        elif kind == 4:  # ROLLBACK
+            self.tx_acks.pop(name, None)
+            if name in self.session.transactions:
+                self.session.rollback(name)
+            self.respond(c)
+        elif kind in (7, 6):  # END, FORGET: nothing to do for a local transaction
+            self.respond(c)
+        else:
+            raise Refused(f"transaction operation {kind} is not supported by Petrel's OpenWire yet (XA)")
 
     def on_remove(self, r: RemoveInfo) -> None:
         obj = r.object_id
