@@ -15,6 +15,7 @@ import time
 
 from petrel.config import BrokerConfig
 from petrel.server.broker import Broker
+from petrel.server.flow import ReadFlow
 
 N = 50_000
 
@@ -25,7 +26,9 @@ class FakeConn:
         self.closed = False
         self.writing_paused = False
         self.peer = "bench"
+        self.peer_subject = None  # no TLS client certificate
         self.transport = None
+        self.reads = ReadFlow(self)  # the connection's one owner of paused reads (petrel.server.flow)
 
     def write(self, data: bytes) -> None:
         self.out += len(data)
@@ -42,7 +45,8 @@ class FakeConn:
 
 async def run(persistent: bool) -> float:
     with tempfile.TemporaryDirectory() as d:
-        config = BrokerConfig(data_dir=d, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1)
+        config = BrokerConfig(data_dir=d, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1,
+                              security_enabled=False)  # the adapter's own cost, as before security
         broker = Broker(config)
         await broker.start()
         try:
