@@ -29,17 +29,25 @@ from petrel.codec.amqp.message import BODY_DATA, BODY_VALUE, AmqpMessage, decode
 from petrel.codec.amqp.performatives import AmqpSequence, AmqpValue, Header, Properties
 from petrel.codec.amqp.types import Described, Symbol, Timestamp, UByte, UInt, ULong, encode
 from petrel.core.message import Message, RoutingType, now_ms
-from petrel.core.message_props import GROUP_ID, GROUP_SEQ, INTERNAL_PREFIXES
+from petrel.core.message_props import (
+    CONTENT_TYPE,
+    CORRELATION_ID,
+    GROUP_ID,
+    GROUP_SEQ,
+    INTERNAL_PREFIXES,
+    REPLY_TO,
+    SUBJECT,
+)
 
 __all__ = ["parse_address", "to_petrel", "to_amqp", "RESERVED"]
 
 BODY = "_AMQP_BODY"
 MESSAGE_ID = "_AMQP_MESSAGE_ID"
-CORRELATION_ID = "_AMQP_CORRELATION_ID"
+TYPED_CORRELATION_ID = "_AMQP_CORRELATION_ID"
 ANNOTATION = "_AMQP_MA_"
 MQTT_TEXT = "_MQTT_FORMAT"  # MQTT 5's payload format indicator (1: UTF-8 text), as the MQTT adapter keeps it
 #: Properties that become AMQP header or properties fields, not application properties.
-RESERVED = frozenset({BODY, MESSAGE_ID, CORRELATION_ID, "correlation-id", "reply-to", "content-type", "subject",
+RESERVED = frozenset({BODY, MESSAGE_ID, TYPED_CORRELATION_ID, CORRELATION_ID, REPLY_TO, CONTENT_TYPE, SUBJECT,
                       GROUP_ID, GROUP_SEQ})
 
 QUEUE_PREFIX, TOPIC_PREFIX = "queue://", "topic://"
@@ -126,13 +134,13 @@ def to_petrel(payload: bytes, *, message_id: int, address: str, now: int) -> Mes
         corr = p.correlation_id
         if corr is not None:
             if isinstance(corr, str):
-                props["correlation-id"] = str(corr)
+                props[CORRELATION_ID] = str(corr)
             elif isinstance(corr, bytes):  # binary: as MQTT's correlation data and CORE's bytes
-                props["correlation-id"] = bytes(corr)
+                props[CORRELATION_ID] = bytes(corr)
             else:  # ulong, uuid: typed for AMQP receivers, as text for the others
-                props[CORRELATION_ID] = _typed(corr)
-                props["correlation-id"] = str(corr)
-        for field, name in (("reply_to", "reply-to"), ("content_type", "content-type"), ("subject", "subject"),
+                props[TYPED_CORRELATION_ID] = _typed(corr)
+                props[CORRELATION_ID] = str(corr)
+        for field, name in (("reply_to", REPLY_TO), ("content_type", CONTENT_TYPE), ("subject", SUBJECT),
                             ("group_id", GROUP_ID)):
             value = getattr(p, field)
             if value is not None:
@@ -228,16 +236,16 @@ def _bare(message: Message) -> tuple[bytes, bool]:
         elif not k.startswith(INTERNAL_PREFIXES):  # (ours read above, MQTT's its own)
             app[k] = _wire_value(v)
     message_id = props.get(MESSAGE_ID)
-    correlation = props.get(CORRELATION_ID)
+    correlation = props.get(TYPED_CORRELATION_ID)
     group_seq = props.get(GROUP_SEQ)
     properties = Properties(
         message_id=_untyped(message_id) if isinstance(message_id, str) else f"ID:{message.id}",
         to=message.address,
-        subject=_str(props.get("subject")),
-        reply_to=_str(props.get("reply-to")),
+        subject=_str(props.get(SUBJECT)),
+        reply_to=_str(props.get(REPLY_TO)),
         correlation_id=(_untyped(correlation) if isinstance(correlation, str)
-                        else _correlation(props.get("correlation-id"))),
-        content_type=_str(props.get("content-type")),
+                        else _correlation(props.get(CORRELATION_ID))),
+        content_type=_str(props.get(CONTENT_TYPE)),
         absolute_expiry_time=Timestamp(message.expiration) if message.expiration else None,
         creation_time=Timestamp(message.timestamp) if message.timestamp else None,
         group_id=_str(props.get(GROUP_ID)),
