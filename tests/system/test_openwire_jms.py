@@ -79,3 +79,15 @@ def test_local_transactions_commit_and_rollback(tmp_path):
         assert lines == ["SENT 10", "FIRST 10", "AGAIN 10 redelivered=true", "LEFT 0"]
     finally:
         broker.stop()
+
+
+def test_request_reply_through_a_temporary_queue(tmp_path):
+    """JMSReplyTo a temporary queue: each request answered on it, with its correlation id (and
+    the client's deletion of the temporary queue is answered)."""
+    classpath = compile_program("JmsRequestReply", tmp_path / "classes")
+    broker = BrokerProcess(tmp_path / "b").start()
+    try:
+        lines = run(classpath, "JmsRequestReply", f"tcp://127.0.0.1:{broker.port}", "service", "20")
+        assert lines == ["REPLIES 20"]
+    finally:
+        broker.stop()

@@ -10,7 +10,8 @@ negotiated inactivity duration. A command that asks for a response gets its Resp
 order; a persistent message's only once it is durable (the session's confirmations). Refusals
 are ExceptionResponses. Advisory consumers (``ActiveMQ.Advisory.*``) are accepted and never
 fed. Local transactions (begin, commit
-one phase, rollback) map to the session's. XA, temporary destinations, MessagePull, the failover transport's cluster
+one phase, rollback) map to the session's. Temporary queues and topics (DestinationInfo) live
+as long as their connection; a JMSReplyTo keeps its kind. XA, MessagePull, the failover transport's cluster
 updates and the other message kinds' conversions are not done yet.
 """
 
@@ -34,6 +35,7 @@ from petrel.codec.openwire import (
     ConsumerInfo,
     DataType,
     Destination,
+    DestinationInfo,
     ExceptionResponse,
     KeepAliveInfo,
     Message as OwMessage,
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("petrel.server.openwire")
 
 KIND = "_OW_KIND"  # the JMS message kind (text, bytes...), for OpenWire consumers
+REPLY_KIND = "_OW_REPLY_KIND"  # the JMSReplyTo's kind (queue, topic, temporary queue or topic)
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
 JMS_EXCEPTION = "javax.jms.JMSException"
 SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
@@ -101,6 +104,7 @@ class OpenWireAdapter:
         self.connection_id: str | None = None
         self.client_id: str | None = None
         self.subs: dict[ConsumerId, _Sub] = {}
+        self.temporary: set[Destination] = set()  # temporary destinations this connection made
         self.tx_acks: dict[str, list] = {}  # transaction -> [(consumer, refs)] its acks settle at the commit
         self.by_consumer: dict[int, _Sub] = {}
         self._closing = False
@@ -158,6 +162,8 @@ class OpenWireAdapter:
                 self.on_remove(c)
             elif t is TransactionInfo:
                 self.on_transaction(c)
+            elif t is DestinationInfo:
+                self.on_destination(c)
             elif t is KeepAliveInfo:
                 if c.response_required:
                     self.session.confirm(self.codec.send(KeepAliveInfo()))
@@ -278,6 +284,8 @@ class OpenWireAdapter:
             props["JMSXGroupSeq"] = m.group_sequence
         if m.reply_to is not None and m.reply_to.name:
             props["reply-to"] = m.reply_to.name
+            if m.reply_to.kind != DataType.ACTIVEMQ_QUEUE:
+                props[REPLY_KIND] = int(m.reply_to.kind)
         return Message(id=self.broker.store.next_id(), address=m.destination.name, body=body, properties=props,
                        durable=m.persistent, priority=max(0, min(9, m.priority)), expiration=max(0, m.expiration),
                        timestamp=m.timestamp, user_id=self.access.user)
@@ -343,7 +351,8 @@ class OpenWireAdapter:
             correlation_id=None if correlation is None else str(correlation),
             type=None if jms_type is None else str(jms_type),
             group_id=None if group is None else str(group), group_sequence=int(group_seq or 0),
-            reply_to=None if reply_to is None else Destination(DataType.ACTIVEMQ_QUEUE, str(reply_to)),
+            reply_to=None if reply_to is None else Destination(
+                int(m.properties.get(REPLY_KIND, DataType.ACTIVEMQ_QUEUE)), str(reply_to)),
             user_id=m.user_id, broker_in_time=m.timestamp, broker_out_time=int(time.time() * 1000))
 
     def on_ack(self, a: MessageAck) -> None:
@@ -441,6 +450,27 @@ class OpenWireAdapter:
         else:
             raise Refused(f"transaction operation {kind} is not supported by Petrel's OpenWire yet (XA)")
 
+    # -- temporary destinations ---------------------------------------------------------------
+
+    def on_destination(self, c: DestinationInfo) -> None:
+        """A temporary queue or topic made (nothing to do: addresses are made as they are used)
+        or deleted (its queue goes, and with it what it held); the others' are answered alone."""
+        dest = c.destination
+        if dest is not None and dest.is_temporary and dest.name:
+            if c.operation_type == 0:
+                self.temporary.add(dest)
+            else:
+                self.temporary.discard(dest)
+                self._delete_temporary(dest)
+        self.respond(c)
+
+    def _delete_temporary(self, dest: Destination) -> None:
+        if dest.kind == DataType.ACTIVEMQ_TEMP_QUEUE and dest.name in self.office.queues:
+            try:
+                self.office.delete_queue(dest.name)
+            except Exception as exc:  # (in use by another connection's consumer, say)
+                log.info("OpenWire temporary queue %s not deleted: %s", dest.name, exc)
+
     def on_remove(self, r: RemoveInfo) -> None:
         obj = r.object_id
         if isinstance(obj, ConsumerId):
@@ -494,3 +524,6 @@ class OpenWireAdapter:
         self.subs.clear()
         self.by_consumer.clear()
         self.session.release()
+        temporary, self.temporary = self.temporary, set()
+        for dest in temporary:  # they live as long as their connection
+            self._delete_temporary(dest)
