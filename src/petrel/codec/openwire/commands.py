@@ -9,7 +9,7 @@ first two fields are BaseCommand's ``command_id`` and ``response_required``. Onl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, ClassVar
 
