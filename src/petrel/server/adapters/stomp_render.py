@@ -14,15 +14,14 @@ from petrel.core.message_props import INTERNAL_PREFIXES, public
 from petrel.core.message_props import text as header_text
 from petrel.core.queue import MessageReference
 
+__all__ = ["MESSAGE_HEADERS", "header_text", "headers_of", "render_properties", "message_prefix", "render_message",
+           "receipt_bytes"]
+
 # Headers the broker writes on MESSAGE; a property of the same name is not repeated.
 MESSAGE_HEADERS = frozenset(
     {"subscription", "message-id", "destination", "persistent", "priority", "expires", "timestamp",
      "redelivered", "ack", "content-length"}
 )
-
-
-__all__ = ["MESSAGE_HEADERS", "header_text", "headers_of", "render_properties", "message_prefix", "render_message",
-           "receipt_bytes"]
 
 #: The wire-cache key of each STOMP version (their escaping differs).
 _CACHE_KEYS = {"1.0": "stomp1.0", "1.1": "stomp1.1", "1.2": "stomp1.2"}
