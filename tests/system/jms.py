@@ -32,8 +32,9 @@ def compile_program(name: str, out: Path) -> str:
     require()
     out.mkdir(parents=True, exist_ok=True)
     classpath = ":".join([str(out), *(str(JAVA_DIR / jar) for jar in JARS)])
-    subprocess.run(["javac", "-d", str(out), "-cp", classpath, str(SOURCES / f"{name}.java")], check=True,
-                   timeout=300, capture_output=True)
+    proc = subprocess.run(["javac", "-d", str(out), "-cp", classpath, str(SOURCES / f"{name}.java")],
+                          timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, f"javac {name}.java failed:\n{proc.stdout}{proc.stderr}"
     return classpath
 
 

@@ -91,3 +91,16 @@ def test_request_reply_through_a_temporary_queue(tmp_path):
         assert lines == ["REPLIES 20"]
     finally:
         broker.stop()
+
+
+def test_every_message_kind_and_a_selector(tmp_path):
+    """Bytes, map, object, stream and plain messages come back as they went (their bodies as
+    the client encoded them, their typed properties); a selector picks by property."""
+    classpath = compile_program("JmsKinds", tmp_path / "classes")
+    broker = BrokerProcess(tmp_path / "b").start()
+    try:
+        lines = run(classpath, "JmsKinds", f"tcp://127.0.0.1:{broker.port}?jms.trustAllPackages=true", "kinds")
+        assert lines == ["BYTES [0, 1, 2, -1]", "MAP petrel 42", "OBJECT [a, b]", "STREAM s 7",
+                         f"PLAIN {1 << 40} true 3", "SELECTED 2 t6 t8"]
+    finally:
+        broker.stop()

@@ -57,6 +57,7 @@ from petrel.codec.openwire import (
     text_of,
 )
 from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
+from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
 from petrel.core.consumer import Consumer
 from petrel.core.message import Message, RoutingType
 from petrel.security.errors import AuthenticationFailed
@@ -73,11 +74,35 @@ if TYPE_CHECKING:
 log = logging.getLogger("petrel.server.openwire")
 
 KIND = "_OW_KIND"  # the JMS message kind (text, bytes...), for OpenWire consumers
+TYPES = "_OW_TYPES"  # the Java types of properties a plain int or float would lose: "l:name,s:name..."
 REPLY_KIND = "_OW_REPLY_KIND"  # the JMSReplyTo's kind (queue, topic, temporary queue or topic)
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
 JMS_EXCEPTION = "javax.jms.JMSException"
 SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
 TEXT_KINDS = (DataType.ACTIVEMQ_TEXT_MESSAGE,)
+
+
+_CODES = {JavaLong: "l", JavaShort: "s", JavaByte: "b", JavaFloat: "f"}
+_JAVA = {code: cls for cls, code in _CODES.items()}
+
+
+def _plain(properties: dict[str, Any]) -> dict[str, Any]:
+    """Properties as Petrel keeps them (plain ints and floats; a map or list value as text), the
+    Java types a plain number would lose noted under `TYPES`."""
+    out: dict[str, Any] = {}
+    types = []
+    for name, value in properties.items():
+        cls = type(value)
+        code = _CODES.get(cls)
+        if code is not None:
+            types.append(f"{code}:{name}")
+            value = float(value) if cls is JavaFloat else int(value)
+        elif cls is dict or cls is list:
+            value = str(value)
+        out[name] = value
+    if types:
+        out[TYPES] = ",".join(types)
+    return out
 
 
 class _Sub:
@@ -267,7 +292,7 @@ class OpenWireAdapter:
         self.respond(m, durable=m.persistent and tx is None)
 
     def to_message(self, m: OwMessage) -> Message:
-        props = dict(m.properties or {})
+        props = _plain(m.properties) if m.properties else {}
         body = m.content or b""
         if m.compressed:
             raise Refused("compressed messages are not supported yet (useCompression)")
@@ -330,6 +355,15 @@ class OpenWireAdapter:
 
     def to_openwire(self, m: Message, dest: Destination) -> OwMessage:
         props = {k: v for k, v in m.properties.items() if not k.startswith("_")}
+        types = m.properties.get(TYPES)
+        if types:
+            for item in str(types).split(","):
+                code, _, name = item.partition(":")
+                if name in props and code in _JAVA:
+                    try:
+                        props[name] = _JAVA[code](props[name])
+                    except (TypeError, ValueError):
+                        pass
         kind = m.properties.get(KIND, DataType.ACTIVEMQ_BYTES_MESSAGE)
         content: bytes | None = m.body
         if kind in TEXT_KINDS:
