@@ -1,8 +1,11 @@
 """STOMP and CORE S1/S2 on two trees of Petrel, interleaved: did the server-session seam cost more
 than 5 %?
 
-    git worktree add /tmp/petrel-before 03c2017
-    .venv/bin/python bench/seam_regress.py --before /tmp/petrel-before [--runs 5]
+    D=$(mktemp -d) && git worktree add $D/before 03c2017 && git worktree add $D/head HEAD
+    .venv/bin/python bench/seam_regress.py --before $D/before --after $D/head [--runs 5]
+
+(private directories: a fixed name under /tmp may be another engineer's, and was replaced once
+in the middle of a run)
 
 Each run invokes, for each variant in turn (the order alternates between runs), stompbench
 (`--brokers petrel --workloads S1,S2 --runs 1`, its counts and warm-up) and bench/core_rows.py
