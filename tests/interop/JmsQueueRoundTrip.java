@@ -35,6 +35,10 @@ public class JmsQueueRoundTrip {
                 m.setIntProperty("index", i);
                 m.setStringProperty("origin", "jms");
                 producer.send(m);
+                if ((i + 1) % 100 == 0) {
+                    System.out.println("PROGRESS " + (i + 1));
+                    System.out.flush();
+                }
             }
             System.out.println("SENT " + count);
             System.out.flush();

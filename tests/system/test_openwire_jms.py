@@ -5,6 +5,7 @@ acknowledge), and a kill -9 of the broker between the send and the receive loses
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -103,4 +104,32 @@ def test_every_message_kind_and_a_selector(tmp_path):
         assert lines == ["BYTES [0, 1, 2, -1]", "MAP petrel 42", "OBJECT [a, b]", "STREAM s 7",
                          f"PLAIN {1 << 40} true 3", "SELECTED 2 t6 t8"]
     finally:
+        broker.stop()
+
+
+def test_failover_url_across_a_kill9_loses_and_duplicates_nothing(tmp_path, classpath):
+    """A producer on a failover: URL while the broker is killed with -9 and restarted: the
+    client reconnects and resends what had no response; every message is there once."""
+    n = 1000
+    broker = BrokerProcess(tmp_path / "b").start()
+    url = f"failover:(tcp://127.0.0.1:{broker.port})?initialReconnectDelay=50&maxReconnectDelay=1000"
+    sender = subprocess.Popen(["java", "-cp", classpath, "JmsQueueRoundTrip", url, "fo.orders", str(n), "send"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in sender.stdout:
+            lines.append(line.strip())
+            if line.startswith("PROGRESS 300"):
+                broker.kill9()
+                broker.start()
+                break
+        assert broker.proc is not None and broker.proc.poll() is None, lines[-5:]
+        rest, _ = sender.communicate(timeout=180)
+        lines += rest.splitlines()
+        assert sender.returncode == 0 and f"SENT {n}" in lines, lines[-20:]
+        got = received(run(classpath, "JmsQueueRoundTrip", url, "fo.orders", str(n + 1), "receive", "client"))
+        assert sorted(got) == list(range(n)), (len(got), len(set(got)))
+    finally:
+        if sender.poll() is None:
+            sender.kill()
         broker.stop()

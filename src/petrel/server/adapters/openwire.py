@@ -28,15 +28,19 @@ from petrel.codec.openwire import (
     AckType,
     BrokerId,
     BrokerInfo,
+    ConnectionControl,
     ConnectionError as OwConnectionError,
     ConnectionId,
     ConnectionInfo,
+    ConsumerControl,
     ConsumerId,
     ConsumerInfo,
+    ControlCommand,
     DataType,
     Destination,
     DestinationInfo,
     ExceptionResponse,
+    FlushCommand,
     KeepAliveInfo,
     Message as OwMessage,
     MessageAck,
@@ -59,7 +63,7 @@ from petrel.codec.openwire import (
 from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
 from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
 from petrel.core.consumer import Consumer
-from petrel.core.message import Message, RoutingType
+from petrel.core.message import DUPLICATE_ID, Message, RoutingType
 from petrel.security.errors import AuthenticationFailed
 from petrel.server import tls
 from petrel.server.access import Access
@@ -80,6 +84,8 @@ ADVISORY_PREFIX = "ActiveMQ.Advisory."
 JMS_EXCEPTION = "javax.jms.JMSException"
 SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
 TEXT_KINDS = (DataType.ACTIVEMQ_TEXT_MESSAGE,)
+#: Commands a client may send that need no action here (answered when a response is asked for).
+IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand)
 
 
 _CODES = {JavaLong: "l", JavaShort: "s", JavaByte: "b", JavaFloat: "f"}
@@ -130,7 +136,8 @@ class OpenWireAdapter:
         self.client_id: str | None = None
         self.subs: dict[ConsumerId, _Sub] = {}
         self.temporary: set[Destination] = set()  # temporary destinations this connection made
-        self.tx_acks: dict[str, list] = {}  # transaction -> [(consumer, refs)] its acks settle at the commit
+        self.tx_acks: dict[str, list] = {}
+        self.fault_tolerant = False  # transaction -> [(consumer, refs)] its acks settle at the commit
         self.by_consumer: dict[int, _Sub] = {}
         self._closing = False
         self._last_read = time.monotonic()
@@ -195,6 +202,8 @@ class OpenWireAdapter:
             elif t is ShutdownInfo:
                 self._closing = True
                 self.session.confirm(self.close)
+            elif t in IGNORED:  # what a client says of itself (a failover client's resume...)
+                self.respond(c)
             else:
                 raise Refused(f"{t.__name__} is not supported by Petrel's OpenWire yet")
         except Refused as exc:
@@ -226,6 +235,7 @@ class OpenWireAdapter:
             return
         self.connection_id = c.connection_id.value if c.connection_id else None
         self.client_id = c.client_id
+        self.fault_tolerant = c.fault_tolerant  # a failover client: its resends must not duplicate
         self.write(BrokerInfo(broker_id=BrokerId(self._node), broker_name="petrel"))
         self.respond(c)
 
@@ -300,6 +310,9 @@ class OpenWireAdapter:
             text = text_of(m.content)
             body = b"" if text is None else text.encode("utf-8", "surrogatepass")
         props[KIND] = int(m.kind)
+        if self.fault_tolerant and m.message_id is not None and DUPLICATE_ID not in props:
+            # the failover transport resends what it has no response for: the same message id
+            props[DUPLICATE_ID] = str(m.message_id)
         if m.correlation_id is not None:
             props["correlation-id"] = m.correlation_id
         if m.type is not None:
