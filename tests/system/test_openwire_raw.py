@@ -103,3 +103,29 @@ def test_openwire_text_reaches_stomp_with_its_properties(b):
     assert frame.headers.get("correlation-id") == "corr-1"
     assert not [h for h in frame.headers if h.startswith("_OW_")]  # OpenWire's own notes stay internal
     stomp.disconnect()
+
+
+def test_a_fault_tolerant_clients_resend_is_not_duplicated(b):
+    """A failover client (ConnectionInfo.faultTolerant) resending a message id it had no
+    response for: the broker keeps one."""
+    c = Client(b.port)
+    c.send(ConnectionInfo(command_id=1, response_required=True, connection_id=ConnectionId("ID:raw:3"),
+                          fault_tolerant=True))
+    assert c.next() == Response(correlation_id=1)
+    producer = ProducerId("ID:raw:3", 1, 1)
+
+    def message(command_id: int, seq: int, text: str) -> Message:
+        return Message(command_id=command_id, response_required=True, kind=DataType.ACTIVEMQ_TEXT_MESSAGE,
+                       producer_id=producer, destination=Destination(DataType.ACTIVEMQ_QUEUE, "resent"),
+                       message_id=MessageId(producer_id=producer, producer_sequence_id=seq),
+                       content=text_content(text), persistent=True)
+
+    c.send(message(2, 1, "one"))
+    c.send(message(3, 1, "one"))  # the resend
+    c.send(message(4, 2, "end"))
+    assert [c.next(), c.next(), c.next()] == [Response(correlation_id=i) for i in (2, 3, 4)]
+    stomp, listener = connect(b)
+    stomp.subscribe("/queue/resent", id="s1", ack="auto")
+    bodies = [listener.messages.get(timeout=10).body for _ in range(2)]
+    assert [x if isinstance(x, str) else x.decode() for x in bodies] == ["one", "end"]
+    stomp.disconnect()
