@@ -129,3 +129,18 @@ def test_a_fault_tolerant_clients_resend_is_not_duplicated(b):
     bodies = [listener.messages.get(timeout=10).body for _ in range(2)]
     assert [x if isinstance(x, str) else x.decode() for x in bodies] == ["one", "end"]
     stomp.disconnect()
+
+
+def test_max_inactivity_keep_alives_and_a_silent_client_closed(b):
+    """MaxInactivityDuration negotiated down to the client's 1 s: the broker sends KeepAliveInfo,
+    and closes a client that sends nothing for longer, saying why."""
+    from petrel.codec.openwire import JavaLong
+
+    sock = socket.create_connection(("127.0.0.1", b.port), timeout=10)
+    c = Client.__new__(Client)
+    c.sock, c.codec = sock, OpenWireConnection()
+    sock.sendall(c.codec.send(WireFormatInfo(12, {"MaxInactivityDuration": JavaLong(1000)})))
+    assert isinstance(c.next(skip=(WireFormatInfo,)), KeepAliveInfo)
+    seen = c.next(skip=(WireFormatInfo, KeepAliveInfo))
+    assert isinstance(seen, OwConnectionError) and "inactivity" in seen.exception.message
+    assert c.next() is None
