@@ -133,3 +133,21 @@ def test_failover_url_across_a_kill9_loses_and_duplicates_nothing(tmp_path, clas
         if sender.poll() is None:
             sender.kill()
         broker.stop()
+
+
+def test_durable_subscriber_across_a_kill9(tmp_path):
+    """A durable topic subscriber (client id + subscription name) keeps what is published while it
+    is away, across a kill -9 of the broker; its unsubscribe deletes the subscription."""
+    classpath = compile_program("JmsDurable", tmp_path / "classes")
+    broker = BrokerProcess(tmp_path / "b").start()
+    try:
+        url = f"tcp://127.0.0.1:{broker.port}"
+        assert run(classpath, "JmsDurable", url, "news", str(N), "subscribe") == ["SUBSCRIBED"]
+        assert run(classpath, "JmsDurable", url, "news", str(N), "publish") == [f"PUBLISHED {N}"]
+        broker.kill9()
+        broker.start()
+        assert run(classpath, "JmsDurable", url, "news", str(N), "receive") == [f"RECEIVED {N}"]
+        assert run(classpath, "JmsDurable", url, "news", "1", "publish") == ["PUBLISHED 1"]
+        assert run(classpath, "JmsDurable", url, "news", "0", "receive") == ["RECEIVED 0"]  # unsubscribed: a new, empty one
+    finally:
+        broker.stop()

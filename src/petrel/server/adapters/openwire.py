@@ -51,6 +51,7 @@ from petrel.codec.openwire import (
     ProducerId,
     ProducerInfo,
     RemoveInfo,
+    RemoveSubscriptionInfo,
     Response,
     SessionId,
     SessionInfo,
@@ -196,6 +197,10 @@ class OpenWireAdapter:
                 self.on_transaction(c)
             elif t is DestinationInfo:
                 self.on_destination(c)
+            elif t is RemoveSubscriptionInfo:  # a durable subscriber's unsubscribe
+                if not self.session.delete_durable(c.client_id or self.client_id, c.subscription_name or ""):
+                    raise Refused(f"no durable subscription {c.subscription_name!r} for client id {c.client_id!r}")
+                self.respond(c, durable=True)
             elif t is KeepAliveInfo:
                 if c.response_required:
                     self.session.confirm(self.codec.send(KeepAliveInfo()))
