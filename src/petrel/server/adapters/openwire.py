@@ -1,18 +1,22 @@
 """OpenWire (ActiveMQ Classic's JMS client) on the post office, through the server session.
 
-First light (issue 15): the WireFormatInfo exchange (loose encoding: see `petrel.codec.openwire`),
-ConnectionInfo (login when security is on), SessionInfo, ProducerInfo, ConsumerInfo (queues
-and topics, the prefetch as the consumer's window, selectors, durable topic subscribers by
-client id + subscription name), messages (text, bytes and the others' bodies kept as the
-client encoded them), MessageAck (standard and individual acks settle, poison acks send back,
-delivered acks widen the prefetch window by what the client holds, as ActiveMQ does), RemoveInfo, ShutdownInfo and KeepAliveInfo with the
-negotiated inactivity duration. A command that asks for a response gets its Response in read
-order; a persistent message's only once it is durable (the session's confirmations). Refusals
-are ExceptionResponses. Advisory consumers (``ActiveMQ.Advisory.*``) are accepted and never
-fed. Local transactions (begin, commit
-one phase, rollback) map to the session's. Temporary queues and topics (DestinationInfo) live
-as long as their connection; a JMSReplyTo keeps its kind. XA, MessagePull, the failover transport's cluster
-updates and the other message kinds' conversions are not done yet.
+First light of issue 15. The WireFormatInfo exchange (loose encoding: `petrel.codec.openwire`);
+ConnectionInfo (login when security is on), SessionInfo, ProducerInfo; ConsumerInfo on queues
+and topics (the prefetch is the consumer's window, selectors, durable topic subscribers by
+client id + subscription name, RemoveSubscriptionInfo deletes one); messages of every kind
+(text converted, the others' bodies kept as the client encoded them, `_OW_KIND`; Java property
+types a plain number loses in `_OW_TYPES`); MessageAck (standard and individual acks settle,
+poison acks send back, delivered acks widen the window by what the client holds, as ActiveMQ
+does); local transactions (TransactionInfo begin, commit one phase, rollback: acks settle at
+the commit, a rollback leaves the messages with the client, which redelivers them itself);
+temporary queues and topics (DestinationInfo), living as long as their connection; RemoveInfo,
+ShutdownInfo, KeepAliveInfo both ways with the negotiated inactivity duration. A command that
+asks for a response gets its Response in read order, a persistent message's only once it is
+durable (the session's confirmations); refusals are ExceptionResponses. A fault-tolerant
+(failover) client's messages carry their message id as the duplicate id, so its resends after
+a reconnect are not duplicated. Advisory consumers (``ActiveMQ.Advisory.*``) are accepted and
+never fed. Not yet: XA, MessagePull (prefetch 0), ProducerAck flow control, compressed bodies,
+the cluster's members in ConnectionControl/BrokerInfo, tight encoding.
 """
 
 from __future__ import annotations
