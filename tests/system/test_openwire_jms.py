@@ -60,12 +60,15 @@ def test_kill9_between_send_and_receive_loses_nothing(tmp_path, classpath):
 
 def test_client_ack_beyond_the_prefetch_and_a_topic(tmp_path, classpath):
     """A client-ack session holding more than its prefetch (10) unacknowledged keeps receiving
-    (its delivered acks widen the window); a topic subscriber gets what is sent after it subscribed."""
+    (its delivered acks widen the window); a topic subscriber gets what is sent after it subscribed;
+    a prefetch 0 consumer (MessagePull) receives too."""
     broker = BrokerProcess(tmp_path / "b").start()
     try:
         url = f"tcp://127.0.0.1:{broker.port}?jms.prefetchPolicy.all=10"
         assert received(run(classpath, "JmsQueueRoundTrip", url, "held", str(N), "both", "client")) == list(range(N))
         assert received(run(classpath, "JmsQueueRoundTrip", url, "topic:news", str(N), "both", "auto")) == list(range(N))
+        pull = f"tcp://127.0.0.1:{broker.port}?jms.prefetchPolicy.all=0"  # MessagePull: a window of one, pushed
+        assert received(run(classpath, "JmsQueueRoundTrip", pull, "pulled", str(N), "both", "auto")) == list(range(N))
     finally:
         broker.stop()
 

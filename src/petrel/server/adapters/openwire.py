@@ -15,7 +15,7 @@ asks for a response gets its Response in read order, a persistent message's only
 durable (the session's confirmations); refusals are ExceptionResponses. A fault-tolerant
 (failover) client's messages carry their message id as the duplicate id, so its resends after
 a reconnect are not duplicated. Advisory consumers (``ActiveMQ.Advisory.*``) are accepted and
-never fed. Not yet: XA, MessagePull (prefetch 0), ProducerAck flow control, compressed bodies,
+never fed. Not yet: XA, MessagePull (a prefetch 0 consumer gets a window of one, pushed), ProducerAck flow control, compressed bodies,
 the cluster's members in ConnectionControl/BrokerInfo, tight encoding.
 """
 
@@ -50,6 +50,7 @@ from petrel.codec.openwire import (
     MessageAck,
     MessageDispatch,
     MessageId,
+    MessagePull,
     OpenWireConnection,
     OpenWireProtocolError,
     ProducerId,
@@ -90,7 +91,8 @@ JMS_EXCEPTION = "javax.jms.JMSException"
 SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
 TEXT_KINDS = (DataType.ACTIVEMQ_TEXT_MESSAGE,)
 #: Commands a client may send that need no action here (answered when a response is asked for).
-IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand)
+#: A MessagePull (prefetch 0) among them: such a consumer gets a window of one, pushed.
+IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand, MessagePull)
 
 
 _CODES = {JavaLong: "l", JavaShort: "s", JavaByte: "b", JavaFloat: "f"}
