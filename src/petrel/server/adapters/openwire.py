@@ -15,7 +15,7 @@ asks for a response gets its Response in read order, a persistent message's only
 durable (the session's confirmations); refusals are ExceptionResponses. A fault-tolerant
 (failover) client's messages carry their message id as the duplicate id, so its resends after
 a reconnect are not duplicated. Advisory consumers (``ActiveMQ.Advisory.*``) are accepted and
-never fed. Not yet: XA, MessagePull (a prefetch 0 consumer gets a window of one, pushed), ProducerAck flow control, compressed bodies,
+never fed. Not yet: queue browsers (refused), XA, MessagePull (a prefetch 0 consumer gets a window of one, pushed), ProducerAck flow control, compressed bodies,
 the cluster's members in ConnectionControl/BrokerInfo, tight encoding.
 """
 
@@ -351,6 +351,8 @@ class OpenWireAdapter:
             self.subs[c.consumer_id] = _Sub(c, None)
             self.respond(c)
             return
+        if c.browser:  # (a consumer would take what a browser only looks at)
+            raise Refused("queue browsers are not supported by Petrel's OpenWire yet")
         routing = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
         durable_name = c.subscription_name if dest.is_topic else None
         queue, selector = self.session.open_queue(dest.name, routing, selector=c.selector,
