@@ -63,7 +63,13 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from petrel.cluster.internal_names import INTERNAL_PREFIX, drop_reserved, internal_name_problem, internal_write_problem
+from petrel.cluster.internal_names import (
+    INTERNAL_PREFIX,
+    RESERVED_PROPERTY_PREFIX,
+    drop_reserved,
+    internal_name_problem,
+    internal_write_problem,
+)
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull as _CoreAddressFull
 from petrel.core.message import Message, RoutingType
@@ -246,22 +252,28 @@ class ServerSession:
         """Route `message` (see the contract). None when it waits for a grouping decision."""
         office = self.office
         name = message.address
-        try:
-            if tx is not None and tx.__class__ is str:
-                tx = self.transaction(tx)
-            access = self.access
-            if access.enabled:
-                try:
-                    access.send(office, name, routing_type)
-                except _SecurityNotAuthorized as exc:
-                    raise NotAuthorized(str(exc)) from None
-            if name.startswith(INTERNAL_PREFIX) and (refused := internal_write_problem(self, name)) is not None:
-                raise NotAuthorized(refused)  # $.petrel.*
-        except BaseException:
-            office.discard(message)  # a large body's file goes with it
-            raise
-        if message.properties:
-            drop_reserved(self, message.properties)  # _PETREL_*
+        access = self.access
+        # the common case (security off, no transaction named, no internal name) checks nothing
+        if access.enabled or (tx is not None and tx.__class__ is str) or name.startswith(INTERNAL_PREFIX):
+            try:
+                if tx is not None and tx.__class__ is str:
+                    tx = self.transaction(tx)
+                if access.enabled:
+                    try:
+                        access.send(office, name, routing_type)
+                    except _SecurityNotAuthorized as exc:
+                        raise NotAuthorized(str(exc)) from None
+                if name.startswith(INTERNAL_PREFIX) and (refused := internal_write_problem(self, name)) is not None:
+                    raise NotAuthorized(refused)  # $.petrel.*
+            except BaseException:
+                office.discard(message)  # a large body's file goes with it
+                raise
+        props = message.properties
+        if props:
+            for key in props:  # (no generator per message: most sends carry no _PETREL_* key)
+                if key.startswith(RESERVED_PROPERTY_PREFIX):
+                    drop_reserved(self, props)  # _PETREL_*
+                    break
         if office.grouping is not None and wait_for_group(
                 self, name, message.properties, routing_type,
                 lambda: self._route(message, routing_type, tx, then, block_reads),
@@ -342,10 +354,15 @@ class ServerSession:
     def acknowledge(self, consumer: Consumer, refs: Iterable[MessageReference],
                     tx: str | Transaction | None = None) -> None:
         """The consumer is done with `refs` (at the commit of `tx`, when given)."""
-        if isinstance(tx, str):
-            tx = self.transaction(tx)
         queue = consumer.queue
-        if tx is not None and not queue.non_destructive:
+        if tx is None:  # the common case: settled now, one by one (positional: ref, tx_id, consumer)
+            acknowledge = queue.acknowledge
+            for ref in refs:
+                acknowledge(ref, 0, consumer)
+            return
+        if tx.__class__ is str:
+            tx = self.transaction(tx)
+        if not queue.non_destructive:
             for ref in refs:
                 tx.hold_ack(ref)
             return

@@ -22,7 +22,7 @@ from petrel.codec.core import (
     Nack,
     Result,
 )
-from petrel.core.message import Message, RoutingType
+from petrel.core.message import WIRE_CACHE_LIMIT, Message, RoutingType
 from petrel.core.message_props import INTERNAL_PREFIXES
 from petrel.core.queue import MessageReference
 from petrel.core.selector import compile_selector
@@ -40,6 +40,7 @@ _SCALARS = (type(None), bool, int, float, str, bytes)
 
 _encode = msgspec.msgpack.Encoder().encode
 _CACHE_KEY = "core"
+_EMPTY = msgspec.Raw(_encode({}))  # the properties of a message without any
 
 
 def scalars(props: dict[str, Any]) -> dict[str, Any]:
@@ -52,17 +53,28 @@ def wire_properties(m: Message) -> msgspec.Raw:
     """`scalars` of the message's properties, encoded once per message (its wire cache, key
     "core") and put into each DELIVER as they are."""
     cache = m.wire_cache
-    if cache is not None and cache[0] is _CACHE_KEY:
-        return cache[1]
-    raw = m.wire_get(_CACHE_KEY)
-    if raw is None:
-        props = scalars(m.properties)
-        try:
-            raw = msgspec.Raw(_encode(props))
-        except (TypeError, ValueError, OverflowError):  # (an integer over 64 bits): as text
-            raw = msgspec.Raw(_encode({k: v if isinstance(v, (str, bytes)) else str(v) for k, v in props.items()}))
+    if cache is not None:
+        if cache[0] is _CACHE_KEY:
+            return cache[1]
+        raw = m.wire_get(_CACHE_KEY)
+        if raw is not None:
+            return raw  # type: ignore[return-value]
+    props = m.properties
+    if not props:
+        return _EMPTY  # (nothing to encode nor to keep)
+    for k, v in props.items():  # most are clean already: no copy
+        if type(v) not in _SCALARS or k.startswith(INTERNAL_PREFIXES):
+            props = scalars(props)
+            break
+    try:
+        raw = msgspec.Raw(_encode(props))
+    except (TypeError, ValueError, OverflowError):  # (an integer over 64 bits): as text
+        raw = msgspec.Raw(_encode({k: v if isinstance(v, (str, bytes)) else str(v) for k, v in props.items()}))
+    if cache is None and len(raw) <= WIRE_CACHE_LIMIT:
+        m.wire_cache = (_CACHE_KEY, raw)  # (Message.wire_put's first entry, inlined)
+    else:
         m.wire_put(_CACHE_KEY, raw, len(raw))
-    return raw  # type: ignore[return-value]
+    return raw
 
 
 class ConsumerFrames:

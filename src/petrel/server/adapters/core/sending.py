@@ -8,11 +8,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from petrel.cluster.internal_names import internal_write_problem
+from petrel.cluster.internal_names import INTERNAL_PREFIX, internal_write_problem
 from petrel.codec.core import Commit, ErrorCode, Result, Rollback, Send, SendChunk, SendFailed
 from petrel.codec.core.cluster import Forward
 from petrel.core.message import LargeBody, Message, now_ms
-from petrel.core.message_props import public
+from petrel.core.message_props import INTERNAL_PREFIXES, public
 from petrel.server.adapters.core import large
 from petrel.server.adapters.core.consuming import ROUTING
 from petrel.server.adapters.core.session import SEND_CODES, Fatal, RequestFailed, ServerSession
@@ -36,8 +36,8 @@ class SendFrames:
             raise Fatal(ErrorCode.PROTOCOL, f"no session {e.session} on this connection")
         if session.large is not None:
             raise Fatal(ErrorCode.PROTOCOL, "SEND while a large message is still arriving on the session")
-        if (refused := internal_write_problem(self, e.address)) is not None:  # $.petrel.*
-            raise Fatal(ErrorCode.UNAUTHORIZED, refused)
+        if e.address.startswith(INTERNAL_PREFIX) and (refused := internal_write_problem(self, e.address)) is not None:
+            raise Fatal(ErrorCode.UNAUTHORIZED, refused)  # $.petrel.*
         if self.office.grouping is not None and wait_for_group(
                 self, e.address, e.properties, ROUTING[e.routing_type + 1] if -1 <= e.routing_type <= 1 else None,
                 lambda: self.on_send(e),
@@ -82,8 +82,12 @@ class SendFrames:
                 session.id, session.sent, ErrorCode.INVALID, "routing_type must be -1..1 and priority 0..9")))
             return
         props = e.properties
-        if props and not getattr(self.access.subject, "internal", False):
-            props = public(props)  # other protocols' internal properties are not a client's to set
+        if props:
+            for key in props:  # (most sends carry none: no new dict, no subject lookup)
+                if key.startswith(INTERNAL_PREFIXES):
+                    if not getattr(self.access.subject, "internal", False):
+                        props = public(props)  # other protocols' internal properties are not a client's to set
+                    break
         # positional: id, address, body, properties, durable, priority, expiration, timestamp, scheduled
         message = Message(large_body[0] if large_body else self._next_id(), e.address, body, props,
                           e.durable, e.priority, e.expiration, e.timestamp or now_ms(), e.scheduled)
