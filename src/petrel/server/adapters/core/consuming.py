@@ -22,6 +22,7 @@ from petrel.codec.core import (
     Nack,
     Result,
 )
+from petrel.codec.errors import LocalProtocolError
 from petrel.core.message import WIRE_CACHE_LIMIT, Message, RoutingType
 from petrel.core.message_props import INTERNAL_PREFIXES
 from petrel.core.queue import MessageReference
@@ -32,7 +33,7 @@ from petrel.server.adapters.core.session import CoreConsumer, RequestFailed
 if TYPE_CHECKING:
     from petrel.server.adapters.core.adapter import CoreAdapter
 
-__all__ = ["ConsumerFrames", "ROUTING", "scalars", "wire_properties"]
+__all__ = ["ConsumerFrames", "ROUTING", "delivery_properties", "scalars", "wire_properties"]
 
 ROUTING = (None, RoutingType.ANYCAST, RoutingType.MULTICAST)  # indexed by routing_type + 1
 _SCALARS = (type(None), bool, int, float, str, bytes)
@@ -55,10 +56,16 @@ def wire_properties(m: Message) -> msgspec.Raw:
     cache = m.wire_cache
     if cache is not None:
         if cache[0] is _CACHE_KEY:
-            return cache[1]
-        raw = m.wire_get(_CACHE_KEY)
-        if raw is not None:
-            return raw  # type: ignore[return-value]
+            value = cache[1]
+            if type(value) is not dict:
+                return value
+            raw = _encoded(value)  # delivered once as they are (delivery_properties): now once for all
+            if len(raw) <= WIRE_CACHE_LIMIT:
+                m.wire_cache = (_CACHE_KEY, raw) + cache[2:]
+            return raw
+        value = m.wire_get(_CACHE_KEY)
+        if value is not None:
+            return value if type(value) is not dict else _encoded(value)  # type: ignore[return-value]
     props = m.properties
     if not props:
         return _EMPTY  # (nothing to encode nor to keep)
@@ -66,15 +73,38 @@ def wire_properties(m: Message) -> msgspec.Raw:
         if type(v) not in _SCALARS or k.startswith(INTERNAL_PREFIXES):
             props = scalars(props)
             break
-    try:
-        raw = msgspec.Raw(_encode(props))
-    except (TypeError, ValueError, OverflowError):  # (an integer over 64 bits): as text
-        raw = msgspec.Raw(_encode({k: v if isinstance(v, (str, bytes)) else str(v) for k, v in props.items()}))
+    raw = _encoded(props)
     if cache is None and len(raw) <= WIRE_CACHE_LIMIT:
         m.wire_cache = (_CACHE_KEY, raw)  # (Message.wire_put's first entry, inlined)
     else:
         m.wire_put(_CACHE_KEY, raw, len(raw))
     return raw
+
+
+def delivery_properties(m: Message) -> msgspec.Raw | dict[str, Any]:
+    """What a DELIVER of `m` carries as its properties: `wire_properties`, except on the first
+    delivery of a message whose properties are already what a CORE client gets (no other
+    protocol's internal ones, only scalars): those go as they are, encoded with the DELIVER (a
+    message delivered once needs no separate encoding), and the wire cache keeps them so a
+    second delivery encodes them once for all later ones. The DELIVER falls back on
+    `wire_properties` if they cannot be encoded (an integer over 64 bits)."""
+    if m.wire_cache is None:
+        props = m.properties
+        if not props:
+            return _EMPTY
+        for k, v in props.items():
+            if type(v) not in _SCALARS or k.startswith(INTERNAL_PREFIXES):
+                return wire_properties(m)
+        m.wire_cache = (_CACHE_KEY, props)
+        return props
+    return wire_properties(m)
+
+
+def _encoded(props: dict[str, Any]) -> msgspec.Raw:
+    try:
+        return msgspec.Raw(_encode(props))
+    except (TypeError, ValueError, OverflowError):  # (an integer over 64 bits): as text
+        return msgspec.Raw(_encode({k: v if isinstance(v, (str, bytes)) else str(v) for k, v in props.items()}))
 
 
 class ConsumerFrames:
@@ -154,9 +184,16 @@ class ConsumerFrames:
         send = self.codec.send
         sid, cid = consumer.session.id, consumer.cid
         if size <= self.chunk_size or not self.large_ok:
-            self.conn.write(send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable,
-                                         m.priority, m.expiration, m.timestamp, wire_properties(m), body, size,
-                                         False)))
+            props = delivery_properties(m)
+            try:
+                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
+                                    m.expiration, m.timestamp, props, body, size, False))
+            except LocalProtocolError:
+                if type(props) is not dict:
+                    raise
+                data = send(Deliver(sid, cid, ref.seq, ref.delivery_count, m.id, m.address, m.durable, m.priority,
+                                    m.expiration, m.timestamp, wire_properties(m), body, size, False))
+            self.conn.write(data)
             return
         # a big body held in memory (it came from where files are not used): in chunks all the same
         chunk = self.chunk_size
