@@ -35,11 +35,11 @@ from petrel.codec.amqp.performatives import (
 from petrel.codec.amqp.sasl import ANONYMOUS, EXTERNAL, PLAIN, parse_plain
 from petrel.codec.roles import Role
 from petrel.security.errors import AuthenticationFailed
-from petrel.server import tls
 from petrel.server.access import Access
 from petrel.server.adapters.amqp_incoming import IncomingFrames
 from petrel.server.adapters.amqp_links import HANDLE_MAX, Channel, LinkFrames, condition_of
 from petrel.server.limits import watch_silence
+from petrel.server.login import OffLoopLogin
 from petrel.server.refusals import NotDurable, Refused
 from petrel.server.session import ServerSession
 
@@ -72,7 +72,7 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         self.closing = False
         self._last_read = time.monotonic()
         self._beat: asyncio.TimerHandle | None = None
-        self._login_task: asyncio.Task | None = None
+        self._login_task: OffLoopLogin | None = None
         self._next_txn = 0
         self.temporary: set[str] = set()  # temporary queues of dynamic links, gone with the connection
 
@@ -190,27 +190,11 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         if not self.access.enabled:
             self._sasl_outcome(True)
             return
-        self.session.hold()
-        task = asyncio.get_running_loop().create_task(tls.login(self.broker.security, self.conn, user or None, password))
-        self._login_task = task
-
-        def done(task: asyncio.Task) -> None:
-            self._login_task = None
-            if self.conn.closed or task.cancelled():
-                return
-            try:
-                subject = task.result()
-            except AuthenticationFailed as exc:
-                self._sasl_outcome(False, str(exc))
-                return
-            except Exception as exc:
-                log.exception("login failed for %s", self.conn.peer)
-                self._sasl_outcome(False, f"internal error while logging in: {exc}")
-                return
-            self.access.login(subject)
-            self.session.resume_held(lambda: self._sasl_outcome(True))
-
-        task.add_done_callback(done)
+        self._login_task = OffLoopLogin(
+            self.session, self.access, self.broker, self.conn, user or None, password,
+            on_success=lambda: self._sasl_outcome(True),
+            on_refused=lambda why: self._sasl_outcome(False, why),
+            log=log)
 
     def _sasl_outcome(self, ok: bool, why: str = "") -> None:
         self.conn.write(self.codec.send(0, SaslOutcome(code=SASL_OK if ok else SASL_AUTH)))

@@ -40,13 +40,13 @@ from petrel.codec.mqtt import (
 from petrel.codec.mqtt.codes import PacketType as T
 from petrel.core.message import Message
 from petrel.core.outcome import SendOutcome
-from petrel.security.errors import AuthenticationFailed, NotAuthorized as SecurityNotAuthorized
-from petrel.server import tls
+from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
 from petrel.server.access import Access
 from petrel.server.adapters.mqtt_messages import to_message
 from petrel.server.adapters.mqtt_state import NEVER, MqttSession, MqttState
 from petrel.server.adapters.mqtt_subscriptions import MqttSubscriptions
 from petrel.server.adapters.mqtt_topics import TopicError, topic_to_address
+from petrel.server.login import OffLoopLogin
 from petrel.server.refusals import NotDurable, Refused
 from petrel.server.session import ServerSession
 
@@ -230,32 +230,14 @@ class MqttAdapter(MqttSubscriptions):
         self.close()
 
     def _log_in(self, c: Connect) -> None:
-        self.session.hold()
         password = c.password.decode("utf-8", "replace") if c.password is not None else None
-        task = asyncio.get_running_loop().create_task(
-            tls.login(self.broker.security, self.conn, c.username, password))
-        self._login_task = task
-
-        def done(task: asyncio.Task) -> None:
-            self._login_task = None
-            if self.conn.closed or task.cancelled():
-                return
-            try:
-                subject = task.result()
-            except AuthenticationFailed as exc:
-                reason = R.BAD_USER_NAME_OR_PASSWORD if c.username is not None else R.NOT_AUTHORIZED
-                why = str(exc)
-                self.session.resume_held(lambda: self.refuse_connect(reason, why))
-                return
-            except Exception as exc:
-                log.exception("MQTT login failed for %s", self.conn.peer)
-                why = f"internal error while logging in: {exc}"
-                self.session.resume_held(lambda: self.refuse_connect(R.SERVER_UNAVAILABLE, why))
-                return
-            self.access.login(subject)
-            self.session.resume_held(lambda: self.on_connect(c))
-
-        task.add_done_callback(done)
+        refused = R.BAD_USER_NAME_OR_PASSWORD if c.username is not None else R.NOT_AUTHORIZED
+        self._login_task = OffLoopLogin(
+            self.session, self.access, self.broker, self.conn, c.username, password,
+            on_success=lambda: self.on_connect(c),
+            on_refused=lambda why: self.refuse_connect(refused, why),
+            on_error=lambda why: self.refuse_connect(R.SERVER_UNAVAILABLE, why),
+            log=log)
 
     def _watch_keep_alive(self) -> None:
         if not self.keep_alive:

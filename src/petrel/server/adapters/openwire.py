@@ -70,9 +70,8 @@ from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
 from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
 from petrel.core.consumer import Consumer
 from petrel.core.message import DUPLICATE_ID, Message, RoutingType
-from petrel.security.errors import AuthenticationFailed
-from petrel.server import tls
 from petrel.server.access import Access
+from petrel.server.login import OffLoopLogin
 from petrel.server.refusals import NotDurable, Refused
 from petrel.server.session import ServerSession
 
@@ -251,29 +250,11 @@ class OpenWireAdapter:
         self.respond(c)
 
     def _log_in(self, c: ConnectionInfo) -> None:
-        self.session.hold()
-        task = asyncio.get_running_loop().create_task(tls.login(self.broker.security, self.conn, c.user_name, c.password))
-        self._login_task = task
-
-        def done(task: asyncio.Task) -> None:
-            self._login_task = None
-            if self.conn.closed or task.cancelled():
-                return
-            try:
-                subject = task.result()
-            except AuthenticationFailed as exc:
-                why = str(exc)
-                self.session.resume_held(lambda: self._refuse_login(c, why))
-                return
-            except Exception as exc:
-                log.exception("OpenWire login failed for %s", self.conn.peer)
-                why = f"internal error while logging in: {exc}"
-                self.session.resume_held(lambda: self._refuse_login(c, why))
-                return
-            self.access.login(subject)
-            self.session.resume_held(lambda: self.on_connection(c))
-
-        task.add_done_callback(done)
+        self._login_task = OffLoopLogin(
+            self.session, self.access, self.broker, self.conn, c.user_name, c.password,
+            on_success=lambda: self.on_connection(c),
+            on_refused=lambda why: self._refuse_login(c, why),
+            log=log)
 
     def _refuse_login(self, c: ConnectionInfo, why: str) -> None:
         self.write(ExceptionResponse(correlation_id=c.command_id, exception=JavaThrowable(SECURITY_EXCEPTION, why)))
