@@ -133,6 +133,24 @@ def test_a_full_address_refuses_the_batch_and_keeps_none_of_its_ids(tmp_path):
     store.close()
 
 
+def test_the_batches_of_one_read_count_against_a_full_address_before_they_commit(tmp_path):
+    # each message counts about 202 bytes (Message.size): five fill 1,000
+    office, store = open_office(tmp_path, settings={"orders": {"max_size_bytes": 1000,
+                                                               "address_full_policy": "FAIL"}})
+    office.create_queue("orders", "orders", ANY)
+    tx = office.store.begin()
+    pending: dict = {}
+    taken, refusal = office.receive_migrated(batch_of(office, range(10)), ["orders"], tx, pending)
+    assert taken == 5 and isinstance(refusal, AddressFull), (taken, refusal)
+    assert pending == {"orders": (5 * batch_of(office, [0])[0][0].size, 5)}
+    taken, refusal = office.receive_migrated(batch_of(office, range(5, 10)), ["orders"], tx, pending)
+    assert taken == 0 and isinstance(refusal, AddressFull)  # a later batch of the same read too
+    office.commit_store(tx)
+    flush(office.store)
+    assert bodies(office) == [b"m%d" % n for n in range(5)]
+    store.close()
+
+
 def test_a_batch_for_a_queue_that_is_gone_is_refused_whole(tmp_path):
     office, store = open_office(tmp_path)
     taken, refusal = migrate(office, range(5))

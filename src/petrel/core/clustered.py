@@ -278,12 +278,18 @@ class Clustering:
                                      bridge_dup_sender(dup_id) if strict and dup_id is not None else None)
 
     def receive_migrated(self: PostOffice, batch: list[tuple[Message, str, int]], keys: list[str],
-                         tx_id: int) -> tuple[int, Exception | None]:
+                         tx_id: int, pending: dict[str, tuple[int, int]] | None = None) -> tuple[int, Exception | None]:
         """Route a migration's batch — (message, its origin's duplicate ID, delivery count), in
         order, all for the bindings `keys` — in store transaction `tx_id` (the caller commits it),
         each as `receive_forwarded(strict=True)` would, except that the origin IDs of the batch
         go in one journal record: one per ID, and one more for each ID it evicted, were two of
         every three records a migration wrote here.
+
+        `pending`: (bytes, messages) per address routed in `tx_id` by earlier batches of the
+        same read; kept up to date here. What `tx_id` holds is counted against the address's
+        limits only once it commits, so without it a read of batches could take far more than
+        a FAIL or BLOCK address's max_size_bytes (a 1,024-message batch went whole into an
+        address full after 150).
 
         Returns how many were taken (routed, or dropped as already here) before the first
         refusal, and that refusal (None: all were taken)."""
@@ -302,12 +308,23 @@ class Clustering:
                 self.forwarded_duplicates += 1
                 self.discard(message)
             else:
+                address = message.address
+                held = pending.get(address, (0, 0)) if pending is not None else (0, 0)
+                settings = self.settings_for(address)
+                if (held[1] and settings.address_full_policy in ("FAIL", "BLOCK")
+                        and self.limits.is_full(address, settings, held)):
+                    self.discard(message)
+                    refusal = AddressFull(f"address {address!r} is full ({settings.address_full_policy}): the "
+                                          "forwarded message stays on the sending node for now")
+                    break
                 try:
                     self._route_forwarded(message, keys, tx_id, delivery_count, True, [], origin)
                 except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
                     self.discard(message)
                     refusal = exc
                     break
+                if pending is not None:
+                    pending[address] = (held[0] + message.size, held[1] + 1)
                 seen.add(dup_id)
                 fresh.append(dup_id)
             taken += 1

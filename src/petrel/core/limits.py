@@ -65,12 +65,16 @@ class MemoryLimits:
             self.by_address[address] = left
             self.messages_by_address[address] = count
 
-    def is_full(self, address: str, settings: AddressSettings) -> bool:
-        if settings.max_size_bytes >= 0 and self.by_address.get(address, 0) >= settings.max_size_bytes:
+    def is_full(self, address: str, settings: AddressSettings, pending: tuple[int, int] = (0, 0)) -> bool:
+        """`pending`: (bytes, messages) routed to `address` in a store transaction not yet
+        committed, so not counted yet (a migration's batches of one read)."""
+        extra_bytes, extra_messages = pending
+        if settings.max_size_bytes >= 0 and self.by_address.get(address, 0) + extra_bytes >= settings.max_size_bytes:
             return True
-        if settings.max_size_messages >= 0 and self.messages_by_address.get(address, 0) >= settings.max_size_messages:
+        if (settings.max_size_messages >= 0
+                and self.messages_by_address.get(address, 0) + extra_messages >= settings.max_size_messages):
             return True
-        return self.global_max_size >= 0 and self.total_bytes >= self.global_max_size
+        return self.global_max_size >= 0 and self.total_bytes + extra_bytes >= self.global_max_size
 
     # -- producer flow control, per queue (see core/flow.py) ------------------------------
 

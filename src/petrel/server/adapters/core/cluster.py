@@ -40,10 +40,12 @@ REFUSED_IN_ORDER = "refused after an earlier refusal: send again in order"
 class ClusterFrames:
     cluster_peer: str | None = None  # node id of the joined peer
     forward_tx = 0  # the store transaction of the forwarded messages of the read being handled
+    forward_pending: dict[str, tuple[int, int]] | None = None  # what forward_tx holds per address, not yet counted
 
     def commit_forwarded(self: CoreAdapter) -> None:
         """End of a read: commit its forwarded messages (their confirmations wait for the disk)."""
         tx, self.forward_tx = self.forward_tx, 0
+        self.forward_pending = None
         self.office.commit_store(tx)
 
     def on_cluster_join(self: CoreAdapter, e: ClusterJoin) -> None:

@@ -106,7 +106,9 @@ class MigrationFrames:
             batch.append((message, m.dup, m.delivery_count))
         if not self.forward_tx:  # one store transaction for the read's forwarded messages
             self.forward_tx = self.office.store.begin()
-        taken, refusal = self.office.receive_migrated(batch, e.keys, self.forward_tx)
+        if self.forward_pending is None:
+            self.forward_pending = {}
+        taken, refusal = self.office.receive_migrated(batch, e.keys, self.forward_tx, self.forward_pending)
         if refusal is not None:
             code = ErrorCode.ADDRESS_FULL if isinstance(refusal, AddressFull) else ErrorCode.ROUTING
             out.append(self.codec.send(SendFailed(session.id, first + taken, code, str(refusal))))
