@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -315,6 +316,23 @@ def test_scale_3_to_1_under_load_over_stomp_and_core(cluster):
     assert len(confirmed["core-n1"]) > 5 and len(confirmed["stomp-n1"]) > 5
 
 
+def _freeze_when_draining(cluster, target: int) -> None:
+    """SIGSTOP the target as soon as the state file records a drain (the drainer is then still
+    starting: its recovery alone takes longer than this poll)."""
+    wait_for(lambda: cluster.state().get("drains"), 30, interval=0.005, message="no drain was recorded")
+    os.kill(target, signal.SIGSTOP)
+
+
+def _thaw_when_gone(cluster, target: int) -> None:
+    """SIGCONT the frozen target once no drain is running (so `down` can then stop it)."""
+    def drains_gone() -> bool:
+        return not any(running(d["pid"]) for d in cluster.state().get("drains", []))
+    try:
+        wait_for(drains_gone, 60, message="the drain is still running")
+    finally:
+        os.kill(target, signal.SIGCONT)
+
+
 def test_down_stops_a_running_drain_and_keeps_its_directory(cluster):
     base = free_base_port(2)
     out = cluster.run("up", "--size", "2", "--base-port", str(base))
@@ -323,12 +341,22 @@ def test_down_stops_a_running_drain_and_keeps_its_directory(cluster):
     out = petrel("producer", "--url", f"tcp://127.0.0.1:{nodes[1]['port']}", "--destination", f"queue://{QUEUE}",
                  "--message-count", "100000", "--message-size", "1024", timeout=120)
     assert out.returncode == 0, explain(out)
-    out = cluster.run("scale", "--size", "1", "--timeout", "1")
-    assert out.returncode == 1 and "not converged within 1 s" in out.stderr, explain(out)
-    (record,) = cluster.state()["drains"]
-    assert record["phase"] == "running" and running(record["pid"]), "the drain goes on after `scale` gave up waiting"
-
-    out = petrel("cluster", "down", "--data-root", str(cluster.root), "--timeout", "20")
+    # the target is frozen (SIGSTOP) from the moment the drain is recorded until it is gone, so
+    # the drain cannot finish before `down` comes to it however fast it moves 100,000 messages
+    target = nodes[0]["pid"]
+    freeze = threading.Thread(target=_freeze_when_draining, args=(cluster, target), daemon=True)
+    thaw = threading.Thread(target=_thaw_when_gone, args=(cluster, target), daemon=True)
+    freeze.start()
+    try:
+        out = cluster.run("scale", "--size", "1", "--timeout", "1")
+        freeze.join(30)
+        assert out.returncode == 1 and "not converged within 1 s" in out.stderr, explain(out)
+        (record,) = cluster.state()["drains"]
+        assert record["phase"] == "running" and running(record["pid"]), "the drain goes on after `scale` gave up waiting"
+        thaw.start()
+        out = petrel("cluster", "down", "--data-root", str(cluster.root), "--timeout", "20")
+    finally:
+        os.kill(target, signal.SIGCONT)
     assert out.returncode == 0, explain(out)
     assert f"stopping the drain of node-2 (pid {record['pid']}); its data directory is kept" in out.stderr
     assert not running(record["pid"])
