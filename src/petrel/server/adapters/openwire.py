@@ -1,22 +1,17 @@
 """OpenWire (ActiveMQ Classic's JMS client) on the post office, through the server session.
 
-First light of issue 15. The WireFormatInfo exchange (loose encoding: `petrel.codec.openwire`);
-ConnectionInfo (login when security is on), SessionInfo, ProducerInfo; ConsumerInfo on queues
-and topics (the prefetch is the consumer's window, selectors, durable topic subscribers by
-client id + subscription name, RemoveSubscriptionInfo deletes one); messages of every kind
-(text converted, the others' bodies kept as the client encoded them, `_OW_KIND`; Java property
-types a plain number loses in `_OW_TYPES`); MessageAck (standard and individual acks settle,
-poison acks send back, delivered acks widen the window by what the client holds, as ActiveMQ
-does); local transactions (TransactionInfo begin, commit one phase, rollback: acks settle at
-the commit, a rollback leaves the messages with the client, which redelivers them itself);
-temporary queues and topics (DestinationInfo), living as long as their connection; RemoveInfo,
-ShutdownInfo, KeepAliveInfo both ways with the negotiated inactivity duration. A command that
-asks for a response gets its Response in read order, a persistent message's only once it is
-durable (the session's confirmations); refusals are ExceptionResponses. A fault-tolerant
-(failover) client's messages carry their message id as the duplicate id, so its resends after
-a reconnect are not duplicated. Advisory consumers (``ActiveMQ.Advisory.*``) are accepted and
-never fed. Not yet: queue browsers (refused), XA, MessagePull (a prefetch 0 consumer gets a window of one, pushed), ProducerAck flow control, compressed bodies,
-the cluster's members in ConnectionControl/BrokerInfo, tight encoding.
+The WireFormatInfo exchange (loose encoding: `petrel.codec.openwire`); ConnectionInfo (login
+when security is on), SessionInfo, ProducerInfo; sends (messages: `openwire_messages`);
+consumers, dispatch and acks (`openwire_consumers`); local transactions (TransactionInfo begin,
+commit one phase, rollback: acks settle at the commit, a rollback leaves the messages with the
+client, which redelivers them itself); temporary queues and topics (DestinationInfo), living as
+long as their connection; RemoveSubscriptionInfo; RemoveInfo, ShutdownInfo, KeepAliveInfo both
+ways with the negotiated inactivity duration. A command that asks for a response gets its
+Response in read order, a persistent message's only once it is durable (the session's
+confirmations); refusals are ExceptionResponses. A fault-tolerant (failover) client's messages
+carry their message id as the duplicate id, so its resends after a reconnect are not
+duplicated. Not yet: XA, compressed bodies, the cluster's members in
+ConnectionControl/BrokerInfo, tight encoding.
 """
 
 from __future__ import annotations
@@ -29,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from petrel.codec.openwire import (
     NEED_DATA,
-    AckType,
     BrokerId,
     BrokerInfo,
     ConnectionControl,
@@ -48,12 +42,9 @@ from petrel.codec.openwire import (
     KeepAliveInfo,
     Message as OwMessage,
     MessageAck,
-    MessageDispatch,
-    MessageId,
     MessagePull,
     OpenWireConnection,
     OpenWireProtocolError,
-    ProducerId,
     ProducerInfo,
     RemoveInfo,
     RemoveSubscriptionInfo,
@@ -63,74 +54,30 @@ from petrel.codec.openwire import (
     ShutdownInfo,
     TransactionInfo,
     WireFormatInfo,
-    text_content,
-    text_of,
 )
 from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
-from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
-from petrel.core.consumer import Consumer
-from petrel.core.message import DUPLICATE_ID, Message, RoutingType
+from petrel.core.message import RoutingType
 from petrel.server.access import Access
+from petrel.server.adapters.openwire_consumers import OpenWireConsumers
+from petrel.server.adapters.openwire_messages import to_message
 from petrel.server.login import OffLoopLogin
 from petrel.server.refusals import NotDurable, Refused
 from petrel.server.session import ServerSession
 
 if TYPE_CHECKING:
-    from petrel.core.queue import MessageReference
     from petrel.server.broker import Broker
     from petrel.server.connection import Connection
 
 log = logging.getLogger("petrel.server.openwire")
 
-KIND = "_OW_KIND"  # the JMS message kind (text, bytes...), for OpenWire consumers
-TYPES = "_OW_TYPES"  # the Java types of properties a plain int or float would lose: "l:name,s:name..."
-REPLY_KIND = "_OW_REPLY_KIND"  # the JMSReplyTo's kind (queue, topic, temporary queue or topic)
-ADVISORY_PREFIX = "ActiveMQ.Advisory."
 JMS_EXCEPTION = "javax.jms.JMSException"
 SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
-TEXT_KINDS = (DataType.ACTIVEMQ_TEXT_MESSAGE,)
 #: Commands a client may send that need no action here (answered when a response is asked for).
 #: A MessagePull (prefetch 0) among them: such a consumer gets a window of one, pushed.
 IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand, MessagePull)
 
 
-_CODES = {JavaLong: "l", JavaShort: "s", JavaByte: "b", JavaFloat: "f"}
-_JAVA = {code: cls for cls, code in _CODES.items()}
-
-
-def _plain(properties: dict[str, Any]) -> dict[str, Any]:
-    """Properties as Petrel keeps them (plain ints and floats; a map or list value as text), the
-    Java types a plain number would lose noted under `TYPES`."""
-    out: dict[str, Any] = {}
-    types = []
-    for name, value in properties.items():
-        cls = type(value)
-        code = _CODES.get(cls)
-        if code is not None:
-            types.append(f"{code}:{name}")
-            value = float(value) if cls is JavaFloat else int(value)
-        elif cls is dict or cls is list:
-            value = str(value)
-        out[name] = value
-    if types:
-        out[TYPES] = ",".join(types)
-    return out
-
-
-class _Sub:
-    __slots__ = ("info", "consumer", "by_message", "order", "dispatched", "prefetch", "extension")
-
-    def __init__(self, info: ConsumerInfo, consumer: Consumer | None) -> None:
-        self.info = info
-        self.consumer = consumer
-        self.prefetch = consumer.window if consumer is not None else 0
-        self.extension = 0  # messages delivered-acked (held by a client-ack session): the window grows by them
-        self.by_message: dict[int, int] = {}  # Petrel message id -> its reference's seq (acks name messages)
-        self.order: dict[int, int] = {}  # seq -> dispatch number: a standard ack covers all dispatched up to its last
-        self.dispatched = 0
-
-
-class OpenWireAdapter:
+class OpenWireAdapter(OpenWireConsumers):
     def __init__(self, broker: Broker, conn: Connection) -> None:
         self.broker = broker
         self.office = broker.office
@@ -140,16 +87,15 @@ class OpenWireAdapter:
         self.session = ServerSession(broker, conn, self.access, run=self._run, on_sync_failed=self._not_durable)
         self.connection_id: str | None = None
         self.client_id: str | None = None
-        self.subs: dict[ConsumerId, _Sub] = {}
         self.temporary: set[Destination] = set()  # temporary destinations this connection made
-        self.tx_acks: dict[str, list] = {}
-        self.fault_tolerant = False  # transaction -> [(consumer, refs)] its acks settle at the commit
-        self.by_consumer: dict[int, _Sub] = {}
+        self.tx_acks: dict[str, list] = {}  # transaction -> [(consumer, refs)] its acks settle at the commit
+        self.fault_tolerant = False  # a failover client: its message id is its messages' duplicate id
         self._closing = False
         self._last_read = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._login_task = None
-        self._node = f"ID:petrel-{getattr(broker.config, 'name', None) or 'broker'}"
+        self.node = f"ID:petrel-{getattr(broker.config, 'name', None) or 'broker'}"
+        self.init_consumers()
 
     # -- input -------------------------------------------------------------------------------
 
@@ -246,7 +192,7 @@ class OpenWireAdapter:
         self.connection_id = c.connection_id.value if c.connection_id else None
         self.client_id = c.client_id
         self.fault_tolerant = c.fault_tolerant  # a failover client: its resends must not duplicate
-        self.write(BrokerInfo(broker_id=BrokerId(self._node), broker_name="petrel"))
+        self.write(BrokerInfo(broker_id=BrokerId(self.node), broker_name="petrel"))
         self.respond(c)
 
     def _log_in(self, c: ConnectionInfo) -> None:
@@ -287,162 +233,12 @@ class OpenWireAdapter:
         dest = m.destination
         if dest is None or not dest.name:
             raise Refused("a message without a destination")
-        message = self.to_message(m)
+        message = to_message(m, dest.name, self.broker.store.next_id(), user=self.access.user,
+                             fault_tolerant=self.fault_tolerant)
         routing = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
         tx = self.tx_name(m.transaction_id)
         self.session.send(message, routing, tx)
         self.respond(m, durable=m.persistent and tx is None)
-
-    def to_message(self, m: OwMessage) -> Message:
-        props = _plain(m.properties) if m.properties else {}
-        body = m.content or b""
-        if m.compressed:
-            raise Refused("compressed messages are not supported yet (useCompression)")
-        if m.kind in TEXT_KINDS:
-            text = text_of(m.content)
-            body = b"" if text is None else text.encode("utf-8", "surrogatepass")
-        props[KIND] = int(m.kind)
-        if self.fault_tolerant and m.message_id is not None and DUPLICATE_ID not in props:
-            # the failover transport resends what it has no response for: the same message id
-            props[DUPLICATE_ID] = str(m.message_id)
-        if m.correlation_id is not None:
-            props["correlation-id"] = m.correlation_id
-        if m.type is not None:
-            props["JMSType"] = m.type
-        if m.group_id is not None:
-            props["JMSXGroupID"] = m.group_id
-            props["JMSXGroupSeq"] = m.group_sequence
-        if m.reply_to is not None and m.reply_to.name:
-            props["reply-to"] = m.reply_to.name
-            if m.reply_to.kind != DataType.ACTIVEMQ_QUEUE:
-                props[REPLY_KIND] = int(m.reply_to.kind)
-        return Message(id=self.broker.store.next_id(), address=m.destination.name, body=body, properties=props,
-                       durable=m.persistent, priority=max(0, min(9, m.priority)), expiration=max(0, m.expiration),
-                       timestamp=m.timestamp, user_id=self.access.user)
-
-    # -- consumers ---------------------------------------------------------------------------
-
-    def on_consumer(self, c: ConsumerInfo) -> None:
-        dest = c.destination
-        if dest is None or not dest.name:
-            raise Refused("a consumer without a destination")
-        if c.consumer_id in self.subs:
-            raise Refused(f"consumer {c.consumer_id} exists already")
-        if dest.name.startswith(ADVISORY_PREFIX):  # no advisories: the consumer waits for nothing
-            self.subs[c.consumer_id] = _Sub(c, None)
-            self.respond(c)
-            return
-        if c.browser:  # (a consumer would take what a browser only looks at)
-            raise Refused("queue browsers are not supported by Petrel's OpenWire yet")
-        routing = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
-        durable_name = c.subscription_name if dest.is_topic else None
-        queue, selector = self.session.open_queue(dest.name, routing, selector=c.selector,
-                                                  client_id=c.client_id or self.client_id, durable_name=durable_name)
-        window = c.prefetch_size if c.prefetch_size > 0 else 1
-        consumer = Consumer(queue, self._deliver, selector=selector, window=window)
-        self.session.add_consumer(consumer)
-        sub = _Sub(c, consumer)
-        self.subs[c.consumer_id] = sub
-        self.by_consumer[consumer.id] = sub
-        self.respond(c)
-        queue.add_consumer(consumer)
-
-    def _deliver(self, consumer: Consumer, ref: MessageReference) -> None:
-        sub = self.by_consumer.get(consumer.id)
-        if sub is None:
-            return
-        m = ref.message
-        sub.by_message[m.id] = ref.seq
-        sub.dispatched += 1
-        sub.order[ref.seq] = sub.dispatched
-        info = sub.info
-        self.conn.write(self.codec.send(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination,
-                                                        message=self.to_openwire(m, info.destination),
-                                                        redelivery_counter=ref.delivery_count)))
-
-    def to_openwire(self, m: Message, dest: Destination) -> OwMessage:
-        props = {k: v for k, v in m.properties.items() if not k.startswith("_")}
-        types = m.properties.get(TYPES)
-        if types:
-            for item in str(types).split(","):
-                code, _, name = item.partition(":")
-                if name in props and code in _JAVA:
-                    try:
-                        props[name] = _JAVA[code](props[name])
-                    except (TypeError, ValueError):
-                        pass
-        kind = m.properties.get(KIND, DataType.ACTIVEMQ_BYTES_MESSAGE)
-        content: bytes | None = m.body
-        if kind in TEXT_KINDS:
-            try:
-                content = text_content(m.body.decode("utf-8", "surrogatepass"))
-            except UnicodeDecodeError:  # not text after all: the bytes as they are
-                kind = DataType.ACTIVEMQ_BYTES_MESSAGE
-        correlation = props.pop("correlation-id", None)
-        jms_type = props.pop("JMSType", None)
-        group = props.pop("JMSXGroupID", None)
-        group_seq = props.pop("JMSXGroupSeq", 0)
-        reply_to = props.pop("reply-to", None)
-        producer = ProducerId(self._node, 0, 0)
-        return OwMessage(
-            kind=kind, producer_id=producer, destination=Destination(dest.kind, m.address),
-            message_id=MessageId(producer_id=producer, producer_sequence_id=m.id, broker_sequence_id=m.id),
-            persistent=m.durable, priority=m.priority, expiration=m.expiration, timestamp=m.timestamp,
-            content=content, properties=props or None,
-            correlation_id=None if correlation is None else str(correlation),
-            type=None if jms_type is None else str(jms_type),
-            group_id=None if group is None else str(group), group_sequence=int(group_seq or 0),
-            reply_to=None if reply_to is None else Destination(
-                int(m.properties.get(REPLY_KIND, DataType.ACTIVEMQ_QUEUE)), str(reply_to)),
-            user_id=m.user_id, broker_in_time=m.timestamp, broker_out_time=int(time.time() * 1000))
-
-    def on_ack(self, a: MessageAck) -> None:
-        sub = self.subs.get(a.consumer_id)
-        if sub is None or sub.consumer is None:
-            self.respond(a)
-            return
-        consumer = sub.consumer
-        kind = a.ack_type
-        if kind == AckType.DELIVERED:  # the client holds them unacknowledged: room for as many more
-            sub.extension += max(0, a.message_count)
-            consumer.window = sub.prefetch + sub.extension
-            consumer.queue.deliver()
-            self.respond(a)
-            return
-        if kind in (AckType.REDELIVERED, AckType.UNMATCHED) or a.last_message_id is None:
-            self.respond(a)
-            return
-        seq = sub.by_message.get(a.last_message_id.producer_sequence_id)
-        if seq is None or seq not in consumer.delivering:
-            self.respond(a)  # settled already (a repeated ack)
-            return
-        delivering = consumer.delivering
-        if kind == AckType.INDIVIDUAL:
-            refs = [delivering[seq]]
-        else:  # everything dispatched up to the last one (a rolled-back transaction's acks come back unordered)
-            order = sub.order
-            limit = order.get(seq, 0)
-            refs = [ref for s, ref in delivering.items() if order.get(s, 0) <= limit]
-        if a.transaction_id is None:
-            for ref in refs:
-                sub.by_message.pop(ref.message.id, None)
-                sub.order.pop(ref.seq, None)
-        elif len(sub.order) > 2 * len(delivering) + 1024:  # forget what transactions settled
-            sub.order = {s: n for s, n in sub.order.items() if s in delivering}
-            sub.by_message = {i: s for i, s in sub.by_message.items() if s in delivering}
-        if sub.extension:
-            sub.extension = max(0, sub.extension - len(refs))
-            consumer.window = sub.prefetch + sub.extension
-        tx = self.tx_name(a.transaction_id)
-        if kind == AckType.POISON:
-            self.session.cancel(consumer, refs)
-        elif tx is not None:
-            # settled at the commit; a rollback leaves them with the client, which redelivers them itself
-            self.session.transaction(tx)
-            self.tx_acks.setdefault(tx, []).append((consumer, refs))
-        else:
-            self.session.acknowledge(consumer, refs)
-        self.respond(a, durable=a.response_required and tx is None)
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -515,10 +311,7 @@ class OpenWireAdapter:
     def on_remove(self, r: RemoveInfo) -> None:
         obj = r.object_id
         if isinstance(obj, ConsumerId):
-            sub = self.subs.pop(obj, None)
-            if sub is not None and sub.consumer is not None:
-                self.by_consumer.pop(sub.consumer.id, None)
-                self.session.remove_consumer(sub.consumer)
+            self.remove_consumer(obj)
         elif isinstance(obj, SessionId):
             for cid in [cid for cid in self.subs if cid.connection_id == obj.connection_id
                         and cid.session_id == obj.value]:

@@ -1,0 +1,151 @@
+"""OpenWire consumers: ConsumerInfo on queues and topics, dispatch, MessageAck and the
+consumer's end. A mixin of `OpenWireAdapter`.
+
+The prefetch is the consumer's window; selectors; durable topic subscribers by client id +
+subscription name. MessageAck: standard and individual acks settle, poison acks send back,
+delivered acks widen the window by what the client holds, as ActiveMQ does; acks in a local
+transaction settle at its commit (`OpenWireAdapter.on_transaction`). Advisory consumers
+(``ActiveMQ.Advisory.*``) are accepted and never fed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from petrel.codec.openwire import (
+    AckType,
+    ConsumerId,
+    ConsumerInfo,
+    MessageAck,
+    MessageDispatch,
+    ProducerId,
+)
+from petrel.core.consumer import Consumer
+from petrel.core.message import RoutingType
+from petrel.server.adapters.openwire_messages import to_openwire
+from petrel.server.refusals import Refused
+
+if TYPE_CHECKING:
+    from petrel.core.queue import MessageReference
+    from petrel.server.adapters.openwire import OpenWireAdapter
+
+log = logging.getLogger("petrel.server.openwire")
+
+ADVISORY_PREFIX = "ActiveMQ.Advisory."
+
+
+class Sub:
+    """One OpenWire consumer: its ConsumerInfo, its Petrel consumer (None for an advisory one),
+    and what it was dispatched (acks name messages by id)."""
+
+    __slots__ = ("info", "consumer", "by_message", "order", "dispatched", "prefetch", "extension")
+
+    def __init__(self, info: ConsumerInfo, consumer: Consumer | None) -> None:
+        self.info = info
+        self.consumer = consumer
+        self.prefetch = consumer.window if consumer is not None else 0
+        self.extension = 0  # messages delivered-acked (held by a client-ack session): the window grows by them
+        self.by_message: dict[int, int] = {}  # Petrel message id -> its reference's seq (acks name messages)
+        self.order: dict[int, int] = {}  # seq -> dispatch number: a standard ack covers all dispatched up to its last
+        self.dispatched = 0
+
+
+class OpenWireConsumers:
+    def init_consumers(self: OpenWireAdapter) -> None:
+        self.subs: dict[ConsumerId, Sub] = {}
+        self.by_consumer: dict[int, Sub] = {}  # Consumer.id -> its Sub
+        self.producer = ProducerId(self.node, 0, 0)  # the producer id of what the broker dispatches
+
+    def on_consumer(self: OpenWireAdapter, c: ConsumerInfo) -> None:
+        dest = c.destination
+        if dest is None or not dest.name:
+            raise Refused("a consumer without a destination")
+        if c.consumer_id in self.subs:
+            raise Refused(f"consumer {c.consumer_id} exists already")
+        if dest.name.startswith(ADVISORY_PREFIX):  # no advisories: the consumer waits for nothing
+            self.subs[c.consumer_id] = Sub(c, None)
+            self.respond(c)
+            return
+        if c.browser:  # (a consumer would take what a browser only looks at)
+            raise Refused("queue browsers are not supported by Petrel's OpenWire yet")
+        routing = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
+        durable_name = c.subscription_name if dest.is_topic else None
+        queue, selector = self.session.open_queue(dest.name, routing, selector=c.selector,
+                                                  client_id=c.client_id or self.client_id, durable_name=durable_name)
+        window = c.prefetch_size if c.prefetch_size > 0 else 1
+        consumer = Consumer(queue, self._deliver, selector=selector, window=window)
+        self.session.add_consumer(consumer)
+        sub = Sub(c, consumer)
+        self.subs[c.consumer_id] = sub
+        self.by_consumer[consumer.id] = sub
+        self.respond(c)
+        queue.add_consumer(consumer)
+
+    def _deliver(self: OpenWireAdapter, consumer: Consumer, ref: MessageReference) -> None:
+        sub = self.by_consumer.get(consumer.id)
+        if sub is None:
+            return
+        m = ref.message
+        sub.by_message[m.id] = ref.seq
+        sub.dispatched += 1
+        sub.order[ref.seq] = sub.dispatched
+        info = sub.info
+        self.conn.write(self.codec.send(MessageDispatch(
+            consumer_id=info.consumer_id, destination=info.destination,
+            message=to_openwire(m, info.destination.kind, self.producer, ref.delivery_count),
+            redelivery_counter=ref.delivery_count)))
+
+    def on_ack(self: OpenWireAdapter, a: MessageAck) -> None:
+        sub = self.subs.get(a.consumer_id)
+        if sub is None or sub.consumer is None:
+            self.respond(a)
+            return
+        consumer = sub.consumer
+        kind = a.ack_type
+        if kind == AckType.DELIVERED:  # the client holds them unacknowledged: room for as many more
+            sub.extension += max(0, a.message_count)
+            consumer.window = sub.prefetch + sub.extension
+            consumer.queue.deliver()
+            self.respond(a)
+            return
+        if kind in (AckType.REDELIVERED, AckType.UNMATCHED) or a.last_message_id is None:
+            self.respond(a)
+            return
+        seq = sub.by_message.get(a.last_message_id.producer_sequence_id)
+        if seq is None or seq not in consumer.delivering:
+            self.respond(a)  # settled already (a repeated ack)
+            return
+        delivering = consumer.delivering
+        if kind == AckType.INDIVIDUAL:
+            refs = [delivering[seq]]
+        else:  # everything dispatched up to the last one (a rolled-back transaction's acks come back unordered)
+            order = sub.order
+            limit = order.get(seq, 0)
+            refs = [ref for s, ref in delivering.items() if order.get(s, 0) <= limit]
+        if a.transaction_id is None:
+            for ref in refs:
+                sub.by_message.pop(ref.message.id, None)
+                sub.order.pop(ref.seq, None)
+        elif len(sub.order) > 2 * len(delivering) + 1024:  # forget what transactions settled
+            sub.order = {s: n for s, n in sub.order.items() if s in delivering}
+            sub.by_message = {i: s for i, s in sub.by_message.items() if s in delivering}
+        if sub.extension:
+            sub.extension = max(0, sub.extension - len(refs))
+            consumer.window = sub.prefetch + sub.extension
+        tx = self.tx_name(a.transaction_id)
+        if kind == AckType.POISON:
+            self.session.cancel(consumer, refs)
+        elif tx is not None:
+            # settled at the commit; a rollback leaves them with the client, which redelivers them itself
+            self.session.transaction(tx)
+            self.tx_acks.setdefault(tx, []).append((consumer, refs))
+        else:
+            self.session.acknowledge(consumer, refs)
+        self.respond(a, durable=a.response_required and tx is None)
+
+    def remove_consumer(self: OpenWireAdapter, cid: ConsumerId) -> None:
+        sub = self.subs.pop(cid, None)
+        if sub is not None and sub.consumer is not None:
+            self.by_consumer.pop(sub.consumer.id, None)
+            self.session.remove_consumer(sub.consumer)

@@ -1,0 +1,129 @@
+"""OpenWire messages to Petrel's and back: the JMS headers a message carries as fields, typed
+properties, and the kinds of body (a text message's text converted, the others' bodies kept
+as the client encoded them).
+
+Petrel notes what only OpenWire can say under ``_OW_`` properties (see
+`petrel.core.message_props`): the JMS message kind (`KIND`), the Java types of properties a
+plain int or float would lose (`TYPES`), and the JMSReplyTo's kind (`REPLY_KIND`). No client
+sees them; a client's own internal properties (``_MQTT_*``, ``_AMQP_*``, ``_OW_*``) are dropped
+on the way in and never sent on the way out (`public`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from petrel.codec.openwire import (
+    DataType,
+    Destination,
+    Message as OwMessage,
+    MessageId,
+    ProducerId,
+    text_content,
+    text_of,
+)
+from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
+from petrel.core.message import DUPLICATE_ID, Message
+from petrel.core.message_props import CORRELATION_ID, GROUP_ID, GROUP_SEQ, REPLY_TO, public
+from petrel.server.refusals import Refused
+
+__all__ = ["KIND", "TYPES", "REPLY_KIND", "TEXT_KINDS", "to_message", "to_openwire"]
+
+KIND = "_OW_KIND"  # the JMS message kind (text, bytes...), for OpenWire consumers
+TYPES = "_OW_TYPES"  # the Java types of properties a plain int or float would lose: "l:name,s:name..."
+REPLY_KIND = "_OW_REPLY_KIND"  # the JMSReplyTo's kind (queue, topic, temporary queue or topic)
+JMS_TYPE = "JMSType"
+TEXT_KINDS = (DataType.ACTIVEMQ_TEXT_MESSAGE,)
+
+_CODES = {JavaLong: "l", JavaShort: "s", JavaByte: "b", JavaFloat: "f"}
+_JAVA = {code: cls for cls, code in _CODES.items()}
+
+
+def _plain(properties: dict[str, Any]) -> dict[str, Any]:
+    """Properties as Petrel keeps them (plain ints and floats; a map or list value as text), the
+    Java types a plain number would lose noted under `TYPES`; a client's internal ones dropped."""
+    out: dict[str, Any] = {}
+    types = []
+    for name, value in properties.items():
+        cls = type(value)
+        code = _CODES.get(cls)
+        if code is not None:
+            types.append(f"{code}:{name}")
+            value = float(value) if cls is JavaFloat else int(value)
+        elif cls is dict or cls is list:
+            value = str(value)
+        out[name] = value
+    if types:
+        out[TYPES] = ",".join(types)
+    return out
+
+
+def to_message(m: OwMessage, address: str, message_id: int, *, user: str | None,
+               fault_tolerant: bool) -> Message:
+    """Petrel's message for an OpenWire one sent to `address` (`fault_tolerant`: the producer's
+    message id is its duplicate id, as a failover client resends what had no response)."""
+    props = _plain(m.properties) if m.properties else {}
+    body = m.content or b""
+    if m.compressed:
+        raise Refused("compressed messages are not supported yet (useCompression)")
+    if m.kind in TEXT_KINDS:
+        text = text_of(m.content)
+        body = b"" if text is None else text.encode("utf-8", "surrogatepass")
+    props[KIND] = int(m.kind)
+    if fault_tolerant and m.message_id is not None and DUPLICATE_ID not in props:
+        props[DUPLICATE_ID] = str(m.message_id)
+    if m.correlation_id is not None:
+        props[CORRELATION_ID] = m.correlation_id
+    if m.type is not None:
+        props[JMS_TYPE] = m.type
+    if m.group_id is not None:
+        props[GROUP_ID] = m.group_id
+        props[GROUP_SEQ] = m.group_sequence
+    if m.reply_to is not None and m.reply_to.name:
+        props[REPLY_TO] = m.reply_to.name
+        if m.reply_to.kind != DataType.ACTIVEMQ_QUEUE:
+            props[REPLY_KIND] = int(m.reply_to.kind)
+    return Message(id=message_id, address=address, body=body, properties=props,
+                   durable=m.persistent, priority=max(0, min(9, m.priority)), expiration=max(0, m.expiration),
+                   timestamp=m.timestamp, user_id=user)
+
+
+def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter: int) -> OwMessage:
+    """The OpenWire message a consumer of a destination of `kind` receives for `m` (which has
+    been delivered `redelivery_counter` times before)."""
+    properties = m.properties
+    props = {k: v for k, v in properties.items() if not k.startswith("_")}
+    types = properties.get(TYPES)
+    if types:
+        for item in str(types).split(","):
+            code, _, name = item.partition(":")
+            if name in props and code in _JAVA:
+                try:
+                    props[name] = _JAVA[code](props[name])
+                except (TypeError, ValueError):
+                    pass
+    body_kind = properties.get(KIND, DataType.ACTIVEMQ_BYTES_MESSAGE)
+    content: bytes | None = m.body
+    if body_kind in TEXT_KINDS:
+        try:
+            content = text_content(m.body.decode("utf-8", "surrogatepass"))
+        except UnicodeDecodeError:  # not text after all: the bytes as they are
+            body_kind = DataType.ACTIVEMQ_BYTES_MESSAGE
+    correlation = props.pop(CORRELATION_ID, None)
+    jms_type = props.pop(JMS_TYPE, None)
+    group = props.pop(GROUP_ID, None)
+    group_seq = props.pop(GROUP_SEQ, 0)
+    reply_to = props.pop(REPLY_TO, None)
+    return OwMessage(
+        kind=body_kind, producer_id=producer, destination=Destination(kind, m.address),
+        message_id=MessageId(producer_id=producer, producer_sequence_id=m.id, broker_sequence_id=m.id),
+        persistent=m.durable, priority=m.priority, expiration=m.expiration, timestamp=m.timestamp,
+        content=content, properties=props or None,
+        correlation_id=None if correlation is None else str(correlation),
+        type=None if jms_type is None else str(jms_type),
+        group_id=None if group is None else str(group), group_sequence=int(group_seq or 0),
+        reply_to=None if reply_to is None else Destination(
+            int(properties.get(REPLY_KIND, DataType.ACTIVEMQ_QUEUE)), str(reply_to)),
+        redelivery_counter=redelivery_counter,
+        user_id=m.user_id, broker_in_time=m.timestamp, broker_out_time=int(time.time() * 1000))
