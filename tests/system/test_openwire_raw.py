@@ -144,3 +144,54 @@ def test_max_inactivity_keep_alives_and_a_silent_client_closed(b):
     seen = c.next(skip=(WireFormatInfo, KeepAliveInfo))
     assert isinstance(seen, OwConnectionError) and "inactivity" in seen.exception.message
     assert c.next() is None
+
+
+def test_internal_properties_are_dropped_both_ways(b):
+    """A client's own `_MQTT_*`, `_AMQP_*` and `_OW_*` properties never reach the broker's
+    notes (a spoofed `_OW_TYPES` would retype a property), and what another protocol noted of
+    itself (MQTT's QoS and retain flag) never reaches an OpenWire consumer."""
+    from mqtt_clients import Paho
+
+    from petrel.codec.openwire import ConsumerId, ConsumerInfo, JavaShort, MessageDispatch
+
+    c = Client(b.port)
+    c.send(ConnectionInfo(command_id=1, response_required=True, connection_id=ConnectionId("ID:raw:4")))
+    assert c.next() == Response(correlation_id=1)
+    topic = Destination(DataType.ACTIVEMQ_TOPIC, "mixed.news")
+    queue = Destination(DataType.ACTIVEMQ_QUEUE, "spoofed")
+    for n, dest in enumerate((topic, queue), 1):
+        c.send(ConsumerInfo(command_id=10 + n, response_required=True, consumer_id=ConsumerId("ID:raw:4", 1, n),
+                            destination=dest, prefetch_size=10))
+        assert c.next() == Response(correlation_id=10 + n)
+    producer = ProducerId("ID:raw:4", 1, 1)
+    c.send(Message(command_id=2, response_required=True, kind=DataType.ACTIVEMQ_TEXT_MESSAGE, producer_id=producer,
+                   destination=queue, message_id=MessageId(producer_id=producer, producer_sequence_id=1),
+                   content=text_content("x"), persistent=True,
+                   properties={"n": 7, "_OW_TYPES": "s:n", "_MQTT_RETAIN": True, "_AMQP_BODY": "sections"}))
+    got = [c.next(), c.next()]
+    assert Response(correlation_id=2) in got
+    dispatch = next(ev for ev in got if isinstance(ev, MessageDispatch))
+    props = dispatch.message.properties
+    assert props == {"n": 7} and type(props["n"]) is not JavaShort, props
+
+    stomp, listener = connect(b)
+    stomp.subscribe("/queue/spoofed2", id="s1", ack="auto")
+    c.send(Message(command_id=3, response_required=True, kind=DataType.ACTIVEMQ_TEXT_MESSAGE, producer_id=producer,
+                   destination=Destination(DataType.ACTIVEMQ_QUEUE, "spoofed2"),
+                   message_id=MessageId(producer_id=producer, producer_sequence_id=2), content=text_content("y"),
+                   properties={"_MQTT_RETAIN": True, "_AMQP_BODY": "sections", "keep": "me"}))
+    assert c.next() == Response(correlation_id=3)
+    frame = listener.messages.get(timeout=10)
+    assert frame.headers["keep"] == "me"
+    assert not [h for h in frame.headers if h.startswith(("_MQTT_", "_AMQP_", "_OW_"))], frame.headers
+    stomp.disconnect()
+
+    paho = Paho(b.port, "ow-mixed")
+    try:
+        paho.client.publish("mixed/news", b"from mqtt", qos=1, retain=True).wait_for_publish(10)
+    finally:
+        paho.client.disconnect()
+    dispatch = c.next()
+    assert isinstance(dispatch, MessageDispatch) and dispatch.message.destination.name == "mixed.news"
+    assert not [k for k in dispatch.message.properties or {} if k.startswith(("_MQTT_", "_AMQP_", "_OW_"))], \
+        dispatch.message.properties

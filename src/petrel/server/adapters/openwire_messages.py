@@ -45,7 +45,7 @@ def _plain(properties: dict[str, Any]) -> dict[str, Any]:
     Java types a plain number would lose noted under `TYPES`; a client's internal ones dropped."""
     out: dict[str, Any] = {}
     types = []
-    for name, value in properties.items():
+    for name, value in public(properties).items():
         cls = type(value)
         code = _CODES.get(cls)
         if code is not None:
@@ -93,7 +93,7 @@ def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter:
     """The OpenWire message a consumer of a destination of `kind` receives for `m` (which has
     been delivered `redelivery_counter` times before)."""
     properties = m.properties
-    props = {k: v for k, v in properties.items() if not k.startswith("_")}
+    props = dict(public(properties))
     types = properties.get(TYPES)
     if types:
         for item in str(types).split(","):
