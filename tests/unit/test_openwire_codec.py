@@ -27,8 +27,10 @@ from petrel.codec.openwire import (
     MessageAck,
     MessageDispatch,
     MessageId,
+    MessagePull,
     OpenWireConnection,
     OpenWireProtocolError,
+    ProducerAck,
     ProducerId,
     ProducerInfo,
     RemoveInfo,
@@ -74,6 +76,22 @@ COMMANDS = [
     KeepAliveInfo(),
     BrokerInfo(broker_id=BrokerId("petrel-1"), broker_name="petrel", broker_url="tcp://h:61616"),
     ConnectionControl(fault_tolerant=True, connected_brokers="tcp://a:1,tcp://b:2"),
+    # a browser, a pull, the broker's dispatch without a message (a pull's timeout, a browse's end),
+    # a producer's window and the ProducerAck that frees it
+    ConsumerInfo(command_id=10, response_required=True, consumer_id=ConsumerId(CONN, 1, 2), destination=QUEUE,
+                 browser=True, prefetch_size=0, selector="index < 3"),
+    MessagePull(consumer_id=ConsumerId(CONN, 1, 2), destination=QUEUE, timeout=-1),
+    MessagePull(consumer_id=ConsumerId(CONN, 1, 2), destination=QUEUE, timeout=5000, correlation_id="c",
+                message_id=MID),
+    MessageDispatch(consumer_id=ConsumerId(CONN, 1, 2), destination=QUEUE),
+    ProducerInfo(command_id=11, response_required=True, producer_id=PRODUCER, window_size=4096),
+    ProducerAck(producer_id=PRODUCER, size=1100),
+    MessageAck(command_id=12, destination=QUEUE, consumer_id=ConsumerId(CONN, 1, 1), ack_type=AckType.POISON,
+               first_message_id=MID, last_message_id=MID, message_count=1,
+               poison_cause=JavaThrowable("java.lang.Throwable", "Delivery[3] exceeds redelivery policy limit")),
+    RemoveInfo(command_id=13, object_id=ConsumerId(CONN, 1, 1), last_delivered_sequence_id=42),
+    Message(kind=DataType.ACTIVEMQ_TEXT_MESSAGE, destination=Destination(DataType.ACTIVEMQ_QUEUE, "a,topic://b"),
+            content=text_content("composite"), redelivery_counter=3),
 ]
 
 

@@ -58,6 +58,7 @@ from petrel.codec.openwire import (
 from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
 from petrel.core.message import RoutingType
 from petrel.server.access import Access
+from petrel.server.adapters.openwire_browsers import OpenWireBrowsers
 from petrel.server.adapters.openwire_consumers import OpenWireConsumers
 from petrel.server.adapters.openwire_messages import to_message
 from petrel.server.login import OffLoopLogin
@@ -73,11 +74,10 @@ log = logging.getLogger("petrel.server.openwire")
 JMS_EXCEPTION = "javax.jms.JMSException"
 SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
 #: Commands a client may send that need no action here (answered when a response is asked for).
-#: A MessagePull (prefetch 0) among them: such a consumer gets a window of one, pushed.
-IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand, MessagePull)
+IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand)
 
 
-class OpenWireAdapter(OpenWireConsumers):
+class OpenWireAdapter(OpenWireConsumers, OpenWireBrowsers):
     def __init__(self, broker: Broker, conn: Connection) -> None:
         self.broker = broker
         self.office = broker.office
@@ -96,6 +96,7 @@ class OpenWireAdapter(OpenWireConsumers):
         self._login_task = None
         self.node = f"ID:petrel-{getattr(broker.config, 'name', None) or 'broker'}"
         self.init_consumers()
+        self.init_browsers()
 
     # -- input -------------------------------------------------------------------------------
 
@@ -152,6 +153,8 @@ class OpenWireAdapter(OpenWireConsumers):
                 if not self.session.delete_durable(c.client_id or self.client_id, c.subscription_name or ""):
                     raise Refused(f"no durable subscription {c.subscription_name!r} for client id {c.client_id!r}")
                 self.respond(c, durable=True)
+            elif t is MessagePull:
+                self.on_pull(c)
             elif t is KeepAliveInfo:
                 if c.response_required:
                     self.session.confirm(self.codec.send(KeepAliveInfo()))
@@ -313,11 +316,11 @@ class OpenWireAdapter(OpenWireConsumers):
         if isinstance(obj, ConsumerId):
             self.remove_consumer(obj)
         elif isinstance(obj, SessionId):
-            for cid in [cid for cid in self.subs if cid.connection_id == obj.connection_id
+            for cid in [cid for cid in (*self.subs, *self.browsers) if cid.connection_id == obj.connection_id
                         and cid.session_id == obj.value]:
                 self.on_remove(RemoveInfo(object_id=cid))
         elif isinstance(obj, ConnectionId):
-            for cid in list(self.subs):
+            for cid in [*self.subs, *self.browsers]:
                 self.on_remove(RemoveInfo(object_id=cid))
         self.respond(r)
 
@@ -326,6 +329,7 @@ class OpenWireAdapter(OpenWireConsumers):
 
     def resume(self) -> None:
         self.session.resume()
+        self.resume_browsers()
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -355,8 +359,12 @@ class OpenWireAdapter(OpenWireConsumers):
             self._timer.cancel()
         if self._login_task is not None:
             self._login_task.cancel()
+        for sub in self.subs.values():
+            if sub.timer is not None:
+                sub.timer.cancel()
         self.subs.clear()
         self.by_consumer.clear()
+        self.browsers.clear()
         self.session.release()
         temporary, self.temporary = self.temporary, set()
         for dest in temporary:  # they live as long as their connection

@@ -2,7 +2,10 @@
 consumer's end. A mixin of `OpenWireAdapter`.
 
 The prefetch is the consumer's window; selectors; durable topic subscribers by client id +
-subscription name. MessageAck: standard and individual acks settle, poison acks send back,
+subscription name. A prefetch 0 consumer gets nothing pushed: each MessagePull (its receive)
+opens room for one message, and when its timeout passes with nothing dispatched (at once for a
+receiveNoWait's -1; never for 0, a receive without timeout) a MessageDispatch without a message
+says so, as ActiveMQ does. Browsers: `openwire_browsers`. MessageAck: standard and individual acks settle, poison acks send back,
 delivered acks widen the window by what the client holds, as ActiveMQ does; acks in a local
 transaction settle at its commit (`OpenWireAdapter.on_transaction`). Advisory consumers
 (``ActiveMQ.Advisory.*``) are accepted and never fed.
@@ -19,6 +22,7 @@ from petrel.codec.openwire import (
     ConsumerInfo,
     MessageAck,
     MessageDispatch,
+    MessagePull,
     ProducerId,
 )
 from petrel.core.consumer import Consumer
@@ -39,7 +43,7 @@ class Sub:
     """One OpenWire consumer: its ConsumerInfo, its Petrel consumer (None for an advisory one),
     and what it was dispatched (acks name messages by id)."""
 
-    __slots__ = ("info", "consumer", "by_message", "order", "dispatched", "prefetch", "extension")
+    __slots__ = ("info", "consumer", "by_message", "order", "dispatched", "prefetch", "extension", "pull", "timer")
 
     def __init__(self, info: ConsumerInfo, consumer: Consumer | None) -> None:
         self.info = info
@@ -49,6 +53,8 @@ class Sub:
         self.by_message: dict[int, int] = {}  # Petrel message id -> its reference's seq (acks name messages)
         self.order: dict[int, int] = {}  # seq -> dispatch number: a standard ack covers all dispatched up to its last
         self.dispatched = 0
+        self.pull = 0  # the number of the last MessagePull (a prefetch 0 consumer)
+        self.timer = None  # its timeout
 
 
 class OpenWireConsumers:
@@ -67,14 +73,14 @@ class OpenWireConsumers:
             self.subs[c.consumer_id] = Sub(c, None)
             self.respond(c)
             return
-        if c.browser:  # (a consumer would take what a browser only looks at)
-            raise Refused("queue browsers are not supported by Petrel's OpenWire yet")
+        if c.browser:
+            self.on_browser(c)
+            return
         routing = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
         durable_name = c.subscription_name if dest.is_topic else None
         queue, selector = self.session.open_queue(dest.name, routing, selector=c.selector,
                                                   client_id=c.client_id or self.client_id, durable_name=durable_name)
-        window = c.prefetch_size if c.prefetch_size > 0 else 1
-        consumer = Consumer(queue, self._deliver, selector=selector, window=window)
+        consumer = Consumer(queue, self._deliver, selector=selector, window=max(0, c.prefetch_size))
         self.session.add_consumer(consumer)
         sub = Sub(c, consumer)
         self.subs[c.consumer_id] = sub
@@ -90,20 +96,68 @@ class OpenWireConsumers:
         sub.by_message[m.id] = ref.seq
         sub.dispatched += 1
         sub.order[ref.seq] = sub.dispatched
+        if sub.prefetch == 0:  # the pull is answered: no more until the next
+            consumer.window = 0
+            if sub.timer is not None:
+                sub.timer.cancel()
+                sub.timer = None
         info = sub.info
         self.conn.write(self.codec.send(MessageDispatch(
             consumer_id=info.consumer_id, destination=info.destination,
             message=to_openwire(m, info.destination.kind, self.producer, ref.delivery_count),
             redelivery_counter=ref.delivery_count)))
 
+    def on_pull(self: OpenWireAdapter, p: MessagePull) -> None:
+        sub = self.subs.get(p.consumer_id)
+        if sub is None:
+            browse = self.browsers.get(p.consumer_id)
+            if browse is not None:
+                self.browser_pull(browse, p)
+                return
+        self.respond(p)
+        if sub is None or sub.consumer is None or sub.prefetch != 0:
+            return  # (a consumer with a prefetch has its messages pushed)
+        consumer = sub.consumer
+        sub.pull += 1
+        pull, before = sub.pull, sub.dispatched
+        if sub.timer is not None:
+            sub.timer.cancel()
+            sub.timer = None
+        consumer.window = len(consumer.delivering) + 1
+        consumer.queue.deliver()
+        if sub.dispatched != before:
+            return
+        if p.timeout < 0:  # receiveNoWait
+            self._pull_timeout(sub, pull, before)
+        elif p.timeout > 0:
+            sub.timer = self.conn.call_later(p.timeout / 1000, lambda: self._run(
+                lambda: self._pull_timeout(sub, pull, before)))
+
+    def _pull_timeout(self: OpenWireAdapter, sub: Sub, pull: int, before: int) -> None:
+        """Nothing came for a pull: the client hears so (a dispatch without a message)."""
+        if sub.pull != pull or sub.dispatched != before or self.subs.get(sub.info.consumer_id) is not sub:
+            return
+        sub.timer = None
+        sub.consumer.window = 0
+        info = sub.info
+        self.write(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination))
+
     def on_ack(self: OpenWireAdapter, a: MessageAck) -> None:
         sub = self.subs.get(a.consumer_id)
+        if sub is None:
+            browse = self.browsers.get(a.consumer_id)
+            if browse is not None:
+                self.browser_ack(browse, a)
+                return
         if sub is None or sub.consumer is None:
             self.respond(a)
             return
         consumer = sub.consumer
         kind = a.ack_type
         if kind == AckType.DELIVERED:  # the client holds them unacknowledged: room for as many more
+            if sub.prefetch == 0:  # (a pulling consumer's room is its pulls')
+                self.respond(a)
+                return
             sub.extension += max(0, a.message_count)
             consumer.window = sub.prefetch + sub.extension
             consumer.queue.deliver()
@@ -145,7 +199,10 @@ class OpenWireConsumers:
         self.respond(a, durable=a.response_required and tx is None)
 
     def remove_consumer(self: OpenWireAdapter, cid: ConsumerId) -> None:
+        self.browsers.pop(cid, None)
         sub = self.subs.pop(cid, None)
+        if sub is not None and sub.timer is not None:
+            sub.timer.cancel()
         if sub is not None and sub.consumer is not None:
             self.by_consumer.pop(sub.consumer.id, None)
             self.session.remove_consumer(sub.consumer)

@@ -1,0 +1,112 @@
+"""OpenWire queue browsers (a JMS QueueBrowser: ConsumerInfo with browser=true). A mixin of
+`OpenWireAdapter`.
+
+A browser sees a snapshot of what its queue holds when it opens (the messages waiting, in
+dispatch order, that its selector matches; not those out with consumers, nor paged to disk),
+dispatched without being consumed, then a MessageDispatch without a message that ends the
+browse. Its prefetch bounds what is dispatched and not yet acknowledged (the client
+acknowledges what it browsed; an ack only frees room here); a prefetch 0 browser gets one
+message, or the end, for each MessagePull. Browsing needs the ``browse`` permission.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from petrel.codec.openwire import AckType, ConsumerInfo, MessageAck, MessageDispatch, MessagePull
+from petrel.core import operations
+from petrel.core.selector import SelectorError
+from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
+from petrel.server.adapters.openwire_messages import to_openwire
+from petrel.server.refusals import NotAuthorized, Refused, SelectorRefused
+
+if TYPE_CHECKING:
+    from petrel.codec.openwire import ConsumerId
+    from petrel.core.message import Message
+    from petrel.server.adapters.openwire import OpenWireAdapter
+
+#: The most messages one browse shows (ActiveMQ's own is its maxBrowsePageSize, 400 by default).
+MAX_BROWSE = 10_000
+
+
+class Browse:
+    __slots__ = ("info", "waiting", "out", "pulls", "done")
+
+    def __init__(self, info: ConsumerInfo, waiting: deque) -> None:
+        self.info = info
+        self.waiting: deque[tuple[Message, int]] = waiting  # (message, delivery count) still to dispatch
+        self.out: dict[int, None] = {}  # message ids dispatched and not yet acknowledged, in order
+        self.pulls = 0  # MessagePulls not yet answered (a prefetch 0 browser)
+        self.done = False  # the end of the browse sent
+
+
+class OpenWireBrowsers:
+    def init_browsers(self: OpenWireAdapter) -> None:
+        self.browsers: dict[ConsumerId, Browse] = {}
+
+    def on_browser(self: OpenWireAdapter, c: ConsumerInfo) -> None:
+        dest = c.destination
+        if dest.is_topic:
+            raise Refused("a browser browses a queue, not a topic")
+        queue = self.office.queues.get(dest.name)
+        if queue is not None:
+            try:
+                self.access.check("browse", queue.address)
+            except SecurityNotAuthorized as exc:
+                raise NotAuthorized(str(exc)) from None
+        try:
+            refs = [] if queue is None else operations.browse(queue, filter=c.selector or None, limit=MAX_BROWSE)
+        except SelectorError as exc:
+            raise SelectorRefused(str(exc)) from None
+        now = self.office.now()
+        browse = Browse(c, deque((r.message, r.delivery_count) for r in refs if not r.message.expired(now)))
+        self.browsers[c.consumer_id] = browse
+        self.respond(c)
+        self.pump_browser(browse)
+
+    def pump_browser(self: OpenWireAdapter, browse: Browse) -> None:
+        """Dispatch what the browser has room for, then the end."""
+        if browse.done or getattr(self.conn, "writing_paused", False):
+            return
+        info = browse.info
+        prefetch = info.prefetch_size
+        waiting, out = browse.waiting, browse.out
+        while waiting and (len(out) < prefetch or browse.pulls > 0):
+            message, count = waiting.popleft()
+            if browse.pulls > 0:
+                browse.pulls -= 1
+            out[message.id] = None
+            self.write(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination,
+                                       message=to_openwire(message, info.destination.kind, self.producer, count),
+                                       redelivery_counter=count))
+        if not waiting and (prefetch > 0 or browse.pulls > 0):
+            browse.done = True
+            self.write(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination))
+
+    def browser_ack(self: OpenWireAdapter, browse: Browse, a: MessageAck) -> None:
+        """An ack of browsed messages frees room for more (nothing is consumed)."""
+        last = a.last_message_id
+        if a.ack_type not in (AckType.REDELIVERED, AckType.UNMATCHED) and last is not None:
+            out = browse.out
+            last_id = last.producer_sequence_id
+            if last_id in out:
+                if a.ack_type == AckType.INDIVIDUAL:
+                    del out[last_id]
+                else:
+                    for mid in list(out):
+                        del out[mid]
+                        if mid == last_id:
+                            break
+        self.respond(a)
+        self.pump_browser(browse)
+
+    def browser_pull(self: OpenWireAdapter, browse: Browse, p: MessagePull) -> None:
+        if browse.info.prefetch_size == 0:
+            browse.pulls += 1
+            self.pump_browser(browse)
+        self.respond(p)
+
+    def resume_browsers(self: OpenWireAdapter) -> None:
+        for browse in list(self.browsers.values()):
+            self.pump_browser(browse)
