@@ -220,3 +220,30 @@ def test_detect():
     assert detect(b"\x10\x0c\x00\x04MQTX") is False
     assert detect(b"\x20\x02") is False
     assert detect(b"CONNECT\n") is False
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_publish_head_and_ack_are_the_events_bytes(level):
+    """The delivery shortcuts (no event built) give the bytes `publish_parts` and `send` give."""
+    from petrel.codec.mqtt import PacketType as T
+    from petrel.codec.mqtt.wire import encode_str
+
+    server = MqttConnection(Role.SERVER)
+    server.receive_data(MqttConnection(Role.CLIENT).send(Connect("c", level)))
+    server.next_event()
+    with pytest.raises(MqttLocalError):  # nothing before CONNACK
+        server.publish_head(encode_str("a"), 1, 0, None)
+    server.send(Connack())
+    for topic in ("a", "a/b", "é/" * 70):
+        for size in (0, 1, 100, 127, 128, 20000, 3_000_000):
+            for qos, pid in ((0, None), (1, 1), (2, 300), (1, 65535)):
+                for retain in (False, True):
+                    for dup in (False, True):
+                        payload = b"x" * size
+                        head, _ = server.publish_parts(Publish(topic, payload, qos, retain, dup and qos > 0, pid))
+                        assert server.publish_head(encode_str(topic), size, qos, pid, retain=retain, dup=dup) == head
+    with pytest.raises(MqttLocalError):
+        server.publish_head(encode_str("a"), 1, 1, None)  # QoS 1 without a packet id
+    for event, ptype in ((Puback, T.PUBACK), (Pubrec, T.PUBREC), (Pubrel, T.PUBREL), (Pubcomp, T.PUBCOMP)):
+        for pid in (1, 255, 256, 65535):
+            assert server.ack(ptype, pid) == server.send(event(pid))

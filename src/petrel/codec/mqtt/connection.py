@@ -14,20 +14,23 @@ error the connection is broken: every later `next_event` raises it again.
 
 from __future__ import annotations
 
+import struct
+
 from petrel.codec.buffer import Buffer
 from petrel.codec.roles import Role
 
 from .codes import PacketType, ReasonCode
 from .decode import decode_packet
-from .encode import encode_packet, publish_parts
+from .encode import ack_bytes, encode_packet, publish_head, publish_parts
 from .errors import MqttLocalError, MqttProtocolError
-from .packets import NEED_DATA, Connect, Packet, Publish
+from .packets import ACKS, NEED_DATA, Connect, Packet, Publish
 from .state import may_receive, may_send, receivable_when_open
 from .wire import MAX_VARINT, decode_varint_prefix
 
 __all__ = ["MqttConnection", "detect", "DEFAULT_MAX_PACKET_SIZE"]
 
 DEFAULT_MAX_PACKET_SIZE = 16 * 1024 * 1024
+_ACK_TYPES = frozenset(int(t) for t in ACKS)
 
 
 class MqttConnection:
@@ -125,6 +128,24 @@ class MqttConnection:
         if packet.type in (PacketType.CONNECT, PacketType.CONNACK):
             self.connected_out = True
         return data
+
+    def ack(self, ptype: PacketType, packet_id: int) -> bytes:
+        """`send` of a PUBACK, PUBREC, PUBREL or PUBCOMP with reason SUCCESS and no properties,
+        without building the event (one per QoS 1 or 2 message)."""
+        if not self.connected_out or not 0 < packet_id <= 0xFFFF or ptype not in _ACK_TYPES:
+            return self.send(ACKS[ptype](packet_id))  # (refused or checked there)
+        return ack_bytes(ptype, packet_id)
+
+    def publish_head(self, topic: bytes, payload_size: int, qos: int, packet_id: int | None, *,
+                     retain: bool = False, dup: bool = False) -> bytes:
+        """The header of a PUBLISH without properties whose topic is given encoded (`encode_str`),
+        to write before its payload: `publish_parts` without building the event."""
+        if not self.connected_out or qos not in (0, 1, 2) or (packet_id is not None) != (qos > 0):
+            raise MqttLocalError("cannot encode PUBLISH: not connected, or QoS and packet id disagree")
+        try:
+            return publish_head(topic, payload_size, qos, packet_id, retain, dup, (self.level or 4) >= 5)
+        except (ValueError, OverflowError, struct.error) as exc:
+            raise MqttLocalError(f"cannot encode PUBLISH: {exc}") from None
 
     def publish_parts(self, packet: Publish) -> tuple[bytes, bytes]:
         """A PUBLISH as (header, payload), to write the payload without copying it."""

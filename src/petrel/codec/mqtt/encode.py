@@ -26,10 +26,12 @@ from .packets import (
 )
 from .wire import encode_bin, encode_properties, encode_str, encode_varint
 
-__all__ = ["encode_packet", "publish_parts"]
+__all__ = ["encode_packet", "publish_parts", "publish_head", "ack_bytes"]
 
 _U16 = struct.Struct(">H")
 _EMPTY_PROPS = b"\x00"
+PUBLISH_FIRST = PacketType.PUBLISH << 4
+_ACK_HEADS = {int(t): bytes((t << 4 | FIXED_FLAGS[t], 2)) for t in ACKS}
 
 
 def _frame(ptype: int, flags: int, body: bytes) -> bytes:
@@ -50,6 +52,29 @@ def publish_parts(p: Publish, level: int) -> tuple[bytes, bytes]:
     flags = (8 if p.dup else 0) | p.qos << 1 | (1 if p.retain else 0)
     return (bytes((PacketType.PUBLISH << 4 | flags,)) + encode_varint(len(var) + len(p.payload)) + var,
             p.payload)
+
+
+def publish_head(topic: bytes, payload_size: int, qos: int, packet_id: int | None, retain: bool, dup: bool,
+                 v5: bool) -> bytes:
+    """The fixed and variable header of a PUBLISH without properties, its topic given encoded
+    (`encode_str`): what `publish_parts` gives for such a packet, without a `Publish` event (a
+    server's deliveries, one per message, with the topic encoded once per address)."""
+    size = len(topic) + payload_size
+    if qos:
+        size += 2
+    if v5:
+        size += 1
+    first = PUBLISH_FIRST | (8 if dup and qos else 0) | qos << 1 | (1 if retain else 0)
+    head = bytes((first, size)) if size < 0x80 else bytes((first,)) + encode_varint(size)
+    if qos:
+        return head + topic + _U16.pack(packet_id) + (_EMPTY_PROPS if v5 else b"")
+    return head + topic + _EMPTY_PROPS if v5 else head + topic
+
+
+def ack_bytes(ptype: int, packet_id: int) -> bytes:
+    """PUBACK, PUBREC, PUBREL or PUBCOMP with reason SUCCESS and no properties: the same bytes
+    in 3.1.1 and 5.0 (5.0 leaves out a success reason code without properties)."""
+    return _ACK_HEADS[ptype] + _U16.pack(packet_id)
 
 
 def encode_packet(packet: Packet, level: int) -> bytes:

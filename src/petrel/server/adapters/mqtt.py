@@ -296,7 +296,10 @@ class MqttAdapter(MqttSubscriptions):
                 self.hold_qos2(p, message)
                 return
             retain = p.retain
-            self.session.send(message, None, then=lambda result: self._published(p, message, result, retain))
+            if p.qos or retain:
+                self.session.send(message, None, then=lambda result: self._published(p, message, result, retain))
+            else:  # QoS 0, not retained: nothing follows the routing
+                self.session.send(message, None)
         except Refused as exc:
             self.refuse_publish(p, REFUSAL_CODES.get(exc.kind, R.UNSPECIFIED_ERROR), str(exc))
 
@@ -304,8 +307,10 @@ class MqttAdapter(MqttSubscriptions):
         if retain:
             self.state.retain(message)
         if p.qos == 1:
-            reason = R.NO_MATCHING_SUBSCRIBERS if (self.v5 and result.outcome == SendOutcome.UNROUTED) else 0
-            self.confirm(Puback(p.packet_id, reason), durable=True)
+            if self.v5 and result.outcome == SendOutcome.UNROUTED:
+                self.confirm(Puback(p.packet_id, R.NO_MATCHING_SUBSCRIBERS), durable=True)
+            else:
+                self.session.confirm(self.codec.ack(T.PUBACK, p.packet_id), durable=True)
 
     def hold_qos2(self, p: Publish, message: Message) -> None:
         """QoS 2, step one: checked and held durably, answered with PUBREC (routed at PUBREL)."""
@@ -315,7 +320,7 @@ class MqttAdapter(MqttSubscriptions):
             self.refuse_publish(p, R.NOT_AUTHORIZED, str(exc))
             return
         self.state.qos2_hold(self.client_id, p.packet_id, message)
-        self.confirm(Pubrec(p.packet_id), durable=True)
+        self.session.confirm(self.codec.ack(T.PUBREC, p.packet_id), durable=True)
 
     def on_pubrel(self, packet) -> None:
         """QoS 2, step two: route the held message and forget it, in one store transaction."""
@@ -334,7 +339,7 @@ class MqttAdapter(MqttSubscriptions):
             return
         for message in retained:
             self.state.retain(message)
-        self.confirm(Pubcomp(pid), durable=True, transactional=True)
+        self.session.confirm(self.codec.ack(T.PUBCOMP, pid), durable=True, transactional=True)
 
     def refuse_publish(self, p: Publish, reason: R, why: str) -> None:
         log.info("MQTT PUBLISH from %s to %r refused: %s", self.client_id, p.topic, why)

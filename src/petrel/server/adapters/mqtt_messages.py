@@ -24,7 +24,7 @@ from petrel.core.message import Message, now_ms
 from petrel.core.message_props import CONTENT_TYPE, CORRELATION_ID, INTERNAL_PREFIXES, REPLY_TO, text
 from petrel.server.adapters.mqtt_topics import TopicError, address_to_topic, topic_to_address
 
-__all__ = ["QOS", "RETAIN", "to_message", "to_publish", "message_qos"]
+__all__ = ["QOS", "RETAIN", "to_message", "to_publish", "message_qos", "static_properties"]
 
 QOS = "_MQTT_QOS"
 RETAIN = "_MQTT_RETAIN"
@@ -95,14 +95,7 @@ def to_publish(message: Message, qos: int, packet_id: int | None, *, retain: boo
     """The PUBLISH for a delivery; None when the message expired meanwhile."""
     properties: dict = {}
     if v5:
-        cache = message.wire_cache
-        if cache is not None and cache[0] is _CACHE_KEY:
-            properties = cache[1]
-        else:
-            properties = message.wire_get(_CACHE_KEY)  # type: ignore[assignment]
-            if properties is None:
-                properties, size = _static_properties(message.properties)
-                message.wire_put(_CACHE_KEY, properties, size)
+        properties = static_properties(message)
         if message.expiration or subscription_ids:
             properties = dict(properties)  # (the cached ones stay as they are)
             if message.expiration:
@@ -114,6 +107,18 @@ def to_publish(message: Message, qos: int, packet_id: int | None, *, retain: boo
                 properties[P.SUBSCRIPTION_IDENTIFIER] = subscription_ids
     return Publish(topic if topic is not None else address_to_topic(message.address), message.body, qos,
                    retain, dup and qos > 0, packet_id, properties)
+
+
+def static_properties(message: Message) -> dict:
+    """The 5.0 properties of `message` that are the same at every delivery (cached on it)."""
+    cache = message.wire_cache
+    if cache is not None and cache[0] is _CACHE_KEY:
+        return cache[1]
+    properties = message.wire_get(_CACHE_KEY)
+    if properties is None:
+        properties, size = _static_properties(message.properties)
+        message.wire_put(_CACHE_KEY, properties, size)
+    return properties  # type: ignore[return-value]
 
 
 def _static_properties(props: dict) -> tuple[dict, int]:

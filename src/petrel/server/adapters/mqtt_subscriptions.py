@@ -34,7 +34,8 @@ from petrel.core.message import RoutingType
 from petrel.core.queue import Consumer, MessageReference
 from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
 from petrel.server.refusals import NotAuthorized
-from petrel.server.adapters.mqtt_messages import message_qos, to_publish
+from petrel.codec.mqtt.wire import encode_str
+from petrel.server.adapters.mqtt_messages import message_qos, static_properties, to_publish
 from petrel.server.adapters.mqtt_state import RETAINED_TOPIC, SessionSubscription
 from petrel.server.adapters.mqtt_topics import TopicError, address_to_topic, parse_filter, queue_name
 
@@ -56,7 +57,7 @@ class MqttSubscriptions:
         self.client_max_packet: int | None = None
         self._next_pid = 1
         self._window_full = False
-        self._topics: dict[str, str] = {}  # address -> topic, for deliveries
+        self._topics: dict[str, tuple[str, bytes]] = {}  # address -> topic and its encoding, for deliveries
         self._held: deque[list] = deque()  # [chunks, ready, sync asked]: output waiting for a sync
 
     def configure_delivery(self: MqttAdapter, receive_max: int | None, max_packet: int | None) -> None:
@@ -246,14 +247,19 @@ class MqttSubscriptions:
         if topic is None:
             if len(self._topics) >= 1024:
                 self._topics.clear()
-            topic = self._topics[message.address] = address_to_topic(message.address)
-        publish = to_publish(message, qos, pid, retain=retain, dup=known or ref.delivery_count > 0, v5=self.v5,
-                             topic=topic,
-                             subscription_ids=[sub.identifier] if sub.identifier else None)
-        if publish is None:  # expired on its way
-            queue.acknowledge(ref, consumer=consumer)
-            return
-        head, payload = self.codec.publish_parts(publish)
+            name = address_to_topic(message.address)
+            topic = self._topics[message.address] = (name, encode_str(name))
+        dup = known or ref.delivery_count > 0
+        if message.expiration or sub.identifier or (self.v5 and static_properties(message)):
+            publish = to_publish(message, qos, pid, retain=retain, dup=dup, v5=self.v5, topic=topic[0],
+                                 subscription_ids=[sub.identifier] if sub.identifier else None)
+            if publish is None:  # expired on its way
+                queue.acknowledge(ref, consumer=consumer)
+                return
+            head, payload = self.codec.publish_parts(publish)
+        else:  # no properties to send (3.1.1, most 5.0 deliveries): the header from the encoded topic
+            payload = message.body
+            head = self.codec.publish_head(topic[1], len(payload), qos, pid, retain=retain, dup=dup)
         if self.client_max_packet is not None and len(head) + len(payload) > self.client_max_packet:
             log.info("MQTT %s: a message of %d bytes over the client's maximum packet size is dropped",
                      self.client_id, len(head) + len(payload))
@@ -356,7 +362,7 @@ class MqttSubscriptions:
                     self.state.released(self.client_id, pid, ref)  # PUBREL again after a restart
                 else:
                     self.session.acknowledge(consumer, [ref])
-                self.confirm(Pubrel(pid), durable=True)
+                self.session.confirm(self.codec.ack(T.PUBREL, pid), durable=True)
             else:  # PUBACK, or a PUBREC refusing the message: not sent again either
                 if session.persistent:  # the record first: never one left for an acknowledged message
                     self.state.sent_done(self.client_id, pid)
