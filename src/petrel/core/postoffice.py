@@ -484,7 +484,7 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
             if delivery_count:
                 for r in refs:
                     if r.queue.durable:
-                        self.store.update_delivery_count(message.id, r.queue.id, delivery_count)
+                        self.store.update_delivery_count(message.id, r.queue.id, delivery_count, tx_id)
         if commit_here:
             self.store.commit(commit_here)
             self.admit_held(commit_here)  # its store-and-forward copies

@@ -379,8 +379,14 @@ class FileStore:
         else:
             self.messages.delete(message_id)
 
-    def update_delivery_count(self, message_id: int, queue_id: int, count: int) -> None:
-        self.messages.update(message_id, RecordKind.DELIVERY, pack((queue_id, count)))
+    def update_delivery_count(self, message_id: int, queue_id: int, count: int, tx_id: int = 0) -> None:
+        """`tx_id`: in that transaction, the one that adds the message (a count it arrives with):
+        outside it, the update would precede the add's commit, and recovery would drop it."""
+        if tx_id:
+            self._tx_with_records.add(tx_id)
+            self.messages.update_tx(tx_id, message_id, RecordKind.DELIVERY, pack((queue_id, count)))
+        else:
+            self.messages.update(message_id, RecordKind.DELIVERY, pack((queue_id, count)))
 
     def add_duplicate_id(self, tx_id: int, record_id: int, address: str, dup_id: str) -> None:
         self._add_message_record(tx_id, record_id, RecordKind.DUPLICATE_ID, pack((address, dup_id)))
