@@ -31,8 +31,8 @@ from petrel.core.duplicates import MIGRATION_CACHE_PREFIX
 from petrel.core.errors import RoutingError
 from petrel.core.limits import AddressFull
 from petrel.core.message import GROUP_ID, Message, RoutingType
+from petrel.core.migrated import receive_batch
 from petrel.core.outcome import SendOutcome, SendResult
-from petrel.core.selector import SelectorError
 from petrel.core.remote import (
     INSTANCE,
     KEY_SEPARATOR,
@@ -296,38 +296,9 @@ class Clustering:
         if not batch:
             return 0, None
         name = origin_cache(batch[0][1])
-        origin = bridge_dup_sender(batch[0][1])
         cache = self._dup_cache(name, self.settings_for(name))
-        fresh: list[str] = []
-        seen: set[str] = set()
         paged_before = self.paged_routes
-        refusal: Exception | None = None
-        taken = 0
-        for message, dup_id, delivery_count in batch:
-            if dup_id in cache or dup_id in seen:
-                self.forwarded_duplicates += 1
-                self.discard(message)
-            else:
-                address = message.address
-                held = pending.get(address, (0, 0)) if pending is not None else (0, 0)
-                settings = self.settings_for(address)
-                if (held[1] and settings.address_full_policy in ("FAIL", "BLOCK")
-                        and self.limits.is_full(address, settings, held)):
-                    self.discard(message)
-                    refusal = AddressFull(f"address {address!r} is full ({settings.address_full_policy}): the "
-                                          "forwarded message stays on the sending node for now")
-                    break
-                try:
-                    self._route_forwarded(message, keys, tx_id, delivery_count, True, [], origin)
-                except (AddressFull, RoutingError, SelectorError, ValueError) as exc:
-                    self.discard(message)
-                    refusal = exc
-                    break
-                if pending is not None:
-                    pending[address] = (held[0] + message.size, held[1] + 1)
-                seen.add(dup_id)
-                fresh.append(dup_id)
-            taken += 1
+        taken, refusal, fresh = receive_batch(self, cache, batch, keys, tx_id, pending)
         if self.paged_routes == paged_before:
             self.remember_dups(cache, fresh, tx_id)
         else:  # some went to page files: each ID waits for its pages (see `remember_dup`)
