@@ -107,6 +107,8 @@ class MqttAdapter(MqttSubscriptions):
                 if packet is NEED_DATA:
                     break
                 self.handle(packet)
+            if self._resume_due:
+                self.resume_deliveries()
         except MqttProtocolError as exc:
             self.fail(exc.reason, exc.message)
         except Exception as exc:  # never let one client take the broker down

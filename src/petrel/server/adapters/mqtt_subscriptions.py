@@ -57,6 +57,7 @@ class MqttSubscriptions:
         self.client_max_packet: int | None = None
         self._next_pid = 1
         self._window_full = False
+        self._resume_due = False  # the window opened during this read: resume at its end
         self._topics: dict[str, tuple[str, bytes]] = {}  # address -> topic and its encoding, for deliveries
         self._held: deque[list] = deque()  # [chunks, ready, sync asked]: output waiting for a sync
 
@@ -369,8 +370,14 @@ class MqttSubscriptions:
                 self.session.acknowledge(consumer, [ref])
         if self._window_full and len(self.inflight) + len(session.pubrel_pending) < self.receive_max:
             self._window_full = False
-            if not self.conn.writing_paused:
-                self.session.resume()
+            self._resume_due = True  # once the read's packets are handled (`resume_deliveries`)
+
+    def resume_deliveries(self: MqttAdapter) -> None:
+        """The window opened during a read (PUBACK, PUBREC, PUBCOMP): deliver again, once for all
+        of that read's acknowledgements rather than one message after each."""
+        self._resume_due = False
+        if not self._window_full and not self.conn.writing_paused and not self.conn.closed:
+            self.session.resume()
 
     # -- the connection's write flow -------------------------------------------------------
 
