@@ -68,8 +68,8 @@ def receive_batch(office: PostOffice, cache, batch: list[tuple[Message, str, int
         pages = can_page and office._pages(queue, queue_address)
 
     def flush() -> None:
-        for message, seq in added:
-            store.add_message(tx_id, message, [(queue.id, seq)])
+        if added:
+            store.add_messages(tx_id, [(message, [(queue.id, seq)]) for message, seq in added])
         for message_id, count in counts:
             store.update_delivery_count(message_id, queue.id, count, tx_id)
         if refs:

@@ -354,6 +354,18 @@ class FileStore:
         else:
             self.messages.add(message.id, RecordKind.MESSAGE, body)
 
+    def add_messages(self, tx_id: int, messages: list[tuple[Message, list[tuple[int, int]]]]) -> None:
+        """`add_message` of each (message, refs), in order, in transaction `tx_id` (not 0): the
+        journal places and hands over their records together (a migration's batch)."""
+        records = [(message.id, pack((encode_message(message), refs))) for message, refs in messages]
+        if self.disk_watch is not None:
+            self.disk_watch.appended(sum(len(body) for _, body in records))
+        self._tx_with_records.add(tx_id)
+        self.messages.add_tx_many(tx_id, RecordKind.MESSAGE, records)
+        if self._dup_waiting:
+            for message, _ in messages:
+                self._dup_id_with(tx_id, message)
+
     def _dup_id_with(self, tx_id: int, message: Message) -> None:
         """A message paged as its send's only home, whose duplicate ID still waits for the page
         (`add_duplicate_id_after_pages`), reaches the journal (read back from its page before

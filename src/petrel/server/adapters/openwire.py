@@ -1,8 +1,9 @@
 """OpenWire (ActiveMQ Classic's JMS client) on the post office, through the server session.
 
 The WireFormatInfo exchange (loose encoding: `petrel.codec.openwire`); ConnectionInfo (login
-when security is on), SessionInfo, ProducerInfo; sends (messages: `openwire_messages`);
-consumers, dispatch and acks (`openwire_consumers`); local transactions (TransactionInfo begin,
+when security is on), SessionInfo; producers, sends and their flow control (`openwire_producers`;
+messages: `openwire_messages`; destination names: `openwire_destinations`); consumers,
+dispatch and acks (`openwire_consumers`; browsers: `openwire_browsers`); local transactions (TransactionInfo begin,
 commit one phase, rollback: acks settle at the commit, a rollback leaves the messages with the
 client, which redelivers them itself); temporary queues and topics (DestinationInfo), living as
 long as their connection; RemoveSubscriptionInfo; RemoveInfo, ShutdownInfo, KeepAliveInfo both
@@ -45,6 +46,7 @@ from petrel.codec.openwire import (
     MessagePull,
     OpenWireConnection,
     OpenWireProtocolError,
+    ProducerId,
     ProducerInfo,
     RemoveInfo,
     RemoveSubscriptionInfo,
@@ -56,11 +58,10 @@ from petrel.codec.openwire import (
     WireFormatInfo,
 )
 from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
-from petrel.core.message import RoutingType
 from petrel.server.access import Access
 from petrel.server.adapters.openwire_browsers import OpenWireBrowsers
 from petrel.server.adapters.openwire_consumers import OpenWireConsumers
-from petrel.server.adapters.openwire_messages import to_message
+from petrel.server.adapters.openwire_producers import OpenWireProducers
 from petrel.server.login import OffLoopLogin
 from petrel.server.refusals import NotDurable, Refused
 from petrel.server.session import ServerSession
@@ -77,7 +78,7 @@ SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
 IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand)
 
 
-class OpenWireAdapter(OpenWireConsumers, OpenWireBrowsers):
+class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers):
     def __init__(self, broker: Broker, conn: Connection) -> None:
         self.broker = broker
         self.office = broker.office
@@ -95,6 +96,7 @@ class OpenWireAdapter(OpenWireConsumers, OpenWireBrowsers):
         self._timer: asyncio.TimerHandle | None = None
         self._login_task = None
         self.node = f"ID:petrel-{getattr(broker.config, 'name', None) or 'broker'}"
+        self.init_producers()
         self.init_consumers()
         self.init_browsers()
 
@@ -140,7 +142,7 @@ class OpenWireAdapter(OpenWireConsumers, OpenWireBrowsers):
             elif t is SessionInfo:
                 self.respond(c)
             elif t is ProducerInfo:
-                self.respond(c)
+                self.on_producer(c)
             elif t is ConsumerInfo:
                 self.on_consumer(c)
             elif t is RemoveInfo:
@@ -230,19 +232,6 @@ class OpenWireAdapter(OpenWireConsumers, OpenWireBrowsers):
 
         self._timer = self.conn.call_later(period, tick)
 
-    # -- producers ---------------------------------------------------------------------------
-
-    def on_message(self, m: OwMessage) -> None:
-        dest = m.destination
-        if dest is None or not dest.name:
-            raise Refused("a message without a destination")
-        message = to_message(m, dest.name, self.broker.store.next_id(), user=self.access.user,
-                             fault_tolerant=self.fault_tolerant)
-        routing = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
-        tx = self.tx_name(m.transaction_id)
-        self.session.send(message, routing, tx)
-        self.respond(m, durable=m.persistent and tx is None)
-
     # -- transactions ------------------------------------------------------------------------
 
     @staticmethod
@@ -315,6 +304,8 @@ class OpenWireAdapter(OpenWireConsumers, OpenWireBrowsers):
         obj = r.object_id
         if isinstance(obj, ConsumerId):
             self.remove_consumer(obj)
+        elif isinstance(obj, ProducerId):
+            self.remove_producer(obj)
         elif isinstance(obj, SessionId):
             for cid in [cid for cid in (*self.subs, *self.browsers) if cid.connection_id == obj.connection_id
                         and cid.session_id == obj.value]:

@@ -14,6 +14,7 @@ transaction settle at its commit (`OpenWireAdapter.on_transaction`). Advisory co
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from petrel.codec.openwire import (
@@ -27,6 +28,7 @@ from petrel.codec.openwire import (
 )
 from petrel.core.consumer import Consumer
 from petrel.core.message import RoutingType
+from petrel.server.adapters.openwire_destinations import consumer_address
 from petrel.server.adapters.openwire_messages import to_openwire
 from petrel.server.refusals import Refused
 
@@ -78,8 +80,10 @@ class OpenWireConsumers:
             return
         routing = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
         durable_name = c.subscription_name if dest.is_topic else None
-        queue, selector = self.session.open_queue(dest.name, routing, selector=c.selector,
-                                                  client_id=c.client_id or self.client_id, durable_name=durable_name)
+        address, pattern = consumer_address(dest)
+        with self.office.names_from_elsewhere() if pattern else nullcontext():  # (its words checked)
+            queue, selector = self.session.open_queue(address, routing, selector=c.selector,
+                                                      client_id=c.client_id or self.client_id, durable_name=durable_name)
         consumer = Consumer(queue, self._deliver, selector=selector, window=max(0, c.prefetch_size))
         self.session.add_consumer(consumer)
         sub = Sub(c, consumer)

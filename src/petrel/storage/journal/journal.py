@@ -26,6 +26,7 @@ from .records import (
     encode_tx_counts,
     encode_tx_data,
     encode_tx_end,
+    encode_tx_run,
     record_size,
 )
 from .recovery import LoadedJournal, recover
@@ -292,6 +293,58 @@ class FileJournal:
         tx = self._tx_record(ADD_TX, tx_id, id, user_type, body)
         tx.added.add(id)
         tx.ops.append((True, id))
+
+    def add_tx_many(self, tx_id: int, user_type: int, records: list[tuple[int, bytes]]) -> None:
+        """`add_tx` of each (id, body) of ``records``, in order: placed and encoded in runs (as
+        many as the segment holds) and handed to the writer once per run, not once per record."""
+        if self._state != "started" or self._writer.dead:
+            self._check()
+        known = self._known
+        for id, _ in records:
+            if id in known:
+                raise JournalError(f"record {id} already exists")
+        tx = self._txs.get(tx_id)
+        if tx is None:
+            tx = self._txs[tx_id] = _OpenTx()
+        added, ops = tx.added, tx.ops
+        start, n = 0, len(records)
+        while start < n:
+            # the records that fit where the segment's room ends (one MARK may come first), at
+            # least one (which may start the next segment, as `_place` decides)
+            room = self.file_size - self._off - _MARK_SIZE
+            end, size = start, 0
+            while end < n:
+                more = _TX_SIZE + len(records[end][1])
+                if end > start and size + more > room:
+                    break
+                size += more
+                end += 1
+            seg, off = self._place(size)
+            run = records[start:end] if start or end < n else records
+            data = bytearray()
+            encode_tx_run(ADD_TX, seg, user_type, tx_id, run, data)
+            items = [(ADD_TX, id, tx_id, seg, _TX_SIZE + len(body)) for id, body in run]
+            for id, _ in run:
+                added.add(id)
+                ops.append((True, id))
+            tx.counts[seg] = tx.counts.get(seg, 0) + len(run)
+            tx.total += len(run)
+            self._push_run(seg, off, data, items)
+            start = end
+
+    def _push_run(self, seg: int, off: int, data: bytearray, items: list[tuple]) -> None:
+        """`_push` of the records ``items`` whose bytes are ``data``, together."""
+        p = self._pending
+        with p.lock:
+            chunks = p.chunks
+            last = chunks[-1] if chunks else None
+            if last is not None and last[0] == seg and last[1] + len(last[2]) == off:
+                last[2] += data
+            else:
+                chunks.append([seg, off, data])
+            p.items.extend(items)
+            if p.waiting:
+                p.cond.notify()
 
     def update_tx(self, tx_id: int, id: int, user_type: int, body: bytes) -> None:
         self._tx_record(UPDATE_TX, tx_id, id, user_type, body)

@@ -216,6 +216,23 @@ def encode_tx_data(rtype: int, segment_id: int, user_type: int, tx_id: int, id: 
     return _finish(head, fields, body)
 
 
+def encode_tx_run(rtype: int, segment_id: int, user_type: int, tx_id: int,
+                  records: list[tuple[int, bytes]], out: bytearray) -> None:
+    """`encode_tx_data` of each (id, body) of ``records``, one after the other, onto ``out``
+    (the records of one transaction placed together: a run of contiguous bytes)."""
+    overhead = _OVERHEAD[rtype]
+    rtype = int(rtype)
+    common, fields, trailer = _COMMON.pack, _TX_ID.pack, _CRC.pack
+    for id, body in records:
+        head = common(rtype, user_type, overhead + len(body), segment_id)
+        check = crc32(head)
+        head_fields = fields(check & 0xFFFF, tx_id, id)
+        out += head
+        out += head_fields
+        out += body
+        out += trailer(crc32(body, crc32(head_fields, check)))
+
+
 def encode_tx_end(rtype: int, segment_id: int, tx_id: int, count: int, body: bytes) -> bytes:
     """Encode PREPARE/COMMIT (``count`` is used) or ROLLBACK (``count`` ignored)."""
     head = _COMMON.pack(rtype, 0, _OVERHEAD[rtype] + len(body), segment_id)

@@ -1,0 +1,66 @@
+"""ActiveMQ's destination names as Petrel's addresses: wildcards and composite destinations.
+
+ActiveMQ separates the words of a name with ``.``, as Petrel does; in a topic consumer's name
+``*`` is one word (as in Petrel) and ``>`` all the words that follow (Petrel's ``#``), so
+``prices.>`` subscribes to Petrel's pattern address ``prices.#`` and gets what is sent to every
+address below ``prices`` (`petrel.core.wildcard_routing`). A producer's composite destination
+lists several, comma-separated: ``a,b`` (each of the destination's kind) or
+``queue://a,topic://b``; the message goes to each. Wildcard queue consumers and composite
+consumers are refused with a clear error.
+"""
+
+from __future__ import annotations
+
+from petrel.codec.openwire import Destination
+from petrel.core.message import RoutingType
+from petrel.core.names import name_problem
+from petrel.server.refusals import Refused
+
+__all__ = ["consumer_address", "send_targets", "QUEUE_PREFIX", "TOPIC_PREFIX"]
+
+QUEUE_PREFIX = "queue://"
+TOPIC_PREFIX = "topic://"
+_ANY_WORDS = ">"  # ActiveMQ's "the rest of the words"
+_WILDCARDS = ("*", ">")
+
+
+def consumer_address(dest: Destination) -> tuple[str, bool]:
+    """The Petrel address (or pattern) a consumer of `dest` subscribes to, and whether it is a
+    pattern (its words checked here: a pattern is not a name `petrel.core.names` accepts)."""
+    name = dest.name or ""
+    if "," in name:
+        raise Refused(f"composite destination {name!r}: a consumer takes one destination here "
+                      "(composite destinations are for producers)")
+    words = name.split(".")
+    if not any(w in _WILDCARDS for w in words):
+        return name, False
+    if not dest.is_topic:
+        raise Refused(f"wildcard queue consumers are not supported ({name!r}); topic consumers take wildcards")
+    if _ANY_WORDS in words[:-1]:
+        raise Refused(f"'>' must be the last word of a wildcard destination, not in {name!r}")
+    problem = name_problem(".".join("w" if w in _WILDCARDS else w for w in words))
+    if problem is not None:
+        raise Refused(f"invalid destination {name!r}: {problem}")
+    return ".".join("#" if w == _ANY_WORDS else w for w in words), True
+
+
+def send_targets(dest: Destination) -> list[tuple[str, RoutingType]]:
+    """The addresses (and routing types) a message sent to `dest` goes to: one, or each of a
+    composite destination's."""
+    name = dest.name or ""
+    default = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
+    if "," not in name:
+        return [(name, default)]
+    out = []
+    for part in name.split(","):
+        part = part.strip()
+        routing = default
+        if part.startswith(QUEUE_PREFIX):
+            part, routing = part[len(QUEUE_PREFIX):], RoutingType.ANYCAST
+        elif part.startswith(TOPIC_PREFIX):
+            part, routing = part[len(TOPIC_PREFIX):], RoutingType.MULTICAST
+        if part and (part, routing) not in out:
+            out.append((part, routing))
+    if not out:
+        raise Refused(f"composite destination {name!r} names no destination")
+    return out
