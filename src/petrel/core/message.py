@@ -210,3 +210,24 @@ def decode_message(message_id: int, data: bytes) -> Message:
                       user_id, LargeBody(*large[0]) if large else None)
     message._size = len(data) + 200  # its `size`: the encoding holds the body and the properties
     return message
+
+
+class MessageHead(msgspec.Struct, array_like=True):
+    """Of an encoded message (`encode_message`'s fields in order): what a queue's order needs and
+    whether the body is in a file; the rest is skipped (`Raw`), not decoded."""
+
+    address: msgspec.Raw
+    body: msgspec.Raw
+    properties: msgspec.Raw
+    durable: msgspec.Raw
+    priority: int
+    expiration: msgspec.Raw
+    timestamp: msgspec.Raw
+    scheduled: int
+    routing_type: msgspec.Raw = msgspec.Raw(b"")
+    user_id: msgspec.Raw = msgspec.Raw(b"")
+    large: tuple | None = None  # (file name, size): the body is in a file (`LargeBody`)
+
+
+#: `MessageHead` of an encoded message: about a quarter of `decode_message`'s time
+peek_message = msgspec.msgpack.Decoder(MessageHead).decode

@@ -105,12 +105,13 @@ class Queue:
         self.stall_check = None
         self.stalled = False
         self.seq_index = None  # core/cursors.py: its references by sequence number, once ranges are read
+        self.recovering = 0  # recovered references not admitted yet (the drainer's: core/staged.py)
 
     # -- counters ----------------------------------------------------------------------
 
     @property
     def message_count(self) -> int:
-        return self._available + len(self._scheduled) + self.delivering_count + self.page_backlog
+        return self._available + len(self._scheduled) + self.delivering_count + self.page_backlog + self.recovering
 
     @property
     def scheduled_count(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 
@@ -10,6 +11,7 @@ from petrel.core.divert import Divert
 from petrel.core.message import RoutingType
 from petrel.core.queue import MessageReference, Queue
 from petrel.core.selector import compile_selector
+from petrel.core.staged import StagedRecovery
 from petrel.storage.store import AddressRecord, QueueRecord, Recovered
 
 log = logging.getLogger("petrel.core.recovery")
@@ -37,6 +39,8 @@ def queue_record(queue: Queue) -> QueueRecord:
 
 class Recovery:
     """A mixin of `PostOffice`."""
+
+    staged: StagedRecovery | None = None  # the drainer's recovered references still to admit
 
     # -- recovery -----------------------------------------------------------------------
 
@@ -85,7 +89,13 @@ class Recovery:
         dead_large = []
         unsent: set[tuple[str, str]] = set()  # (address, duplicate ID) of messages with no queue here
         queues_by_id = self.queues_by_id
-        for message, refs in recovered.messages:
+        now = self.now()
+        messages = recovered.messages
+        staged = self.staged = None
+        if recovered.deferred:  # the drainer's: most messages are built as they move (core/staged.py)
+            staged, built = StagedRecovery.stage(self, recovered, now)
+            messages = itertools.chain(messages, built)
+        for message, refs in messages:
             if len(refs) == 1:  # the usual case, one reference to a queue that is here
                 r = refs[0]
                 queue = queues_by_id.get(r.queue_id)
@@ -119,8 +129,10 @@ class Recovery:
         for body in dead_large:
             if body.name not in self.large_holders:  # no live message names the file
                 self._drop_large(body, 0)
-        now = self.now()
         for queue_id, refs in per_queue.items():
+            if staged is not None and staged.takes(queue_id):
+                staged.add_built(queue_id, refs)
+                continue
             queue = self.queues_by_id[queue_id]
             refs.sort(key=_by_seq)
             queue.add_all_recovered(refs, now)
@@ -128,6 +140,8 @@ class Recovery:
             top = refs[-1].seq
             if top >= queue.next_seq:
                 queue.next_seq = top + 1
+        if staged is not None and staged.seal():
+            self.staged = staged
         for queue_id, (record_id, cursor) in recovered.page_cursors.items():
             queue = self.queues_by_id.get(queue_id)
             if queue is None:

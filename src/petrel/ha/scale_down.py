@@ -222,6 +222,8 @@ class Migration:
         if queue.message_count == 0:
             return
         self._queue = queue
+        if self.office.staged is not None:  # the drainer's: references still to build come first
+            self.office.staged.moving(queue.id)
         self._bridged = self._for_target(queue)
         self._queue_window = self.bridge_window if self._bridged else self.window
         # every MIGRATE_BATCH of this queue names it: its routing type, whatever the address has
@@ -376,6 +378,10 @@ class Migration:
 
     def link_lost(self, link: PeerLink, reason: str) -> None:
         self._lose(f"the connection to the target was lost: {reason}")
+
+    def fail(self, reason: str) -> None:
+        """Stop the migration from outside (`run` raises MigrationFailed with `reason`)."""
+        self._lose(reason)
 
     def link_writable(self, link: PeerLink, writable: bool) -> None:
         consumer = self._consumer

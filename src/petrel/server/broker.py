@@ -7,6 +7,7 @@ is what `petrel run` calls: it blocks until SIGTERM/SIGINT and returns the exit 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -63,6 +64,7 @@ class Broker:
         self.activation = None  # how this node becomes live (petrel.ha.activation)
         self.colocated = None  # the backups of other lives this broker hosts (petrel.ha.colocated)
         self.scale_down_target: str | None = None  # asked for by management: move everything there on stop
+        self.staged_recovery = False  # the drainer: most messages built after start (core/staged.py)
         self.stop_requested: asyncio.Event | None = None  # set to stop the process (serve waits on it)
         self.exit_code = 0
         self.store = None
@@ -121,7 +123,10 @@ class Broker:
         # the collector does not traverse what recovery builds (see petrel.server.heap)
         with heap.paused():
             try:
-                recovered = await loop.run_in_executor(None, self.store.recover)
+                recover = self.store.recover
+                if self.staged_recovery and config.persistence_enabled:
+                    recover = functools.partial(recover, defer=True)
+                recovered = await loop.run_in_executor(None, recover)
                 # large-message files are part of the data directory's stream (replication copies them)
                 self.large = LargeMessageStore(config.large_messages_dir, sync=config.journal_datasync,
                                                stream=self.store.stream)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import msgspec
 
-from petrel.core.message import Message, decode_message, encode_message
+from petrel.core.message import Message, decode_message, encode_message, peek_message
 from petrel.storage.journal import FileJournal
 from petrel.storage.paging import PagedMessage, PagePosition, PageStore, remove
 from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered, RecoveredRef
@@ -116,11 +116,15 @@ class FileStore:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def recover(self) -> Recovered:
+    def recover(self, defer: bool = False) -> Recovered:
+        """What the journals hold. With ``defer`` a message whose only reference is unacknowledged
+        and whose body is in the journal is not built: it goes to ``Recovered.deferred`` with what
+        its queue's order needs (its priority and scheduled time, read without decoding the rest)."""
         b = self.bindings.load(skip_damaged=self.skip_damaged)
         m = self.messages.load(skip_damaged=self.skip_damaged)
         rec = Recovered(rolled_back=len(b.rolled_back) + len(m.rolled_back))
         top = max(b.max_id, m.max_id)
+        deferred = rec.deferred
         for r in b.records.values():
             if r.user_type == RecordKind.ADDRESS:
                 name, rts, auto = unpack(r.body)
@@ -140,6 +144,12 @@ class FileStore:
         for r in m.records.values():
             if r.user_type == RecordKind.MESSAGE:
                 encoded, refs = _unpack_message_record(r.body)
+                if defer and not r.updates and len(refs) == 1:
+                    head = peek_message(encoded)
+                    if head.large is None:
+                        qid, seq = refs[0]
+                        deferred.append((r.id, encoded, qid, seq, head.priority, head.scheduled))
+                        continue
                 message = decode_message(r.id, encoded)
                 # the record's bytes go now, not with the whole journal at the end: the next
                 # messages' bodies reuse that memory (a million fresh pages cost a fault each)

@@ -79,6 +79,10 @@ class Recovered:
     # named sequence cursors (core/cursors.py): (record id, queue id, name, acked)
     seq_cursors: list[tuple[int, int, str, int]] = field(default_factory=list)
     rolled_back: int = 0
+    # `recover(defer=True)` (the drainer): messages not built yet, each one's only reference
+    # unacknowledged, not large, as (record id, encoded message, queue id, seq, priority, scheduled);
+    # the post office builds them as they are needed (core/staged.py)
+    deferred: list[tuple] = field(default_factory=list)
 
 
 class Store(Protocol):
