@@ -11,6 +11,7 @@ Keys: a local queue is known to its neighbours by its name; a remote binding is 
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
     from petrel.core.queue import Queue
     from petrel.core.selector import Selector
 
-__all__ = ["Balancing", "Link", "RemoteBinding", "ROUTE_TO", "SYNC_FIRST", "INSTANCE", "KEY_SEPARATOR",
-           "bridge_dup_id", "bridge_dup_sender", "local_demand", "remote_key"]
+__all__ = ["Balancing", "Link", "RemoteBinding", "ROUTE_TO", "SYNC_FIRST", "INSTANCE", "KEY_SEPARATOR", "ORIGIN",
+           "bridge_dup_id", "bridge_dup_sender", "local_demand", "origin_hops", "remote_key", "with_origin"]
 
 #: Property of a store-and-forward copy: the binding keys on the next hop, joined by KEY_SEPARATOR.
 ROUTE_TO = "_PETREL_ROUTE_TO"
@@ -49,6 +50,34 @@ def migration_dup_id(node_id: str, queue_id: int, seq: int) -> str:
     keeps for good (its message id does not: a paged message gets a new one when it leaves its
     page, and a drain killed before that reached the disk would send it again under another)."""
     return f"{node_id}:{seq}@{queue_id}"
+
+
+#: Property of a migrated message: where it was before, as a JSON list of [node id, queue name,
+#: sequence number] hops, the first the node it was sent to; each migration (scale-down, the
+#: drainer, `petrel spark recover`) appends the hop it leaves. A client cannot set it (a send's
+#: ``_PETREL_*`` properties are dropped), so it is the message's identity across brokers: the
+#: Spark source skips a copy whose earlier position it has read already (petrel.spark.source).
+ORIGIN = "_PETREL_ORIGIN"
+
+
+def with_origin(properties: dict, node_id: str, queue: str, seq: int) -> dict:
+    """A copy of `properties` with the hop (`node_id`, `queue`, `seq`) appended to `ORIGIN`."""
+    out = dict(properties)
+    out[ORIGIN] = json.dumps([*origin_hops(properties), [node_id, queue, seq]], separators=(",", ":"))
+    return out
+
+
+def origin_hops(properties) -> list[tuple[str, str, int]]:
+    """The (node id, queue, sequence number) hops of a migrated message's `ORIGIN`, oldest first;
+    none for a message never migrated (or an `ORIGIN` that does not parse)."""
+    raw = properties.get(ORIGIN) if properties else None
+    if not raw:
+        return []
+    try:
+        hops = json.loads(raw)
+        return [(str(n), str(q), int(s)) for n, q, s in hops]
+    except (TypeError, ValueError):
+        return []
 
 
 def bridge_dup_sender(dup_id: str) -> str:

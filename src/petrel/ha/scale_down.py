@@ -7,7 +7,8 @@ here (MIGRATE_QUEUE), then consumes it like a bridge consumes its store-and-forw
 every message, paged and large ones included, in the order this broker would deliver it,
 scheduled ones with their times, goes to the target in MIGRATE_BATCH frames (a large one as a
 FORWARD) naming that one queue, each message carrying the origin's duplicate ID (this node's
-ID + the message ID + the queue's). A message is removed
+ID + the queue's + the message's sequence number there) and where it was (`ORIGIN`, the node,
+queue and sequence number: its identity for the Spark source). A message is removed
 here only once the target has confirmed it from its disk. The target keeps the IDs, and at
 most half its duplicate-ID cache is ever in flight or not yet removed here, so a migration
 killed at any point and run again delivers nothing twice; nothing is removed here that the
@@ -46,10 +47,12 @@ from petrel.core.remote import (
     INSTANCE,
     KEY_SEPARATOR,
     MIGRATED_DELIVERY_COUNT,
+    ORIGIN,
     ROUTE_TO,
     SYNC_FIRST,
     bridge_dup_id,
     migration_dup_id,
+    with_origin,
 )
 
 if TYPE_CHECKING:
@@ -286,18 +289,21 @@ class Migration:
             return
         message = ref.message
         properties = message.properties
+        bridged = self._bridged
+        if not bridged:  # where it was (its identity for readers such as the Spark source)
+            properties = with_origin(properties, self.broker.node_id, ref.queue.name, ref.seq)
         if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
             properties = dict(properties)
             properties.setdefault(INSTANCE, bridge_dup_id(self.broker.node_id, message.id))
         self.sent += 1
         self.in_flight.append((ref, self._consumer))
-        bridged = self._bridged
         if message.large is None and not bridged:
             # one ID per copy: a message in two queues (two subscriptions) moves twice, once for each
             dup = migration_dup_id(self.broker.node_id, ref.queue.id, ref.seq)
             self._add_to_batch(Migrated(
                 message.address, message.durable, message.priority, message.expiration, message.timestamp,
-                message.scheduled, properties, message.body, ref.delivery_count, dup), message.size)
+                message.scheduled, properties, message.body, ref.delivery_count, dup),
+                message.size + len(ORIGIN) + len(properties[ORIGIN]))
             return
         self._flush()  # what came before goes first
         rt = int(ref.queue.routing_type)  # the queue it goes to, whatever the address has

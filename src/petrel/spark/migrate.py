@@ -31,7 +31,7 @@ from petrel.codec.core import Connected, CreateSession, Error, Result, SendConfi
 from petrel.codec.core.cluster import Forward, MigrateBatch, Migrated, MigrateQueue, MigrationBegin
 from petrel.core.message import DUPLICATE_ID, Message, decode_message
 from petrel.core.recovery import QUEUE_ATTRIBUTES
-from petrel.core.remote import INSTANCE, MIGRATED_DELIVERY_COUNT, bridge_dup_id, migration_dup_id
+from petrel.core.remote import INSTANCE, MIGRATED_DELIVERY_COUNT, bridge_dup_id, migration_dup_id, with_origin
 from petrel.storage.file_store import unpack
 from petrel.storage.journal.records import decode_raw
 
@@ -317,7 +317,7 @@ async def _migrate(target: str, origin: str, user: str, password: str, queue: Qu
             if link.failed or link._lost:
                 break
             message = read_stored_message(ref, files)
-            properties = dict(message.properties)
+            properties = with_origin(message.properties, origin, queue.name, ref.seq)
             if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
                 properties.setdefault(INSTANCE, bridge_dup_id(origin, message.id))
             dup = migration_dup_id(origin, queue.queue_id, ref.seq)

@@ -73,9 +73,10 @@ class Nodes:
         self._conns: dict[str, Connection] = {}  # URL -> connection
 
     # -- nodes -----------------------------------------------------------------------------
-    def discover(self) -> dict[str, str]:
-        """Node ID -> URL of every live node (one request-free look at the topology)."""
-        return retrying(self._discover, self.timeout, f"reach any of {self.seeds}")
+    def discover(self, timeout: float | None = None) -> dict[str, str]:
+        """Node ID -> URL of every live node (one request-free look at the topology), trying for
+        up to ``timeout`` seconds (default: the source's ``reconnectTimeout``)."""
+        return retrying(self._discover, self.timeout if timeout is None else timeout, f"reach any of {self.seeds}")
 
     def _discover(self) -> dict[str, str]:
         failure: Exception | None = None

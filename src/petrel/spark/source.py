@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from petrel.client import DUPLICATE_ID, ClientError, Connection, NotFound, QueueSequence, RangeRecord
+from petrel.spark.copies import NoCopies, owned, read_copies
 from petrel.spark.nodes import Nodes, connect, retrying
 from petrel.spark.offsets import EARLIEST, LATEST, Offsets, advance, key, lookup, parse_offsets, sorted_offsets, split_key
 
@@ -172,26 +173,46 @@ def source_options(options, starting: str = "acked") -> SourceOptions:
 
 @dataclass(frozen=True)
 class QueueRange(InputPartition):
-    """One task: the sequence numbers ``[lo, hi)`` of ``queue`` on ``node``, read at ``url``."""
+    """One task: the sequence numbers ``[lo, hi)`` of ``queue`` on ``node``, read at ``url``.
+    ``cover``: the batch's end offsets of the queue on every node, as (key, seq), which tell
+    the migrated copies it reads elsewhere (copies.py). A node no longer in the cluster has no
+    ``url``: its range is read from its copies on ``peers`` ((node, url, first seq to look at))."""
 
     url: str
     node: str
     queue: str
     lo: int
     hi: int
+    cover: tuple[tuple[str, int], ...] = ()
+    peers: tuple[tuple[str, str, int], ...] = ()
 
 
 def plan(start: Offsets, end: Offsets, nodes: Nodes, per_partition: int) -> list[QueueRange]:
     """The tasks of the batch ``[start, end)``, in key and sequence order (the same every time).
-    A key only in ``end`` is a queue that joined at ``end``: nothing of it to read yet."""
+    A key only in ``end`` is a queue that joined at ``end``: nothing of it to read yet. The
+    range of a node that has left the cluster (scaled down or drained while the batch was
+    planned and not committed) is one task reading its copies on the other nodes."""
     out = []
+    live: dict[str, str] | None = None
     for k in sorted(end):
         lo, hi = start.get(k, end[k]), end[k]
         if hi <= lo:
             continue
         node, queue = split_key(k)
-        url = nodes.url(node)
-        out += [QueueRange(url, node, queue, a, min(a + per_partition, hi)) for a in range(lo, hi, per_partition)]
+        cover = tuple((c, v) for c, v in sorted(end.items()) if split_key(c)[1] == queue)
+        live = nodes.discover() if live is None else live
+        if node in live:
+            url = nodes.url(node)
+            out += [QueueRange(url, node, queue, a, min(a + per_partition, hi), cover)
+                    for a in range(lo, hi, per_partition)]
+            continue
+        # not in the cluster: scaled down or drained (its messages moved), or only away for now
+        peers = tuple((n, u, start.get(key(n, queue), end.get(key(n, queue), 0)))
+                      for n, u in sorted(live.items()) if n != node)
+        log.warning("petrel source: node %s is not in the cluster; [%d, %d) of %s is read from its copies on %s "
+                    "if it moved them, else from it", node, lo, hi, queue, ", ".join(n for n, _, _ in peers),
+                    extra={"event": "spark.source.node_gone"})
+        out.append(QueueRange(nodes.urls.get(node, ""), node, queue, lo, hi, cover, peers))
     return out
 
 
@@ -228,6 +249,12 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
                 raise
         return retrying(once, opts.timeout, f"read {part.queue} from node {part.node} at {part.url}")
 
+    if part.peers:  # its node was not in the cluster when the batch was planned
+        batches = _read_copies(opts, part)
+        if batches is not None:
+            yield from batches
+            return
+    cover = dict(part.cover)
     try:
         lo, earliest = part.lo, None
         try:
@@ -235,8 +262,8 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
                 got = request(lambda c, lo=lo: c.browse_range(part.queue, lo, part.hi, PAGE))
                 if got.next_seq <= lo:
                     raise ClientError(f"petrel source: the broker read nothing of {part.queue} [{lo}, {part.hi})")
-                if got.messages:
-                    yield record_batch(part.node, part.queue, got.messages)
+                if messages := owned(got.messages, part.node, part.queue, cover):
+                    yield record_batch(part.node, part.queue, messages)
                 lo, earliest = got.next_seq, got.earliest_seq
             cursors = request(lambda c: c.cursors(part.queue))
         except NotFound:
@@ -250,6 +277,41 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
     finally:
         if conn:
             _close(conn.pop())
+
+
+def _read_copies(opts: SourceOptions, part: QueueRange) -> list | None:
+    """The range of a node that is not in the cluster, from its copies on the other nodes
+    (copies.py) as Arrow batches; None when none of its messages moved (read it from itself)."""
+    credentials = dict(opts.credentials)
+    conns: dict[str, Connection] = {}
+
+    def browse(node: str, url: str, at: int):
+        def once():
+            c = conns.get(url)
+            if c is None:
+                c = conns[url] = connect(url, credentials, opts.timeout)
+            if c.node_id != node:
+                _close(conns.pop(url))
+                raise ClientError(f"petrel source: the broker at {url} is node {c.node_id}, not node {node}")
+            try:
+                return c.browse_range(part.queue, at, 2 ** 62, PAGE)
+            except NotFound:
+                raise
+            except ClientError:
+                _close(conns.pop(url))
+                raise
+        return retrying(once, opts.timeout, f"read {part.queue} from node {node} at {url}")
+
+    try:
+        found = read_copies(part.node, part.queue, part.lo, part.hi, part.peers, dict(part.cover), browse)
+    except NoCopies as exc:
+        if not part.url:
+            raise ClientError(f"{exc}: start it again, or scale it down or drain it") from None
+        return None
+    finally:
+        for c in conns.values():
+            _close(c)
+    return [record_batch(node, part.queue, messages) for node, messages in found]
 
 
 def _lost(opts: SourceOptions, part: QueueRange, what: str) -> None:
@@ -460,10 +522,18 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Everything below ``end`` is processed: the cursors move to ``end - 1`` (retention only)."""
+        try:
+            live = self.nodes.discover(min(COMMIT_TIMEOUT, self.opts.timeout))
+        except ClientError as exc:
+            log.warning("petrel source: cannot move cursor %s: %s", self.opts.subscription, exc,
+                        extra={"event": "spark.source.commit_failed"})
+            return
         for k, upto in sorted(end.items()):
             if upto < 1 or self._committed.get(k, 0) >= upto:
                 continue
             node, queue = split_key(k)
+            if node not in live:  # not in the cluster (scaled down, or away for now): moved next time
+                continue
             try:
                 self.nodes.call(node, lambda c: c.ack_upto(queue, self.opts.subscription, upto - 1),
                                 timeout=min(COMMIT_TIMEOUT, self.opts.timeout))

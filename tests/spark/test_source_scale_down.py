@@ -1,0 +1,134 @@
+"""readStream.format("petrel") over a cluster that loses a node: the node's messages move to the
+node that stays (a live scale-down, or `petrel drain` of the dead node's directory) and get
+new sequence numbers there, yet every message reaches the query's output exactly once. The
+messages the query had read on the leaving node are skipped where they arrive; those it had
+not read are read there once; a batch that read the node but was not committed is read again,
+once, from where its messages went."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from petrel.client import Connection, Message
+from petrel.testing.cluster import make_cluster, start_all, wait_connected
+from petrel.testing.process import wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from source_job import run  # noqa: E402
+
+QUEUE = "sd.q"
+
+
+def send(conn: Connection, prefix: str, numbers: range) -> set[str]:
+    with conn.session() as session:
+        producer = session.producer(f"queue://{QUEUE}")
+        for i in numbers:
+            producer.send(Message(f"{prefix}-{i}".encode(), durable=True))
+        session.flush()
+    return {f"{prefix}-{i}" for i in numbers}
+
+
+def bodies(spark, out: Path) -> Counter:
+    return Counter(r.body.decode() for r in spark.read.parquet(str(out)).select("body").collect())
+
+
+def last_batch(ck: Path) -> int:
+    return max(int(p.name) for p in (ck / "commits").glob("[0-9]*"))
+
+
+def without_node(conn: Connection, node_id: str) -> bool:
+    return all(m.node_id != node_id for m in conn.topology)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    nodes = make_cluster(tmp_path / "cluster", 2, balancing="OFF")
+    start_all(nodes)
+    wait_connected(nodes)
+    conns = [Connection(f"tcp://127.0.0.1:{n.port}") for n in nodes]
+    for c in conns:
+        c.create_queue(QUEUE)
+    yield nodes, conns
+    for c in conns:
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - a node may be gone
+            pass
+    for n in nodes:
+        if n.proc is not None and n.proc.poll() is None:
+            n.kill9()
+
+
+def test_a_live_scale_down_after_a_committed_read_delivers_each_message_once(spark, tmp_path, cluster):
+    nodes, (stay, leave) = cluster
+    url = f"tcp://127.0.0.1:{nodes[0].port}"
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    expected = send(stay, "stay", range(30)) | send(leave, "read", range(60))
+    run(spark, url, QUEUE, str(out), str(ck))
+    assert bodies(spark, out) == Counter(expected)  # the leaving node's 60 are read and committed
+    expected |= send(leave, "unread", range(40))  # on the leaving node, not read yet
+    assert leave.queue_info(QUEUE)["message_count"] == 100  # no batch after the first: no cursor moved
+    leaving = leave.node_id
+    request = urllib.request.Request(f"http://127.0.0.1:{nodes[1].http_port}/api/v1/broker/scale-down",
+                                     data=json.dumps({"target": url}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert r.status == 202
+    assert nodes[1].proc.wait(60) == 0, nodes[1].log()
+    assert stay.queue_info(QUEUE)["message_count"] == 30 + 100  # every message of the leaving node moved
+    wait_for(lambda: without_node(stay, leaving), 30)
+    run(spark, url, QUEUE, str(out), str(ck))
+    got = bodies(spark, out)
+    assert [b for b, n in got.items() if n > 1] == []
+    assert got == Counter(expected)
+    rows = spark.read.parquet(str(out)).where("body LIKE 'unread-%'").collect()
+    assert {r.node for r in rows} == {stay.node_id}  # read once, where they moved
+    assert all(json.loads(r.properties["_PETREL_ORIGIN"])[0][:2] == [leaving, QUEUE] for r in rows)
+
+
+def test_a_batch_not_committed_before_the_node_died_and_was_drained_is_read_again_once(spark, tmp_path, cluster):
+    nodes, (stay, leave) = cluster
+    url = f"tcp://127.0.0.1:{nodes[0].port}"
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    expected = send(stay, "stay", range(30)) | send(leave, "read", range(60))
+    run(spark, url, QUEUE, str(out), str(ck))
+    expected |= send(leave, "uncommitted", range(40)) | send(stay, "stay-late", range(5))
+    run(spark, url, QUEUE, str(out), str(ck))
+    assert bodies(spark, out) == Counter(expected)
+    # the last batch (the leaving node's 40, the staying node's 5) as if the query died after
+    # its tasks wrote their files, before the sink and the checkpoint committed it
+    batch = last_batch(ck)
+    for log in (ck / "commits", out / "_spark_metadata"):
+        for name in (str(batch), f".{batch}.crc"):
+            (log / name).unlink(missing_ok=True)
+    assert bodies(spark, out) == Counter(expected - {f"uncommitted-{i}" for i in range(40)}
+                                         - {f"stay-late-{i}" for i in range(5)})
+    # the cursor passed the first batch (committed one batch late): the broker removed it
+    held = (stay.queue_info(QUEUE)["message_count"], leave.queue_info(QUEUE)["message_count"])
+    assert held == (5, 40)
+    leaving = leave.node_id
+    nodes[1].kill9()
+    wait_for(lambda: without_node(stay, leaving), 30)
+    drained = subprocess.run([sys.executable, "-m", "petrel", "drain", "--data-dir", str(nodes[1].data_dir),
+                              "--config", str(nodes[1].config_path), "--target", url, "--progress", "none"],
+                             capture_output=True, text=True, timeout=120)
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    assert stay.queue_info(QUEUE)["message_count"] == 5 + 40
+    expected |= send(stay, "after", range(10))
+    run(spark, url, QUEUE, str(out), str(ck))
+    got = bodies(spark, out)
+    assert [b for b, n in got.items() if n > 1] == []
+    assert got == Counter(expected)
+    rows = spark.read.parquet(str(out)).where("body LIKE 'uncommitted-%'").collect()
+    assert {r.node for r in rows} == {stay.node_id}  # the replayed batch read them where they went
