@@ -17,12 +17,14 @@ import dataclasses
 from typing import Any
 
 from .errors import DECODE_ERROR, INVALID_FIELD, AmqpError
-from .types import Array, Described, Symbol, Timestamp, UByte, UInt, ULong, UShort
+from .types import Array, Described, Symbol, Timestamp, UByte, UInt, ULong, UShort, read_value
 
-__all__ = ["composite", "from_described", "REGISTRY", "Composite"]
+__all__ = ["composite", "from_described", "decode_composite", "REGISTRY", "Composite"]
 
 #: descriptor (ULong code or Symbol) -> composite class
 REGISTRY: dict[object, type] = {}
+#: small-ulong descriptor code -> composite class (`decode_composite`)
+_BY_CODE: dict[int, type] = {}
 
 
 class Composite:
@@ -65,6 +67,10 @@ def composite(name: str, code: int, symbol: str, fields: list[tuple[str, str, An
     )
     REGISTRY[ULong(code)] = cls
     REGISTRY[Symbol(symbol)] = cls
+    if code < 256:
+        _BY_CODE[code] = cls
+    cls.FAST = tuple((_FAST_KINDS.get(kind.rstrip("!"), _NOTHING), d, kind.endswith("!"),
+                      decoder) for (_, kind, d), (_, decoder, _, _) in zip(spec, decoders))
     return cls
 
 
@@ -175,3 +181,86 @@ def from_described(d: Described) -> Any:
         else:
             kwargs[name] = decode_field(raw)
     return cls(**kwargs)
+
+
+# -- the common form, decoded in one pass -------------------------------------------------------
+
+_UINTS = frozenset((0x43, 0x52, 0x70, 0x50, 0x60, 0x44, 0x53, 0x80))
+_BOOLS = frozenset((0x41, 0x42, 0x56))
+_NOTHING: frozenset = frozenset()
+#: field kind -> the format codes `decode_composite` reads itself (each a value the kind's decoder takes)
+_FAST_KINDS = {"uint": _UINTS, "ushort": _UINTS, "ubyte": _UINTS, "ulong": _UINTS, "bool": _BOOLS,
+               "binary": frozenset((0xa0,))}
+_UNSIGNED = {0x52: UInt, 0x50: UByte, 0x53: ULong}
+
+
+def decode_composite(data: bytes, pos: int, end: int) -> tuple[Any, int] | None:
+    """The composite at ``pos`` and the position after it, read in one pass when it has the form
+    peers send (a small-ulong descriptor of a known composite and a list whose fields are each
+    readable or null); None for any other form, and for anything malformed, so that the caller
+    decodes it with `decode_one` and `from_described`, which say what is wrong."""
+    try:
+        if data[pos] != 0 or data[pos + 1] != 0x53:
+            return None
+        cls = _BY_CODE.get(data[pos + 2])
+        if cls is None:
+            return None
+        pos += 3
+        code = data[pos]
+        if code == 0xc0:
+            count = data[pos + 2]
+            stop = pos + 2 + data[pos + 1]
+            pos += 3
+        elif code == 0x45:
+            count, stop = 0, pos + 1
+            pos = stop
+        elif code == 0xd0:
+            size, count = int.from_bytes(data[pos + 1:pos + 5], "big"), int.from_bytes(data[pos + 5:pos + 9], "big")
+            stop = pos + 5 + size
+            pos += 9
+        else:
+            return None
+        fast = cls.FAST
+        if stop > end or count > len(fast):
+            return None
+        args = []
+        for i in range(count):
+            if pos >= stop:
+                return None
+            codes, default, mandatory, decode_field = fast[i]
+            code = data[pos]
+            if code == 0x40:
+                if mandatory:
+                    return None
+                args.append(default)
+                pos += 1
+            elif code in codes:
+                if code == 0x43:
+                    value, pos = UInt(0), pos + 1
+                elif code == 0x41 or code == 0x42:
+                    value, pos = code == 0x41, pos + 1
+                elif code == 0x52 or code == 0x50 or code == 0x53:
+                    value, pos = _UNSIGNED[code](data[pos + 1]), pos + 2
+                elif code == 0x70:
+                    value, pos = UInt(int.from_bytes(data[pos + 1:pos + 5], "big")), pos + 5
+                elif code == 0xa0:
+                    n = data[pos + 1]
+                    value, pos = bytes(data[pos + 2:pos + 2 + n]), pos + 2 + n
+                else:  # the others: the general reader
+                    value, pos = read_value(data, pos, stop, 2)
+                    value = decode_field(value)
+                if pos > stop:
+                    return None
+                args.append(value)
+            else:
+                value, pos = read_value(data, pos, stop, 2)
+                args.append(decode_field(value))
+        if pos != stop:
+            return None
+        for codes, default, mandatory, _ in fast[count:]:
+            if mandatory:
+                return None
+            args.append(default)
+        return cls(*args), stop
+    except (AmqpError, IndexError, ValueError, TypeError):
+        return None

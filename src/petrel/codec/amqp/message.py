@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .composite import from_described, from_value
+from .composite import decode_composite, from_described, from_value
 from .errors import DECODE_ERROR, AmqpError
 from .performatives import (
     AmqpSequence, AmqpValue, ApplicationProperties, Data, DeliveryAnnotations, Footer, MessageAnnotations,
@@ -23,6 +23,8 @@ __all__ = ["AmqpMessage", "encode_message", "decode_message", "BODY_DATA", "BODY
 BODY_DATA, BODY_VALUE, BODY_SEQUENCE = "data", "value", "sequence"
 
 _ORDER = {0x70: 0, 0x71: 1, 0x72: 2, 0x73: 3, 0x74: 4, 0x75: 5, 0x76: 5, 0x77: 5, 0x78: 6}
+_FAST_SECTIONS = (b"\x00\x53\x70", b"\x00\x53\x73")
+_DATA8, _DATA32 = b"\x00\x53\x75\xa0", b"\x00\x53\x75\xb0"
 _BY_SYMBOL = {
     "amqp:header:list": 0x70, "amqp:delivery-annotations:map": 0x71,
     "amqp:message-annotations:map": 0x72, "amqp:properties:list": 0x73,
@@ -83,14 +85,48 @@ def encode_message(m: AmqpMessage) -> bytes:
 
 def _map(code: int, value: Any, keys: type) -> dict:
     if not isinstance(value, dict) or not all(isinstance(k, keys) for k in value):
-        raise AmqpError(DECODE_ERROR, f"message section 0x{code:02x} must be a map with {keys.__name__} keys")
+        names = " or ".join(k.__name__ for k in keys) if isinstance(keys, tuple) else keys.__name__
+        raise AmqpError(DECODE_ERROR, f"message section 0x{code:02x} must be a map with {names} keys")
     return value
+
+
+def _data_section(payload: bytes, pos: int, end: int) -> tuple[bytes, int] | None:
+    """A data section at `pos` in the common form (a small-ulong descriptor and a binary that
+    fits before `end`): its bytes and the position after it; else None."""
+    head = payload[pos:pos + 4]
+    if head == _DATA8 and pos + 5 <= end:
+        start = pos + 5
+        stop = start + payload[pos + 4]
+    elif head == _DATA32 and pos + 8 <= end:
+        start = pos + 8
+        stop = start + int.from_bytes(payload[pos + 4:start], "big")
+    else:
+        return None
+    if stop > end:
+        return None
+    return bytes(payload[start:stop]), stop
 
 
 def decode_message(payload: bytes) -> AmqpMessage:
     m = AmqpMessage()
     pos, end, last = 0, len(payload), -1
     while pos < end:
+        if payload[pos:pos + 3] in _FAST_SECTIONS:  # a header or properties list (the common form)
+            fast = decode_composite(payload, pos, end)
+            if fast is not None and last < _ORDER[payload[pos + 2]]:
+                section, pos = fast
+                last = _ORDER[section.CODE]
+                if section.CODE == 0x70:
+                    m.header = section
+                else:
+                    m.properties = section
+                continue
+        elif last <= 5 and (last < 5 or m.body_kind == BODY_DATA):
+            data = _data_section(payload, pos, end)
+            if data is not None:
+                value, pos = data
+                last, m.body_kind, m.body = 5, BODY_DATA, (m.body or []) + [value]
+                continue
         section, pos = decode_one(payload, pos, end)
         if type(section) is not Described:
             raise AmqpError(DECODE_ERROR, "a message section must be a described value")

@@ -316,7 +316,10 @@ def _encode_list(items: list, out: bytearray) -> None:
         return
     body = bytearray()
     for item in items:
-        _encode(item, body)
+        if item is None:  # (most fields of a composite: no call for them)
+            body.append(0x40)
+        else:
+            _encode(item, body)
     _compound(0xc0, 0xd0, len(items), bytes(body), out)
 
 
@@ -390,6 +393,11 @@ def decode(data: bytes) -> object:
 def decode_one(data: bytes, pos: int, end: int | None = None) -> tuple[object, int]:
     """The value at ``pos`` and the position after it (reading no further than ``end``)."""
     return _read(data, pos, len(data) if end is None else end, 0)
+
+
+def read_value(data: bytes, pos: int, end: int, depth: int) -> tuple[object, int]:
+    """`decode_one` for a value nested `depth` deep (its limit counts from there)."""
+    return _read(data, pos, end, depth)
 
 
 def _need(pos: int, n: int, end: int) -> None:

@@ -26,7 +26,9 @@ import uuid
 from typing import Any
 
 from petrel.codec.amqp.message import BODY_DATA, BODY_VALUE, AmqpMessage, decode_message, encode_message
-from petrel.codec.amqp.performatives import AmqpSequence, AmqpValue, Header, Properties
+from petrel.codec.amqp.performatives import (
+    AmqpSequence, AmqpValue, ApplicationProperties, Header, MessageAnnotations, Properties,
+)
 from petrel.codec.amqp.types import Described, Symbol, Timestamp, UByte, UInt, ULong, encode
 from petrel.core.message import Message, RoutingType, now_ms
 from petrel.core.message_props import (
@@ -191,10 +193,9 @@ def to_amqp(message: Message, delivery_count: int) -> bytes:
     """The transfer payload for a Petrel message (from any protocol). The sections between the
     header and the body are encoded once and cached on the message (`Message.wire_put`, key
     "amqp"), so a message delivered to several AMQP receivers is encoded once, and the cache
-    holds no copy of a data body; the header carries the delivery count and is encoded each time."""
-    header = encode(Header(durable=message.durable or None, priority=UByte(message.priority),
-                           ttl=_ttl_left(message.expiration) if message.expiration else None,
-                           delivery_count=UInt(delivery_count) if delivery_count else None))
+    holds no copy of a data body; the header carries the delivery count and is encoded each time
+    (or taken from a table when the message does not expire)."""
+    header = _header(message, delivery_count)
     cache = message.wire_cache
     if cache is not None and cache[0] is _CACHE_KEY:
         sections, data_body = cache[1]
@@ -210,6 +211,26 @@ def to_amqp(message: Message, delivery_count: int) -> bytes:
     n = len(body)
     return b"".join((header, sections, _DATA + (bytes((0xa0, n)) if n < 256 else b"\xb0" + n.to_bytes(4, "big")),
                      body))
+
+
+#: Encoded headers of messages that do not expire, by (durable, priority, delivery count).
+_HEADERS: dict[tuple[bool, int, int], bytes] = {}
+
+
+def _header(message: Message, delivery_count: int) -> bytes:
+    expiration = message.expiration
+    if expiration:  # its ttl is the time it has left: encoded each time
+        return encode(Header(durable=message.durable or None, priority=UByte(message.priority),
+                             ttl=_ttl_left(expiration),
+                             delivery_count=UInt(delivery_count) if delivery_count else None))
+    key = (message.durable, message.priority, delivery_count)
+    header = _HEADERS.get(key)
+    if header is None:
+        header = encode(Header(durable=message.durable or None, priority=UByte(message.priority),
+                               delivery_count=UInt(delivery_count) if delivery_count else None))
+        if delivery_count < 16 and len(_HEADERS) < 1024:
+            _HEADERS[key] = header
+    return header
 
 
 _CACHE_KEY = "amqp"
@@ -237,34 +258,46 @@ def _bare(message: Message) -> tuple[bytes, bool]:
             app[k] = _wire_value(v)
     message_id = props.get(MESSAGE_ID)
     correlation = props.get(TYPED_CORRELATION_ID)
-    group_seq = props.get(GROUP_SEQ)
-    properties = Properties(
-        message_id=_untyped(message_id) if isinstance(message_id, str) else f"ID:{message.id}",
-        to=message.address,
-        subject=_str(props.get(SUBJECT)),
-        reply_to=_str(props.get(REPLY_TO)),
-        correlation_id=(_untyped(correlation) if isinstance(correlation, str)
-                        else _correlation(props.get(CORRELATION_ID))),
-        content_type=_str(props.get(CONTENT_TYPE)),
-        absolute_expiry_time=Timestamp(message.expiration) if message.expiration else None,
-        creation_time=Timestamp(message.timestamp) if message.timestamp else None,
-        group_id=_str(props.get(GROUP_ID)),
-        group_sequence=_uint(group_seq),
-    )
+    content_type = props.get(CONTENT_TYPE)
+    # the properties section's fields in order (as `Properties` encodes them, without building one)
+    fields = [
+        _untyped(message_id) if isinstance(message_id, str) else f"ID:{message.id}",
+        None,  # user-id
+        str(message.address),
+        _str(props.get(SUBJECT)),
+        _str(props.get(REPLY_TO)),
+        _untyped(correlation) if isinstance(correlation, str) else _correlation(props.get(CORRELATION_ID)),
+        None if content_type is None else Symbol(str(content_type)),
+        None,  # content-encoding
+        Timestamp(message.expiration) if message.expiration else None,
+        Timestamp(message.timestamp) if message.timestamp else None,
+        _str(props.get(GROUP_ID)),
+        _uint(props.get(GROUP_SEQ)),
+    ]
+    while fields[-1] is None:
+        fields.pop()
+    parts = []
+    if annotations:
+        parts.append(encode(Described(_MESSAGE_ANNOTATIONS, annotations)))
+    parts.append(encode(Described(_PROPERTIES, fields)))
+    if app:
+        parts.append(encode(Described(_APPLICATION_PROPERTIES, app)))
     kind = props.get(BODY)
     if kind is None and props.get(MQTT_TEXT) == 1:  # MQTT 5 said UTF-8 text: an AMQP string
         kind = "text"
-    out = AmqpMessage(message_annotations=annotations or None, properties=properties,
-                      application_properties=app or None)
     if kind == "text":
-        out.body_kind, out.body = BODY_VALUE, message.body.decode("utf-8", "replace")
+        parts.append(encode(Described(_AMQP_VALUE, message.body.decode("utf-8", "replace"))))
     elif kind == "binary":
-        out.body_kind, out.body = BODY_VALUE, message.body
+        parts.append(encode(Described(_AMQP_VALUE, bytes(message.body))))
     elif kind == "amqp":
-        return encode_message(out) + message.body, False
+        parts.append(message.body)
     else:
-        return encode_message(out), True  # the data section goes after (`to_amqp`)
-    return encode_message(out), False
+        return b"".join(parts), True  # the data section goes after (`to_amqp`)
+    return b"".join(parts), False
+
+
+_MESSAGE_ANNOTATIONS, _PROPERTIES = ULong(MessageAnnotations), ULong(Properties.CODE)
+_APPLICATION_PROPERTIES, _AMQP_VALUE = ULong(ApplicationProperties), ULong(AmqpValue)
 
 
 def _str(v: Any) -> str | None:

@@ -24,7 +24,7 @@ from petrel.codec.amqp.errors import (
 )
 from petrel.codec.amqp.performatives import (
     ROLE_RECEIVER, ROLE_SENDER, SND_SETTLED, Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow,
-    Modified, Rejected, Released, Source, Target, TransactionalState, Transfer,
+    Modified, Rejected, Released, Source, Target, TransactionalState,
 )
 from petrel.codec.amqp.types import Described
 from petrel.core.consumer import DELIVERING, Consumer
@@ -345,9 +345,7 @@ class LinkFrames:
         payload = to_amqp(message, ref.delivery_count)
         if not link.presettled:
             ch.unsettled[delivery_id] = (link, ref)
-        self.conn.write(self.codec.send(ch.number, Transfer(
-            handle=link.handle, delivery_id=delivery_id, delivery_tag=delivery_id.to_bytes(4, "big"),
-            message_format=0, settled=link.presettled or None), payload))
+        self.conn.write(self.codec.send_transfer(ch.number, link.handle, delivery_id, link.presettled, payload))
 
     # -- dispositions --------------------------------------------------------------------------------
 
