@@ -39,7 +39,9 @@ Schema: ``node string, queue string, seq long, message_id long, dup_id string, t
 priority int, properties map<string,string>, body binary``; ``timestamp`` is the broker's
 epoch milliseconds (``timestamp_millis(timestamp)`` makes a Spark timestamp);
 ``CAST(body AS STRING)`` decodes a UTF-8 body. A message's identity is (node, queue, seq):
-``message_id`` changes once for a message that was paged. Numbers absent from a range (taken
+``message_id`` changes once for a message that was paged; a message that moved to another node
+(scale-down, drain) has a new one there and its earlier ones in ``properties['_PETREL_ORIGIN']``,
+and is read at one of them only (copies.py). Numbers absent from a range (taken
 by ordinary consumers, expired) are absent rows, the same on every read; only an ordinary
 consumer of the same queue that takes a message between a batch's first run and its replay
 makes the replay miss it (the cursor holds messages against retention, not against consumers).
