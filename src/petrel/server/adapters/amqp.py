@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 from petrel.codec.amqp import NEED_DATA, AmqpConnection, Empty, Frame, ProtocolHeader
 from petrel.codec.amqp.errors import (
     ILLEGAL_STATE, INTERNAL_ERROR, NOT_ALLOWED, RESOURCE_LIMIT_EXCEEDED, UNAUTHORIZED_ACCESS,
-    AmqpError,
+    AmqpError, AmqpLocalError,
 )
 from petrel.codec.amqp.frames import AMQP, SASL
 from petrel.codec.amqp.performatives import (
-    SASL_AUTH, SASL_OK, Attach, Begin, Close, Detach, Disposition, End, Error, Flow, Open, SaslInit,
-    SaslMechanisms, SaslOutcome, Transfer,
+    ROLE_RECEIVER, SASL_AUTH, SASL_OK, Accepted, Attach, Begin, Close, Detach, Disposition, End, Error, Flow, Open,
+    SaslInit, SaslMechanisms, SaslOutcome, Transfer,
 )
 from petrel.codec.amqp.sasl import ANONYMOUS, EXTERNAL, PLAIN, parse_plain
 from petrel.codec.roles import Role
@@ -74,6 +74,7 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         self._beat: asyncio.TimerHandle | None = None
         self._login_task: OffLoopLogin | None = None
         self._next_txn = 0
+        self._accepting: _AcceptRun | None = None  # the read's last accepted deliveries, one disposition
         self.temporary: set[str] = set()  # temporary queues of dynamic links, gone with the connection
 
     # -- input -----------------------------------------------------------------------------------
@@ -105,6 +106,8 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
             self.fail(INTERNAL_ERROR, f"internal error: {exc}")
         finally:
             office.creator = creator
+            if self._accepting is not None:
+                self._seal()
             session.flush()
 
     def handle(self, event) -> None:
@@ -141,8 +144,35 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
     def reply(self, channel: int, performative, payload: bytes = b"", *, durable: bool = False,
               transactional: bool = False) -> None:
         """Send `performative` once this read is handled (after its sync when `durable`)."""
+        if self._accepting is not None:
+            self._seal()
         self.session.confirm(self.codec.send(channel, performative, payload), durable=durable,
                              transactional=transactional)
+
+    def accept(self, channel: int, delivery_id: int, durable: bool) -> None:
+        """Accept and settle the client's transfer `delivery_id` once this read is handled (after
+        its sync when `durable`), like `reply` with a disposition; transfers accepted one after
+        another, with consecutive delivery ids, share one disposition (first..last)."""
+        session = self.session
+        out = session.confirmations.out
+        run = self._accepting
+        if (run is not None and run.out is out and run.index == len(out) - 1 and run.channel == channel
+                and run.last + 1 == delivery_id):
+            run.last = delivery_id
+            if durable:
+                session.need_sync()
+            return
+        if run is not None:
+            self._seal()
+        self._accepting = run = _AcceptRun(self, out, len(out), channel, delivery_id)
+        session.confirm(run, durable=durable)
+
+    def _seal(self) -> None:
+        """The pending run of accepted deliveries can grow no more: its disposition is encoded in
+        its place (before anything else is encoded: a close after it would refuse it)."""
+        run, self._accepting = self._accepting, None
+        if run is not None and run.index < len(run.out) and run.out[run.index] is run:
+            run.out[run.index] = run.encode()
 
     def _channel(self, number: int) -> Channel:
         ch = self.channels.get(number)
@@ -269,6 +299,8 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         if self.closing:
             return
         self.closing = True
+        if self._accepting is not None:
+            self._seal()
         self._release()  # no more deliveries: what the links held goes back now
         data = b""
         try:
@@ -324,3 +356,32 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
     def new_txn_id(self) -> bytes:
         self._next_txn += 1
         return self._next_txn.to_bytes(4, "big")
+
+
+class _AcceptRun:
+    """Consecutive deliveries accepted in one read: one disposition, first..last, in the
+    session's confirmations (`AmqpAdapter.accept`). Encoded when sealed; if a flush ever came
+    first, it encodes itself when it is written."""
+
+    __slots__ = ("adapter", "out", "index", "channel", "first", "last")
+
+    def __init__(self, adapter: AmqpAdapter, out: list, index: int, channel: int, first: int) -> None:
+        self.adapter = adapter
+        self.out = out
+        self.index = index
+        self.channel = channel
+        self.first = self.last = first
+
+    def encode(self) -> bytes:
+        return self.adapter.codec.send(self.channel, Disposition(
+            role=ROLE_RECEIVER, first=self.first, last=self.last if self.last != self.first else None,
+            settled=True, state=Accepted()))
+
+    def __call__(self) -> None:
+        adapter = self.adapter
+        if adapter._accepting is self:
+            adapter._accepting = None
+        try:
+            adapter.conn.write(self.encode())
+        except AmqpLocalError:  # our close went out meanwhile: nothing more is said
+            pass

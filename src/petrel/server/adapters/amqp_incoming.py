@@ -134,9 +134,11 @@ class IncomingFrames:
     def _accepted(self: AmqpAdapter, ch: Channel, t, txn_id: bytes | None, durable: bool) -> None:
         if t.settled:
             return
-        state = Accepted() if txn_id is None else TransactionalState(txn_id=txn_id, outcome=Accepted())
-        self.reply(ch.number, Disposition(role=ROLE_RECEIVER, first=t.delivery_id, settled=True, state=state),
-                   durable=durable and txn_id is None)
+        if txn_id is None:
+            self.accept(ch.number, int(t.delivery_id), durable)
+            return
+        self.reply(ch.number, Disposition(role=ROLE_RECEIVER, first=t.delivery_id, settled=True,
+                                          state=TransactionalState(txn_id=txn_id, outcome=Accepted())))
 
     def _reject(self: AmqpAdapter, ch: Channel, t, condition: str, why: str) -> None:
         log.info("AMQP transfer refused for %s: %s", self.conn.peer, why)
