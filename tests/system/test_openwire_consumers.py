@@ -36,3 +36,47 @@ def test_prefetch_0_consumers_pull(tmp_path, broker):
     lines = run(classpath, "JmsPull", f"tcp://127.0.0.1:{broker.port}?jms.prefetchPolicy.all=0", "pulled")
     assert lines == ["TIMED null", "NOWAIT null", "FIRST m0", "SECOND m1", "TIMED null", "LATE late",
                      "RECEIVED 50"]
+
+
+DLQ_SETTINGS = """
+[address_settings."#"]
+dead_letter_address = "ActiveMQ.DLQ"
+max_delivery_attempts = 2
+"""
+
+
+@pytest.fixture
+def dlq_broker(tmp_path):
+    b = BrokerProcess(tmp_path / "dlq", settings=DLQ_SETTINGS).start()
+    yield b
+    b.stop()
+
+
+def test_rolled_back_past_the_clients_redelivery_policy_goes_to_the_dead_letter_address(tmp_path, dlq_broker):
+    """A transacted receive rolled back: the client redelivers it itself (JMSXDeliveryCount 1, 2,
+    3) until its redelivery policy (maximumRedeliveries=2) gives up and poisons it; the broker
+    sends it to the dead-letter address its settings name (ActiveMQ.DLQ here), with its origin."""
+    classpath = compile_program("JmsRedelivery", tmp_path / "classes")
+    url = (f"tcp://127.0.0.1:{dlq_broker.port}?jms.redeliveryPolicy.maximumRedeliveries=2"
+           "&jms.redeliveryPolicy.initialRedeliveryDelay=0&jms.redeliveryPolicy.redeliveryDelay=0")
+    lines = run(classpath, "JmsRedelivery", url, "rolled", "ActiveMQ.DLQ", "rollback")
+    assert lines == ["DELIVERY 1 false", "DELIVERY 2 true", "DELIVERY 3 true", "DLQ poison rolled", "LEFT 0"]
+
+
+def test_a_closed_consumers_prefetched_messages_are_not_redelivered(tmp_path, broker):
+    """Only the message the application received counts as delivered when its consumer closes
+    unacknowledged; the four it had only prefetched come back as first deliveries."""
+    classpath = compile_program("JmsRedelivery", tmp_path / "classes")
+    url = f"tcp://127.0.0.1:{broker.port}?jms.prefetchPolicy.all=10"
+    lines = run(classpath, "JmsRedelivery", url, "closed", "DLQ", "close")
+    assert lines == ["FIRST m0 1 false", "AGAIN m0 2 true", "AGAIN m1 1 false", "AGAIN m2 1 false",
+                     "AGAIN m3 1 false", "AGAIN m4 1 false"]
+
+
+def test_max_delivery_attempts_sends_to_the_dead_letter_address(tmp_path, dlq_broker):
+    """Received and left unacknowledged twice (max_delivery_attempts = 2): the broker moves it to
+    the dead-letter address; the counts the client sees are the broker's."""
+    classpath = compile_program("JmsRedelivery", tmp_path / "classes")
+    lines = run(classpath, "JmsRedelivery", f"tcp://127.0.0.1:{dlq_broker.port}", "attempted", "ActiveMQ.DLQ",
+                "attempts")
+    assert lines == ["DELIVERY 1 false", "DELIVERY 2 true", "DLQ attempted attempted", "LEFT 0"]

@@ -486,18 +486,21 @@ class Queue:
         if deliver and consumer is not None and not consumer.closed:
             self.deliver()
 
-    def cancel(self, ref: MessageReference, *, redelivered: bool = True, consumer: Consumer | None = None) -> None:
-        """Negative acknowledgement or rollback: the message goes back (or to the DLA)."""
+    def cancel(self, ref: MessageReference, *, redelivered: bool = True, consumer: Consumer | None = None,
+               dead_letter: bool = False) -> None:
+        """Negative acknowledgement or rollback: the message goes back (or to the DLA: at once
+        when `dead_letter`, the consumer's verdict, as a JMS client's poison ack)."""
         if self.non_destructive:
             self.acknowledge(ref, consumer=consumer)
             return
         consumer = ref.consumer
         if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
             consumer.bytes_in_flight -= ref.message.body_size
-        self._cancel(ref, consumer, redelivered=redelivered)
+        self._cancel(ref, consumer, redelivered=redelivered or dead_letter, dead_letter=dead_letter)
         self.deliver()
 
-    def _cancel(self, ref: MessageReference, consumer: Consumer | None, *, redelivered: bool) -> None:
+    def _cancel(self, ref: MessageReference, consumer: Consumer | None, *, redelivered: bool,
+                dead_letter: bool = False) -> None:
         if ref.state != DELIVERING:
             return
         self.delivering_count -= 1
@@ -507,7 +510,7 @@ class Queue:
             ref.delivery_count += 1
         settings = self.office.settings_for(self.address)
         attempts = settings.max_delivery_attempts
-        if redelivered and attempts >= 0 and ref.delivery_count >= attempts:
+        if dead_letter or (redelivered and attempts >= 0 and ref.delivery_count >= attempts):
             ref.state = DONE
             self.office.dead_letter(ref)
             return

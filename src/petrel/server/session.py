@@ -370,14 +370,15 @@ class ServerSession:
         for ref in refs:
             acknowledge(ref, consumer=consumer)
 
-    def cancel(self, consumer: Consumer, refs: Iterable[MessageReference], *, redelivered: bool = True) -> None:
-        """`refs` go back to their queue (or to the dead letter address); all of them go back
-        before any is delivered again."""
+    def cancel(self, consumer: Consumer, refs: Iterable[MessageReference], *, redelivered: bool = True,
+               dead_letter: bool = False) -> None:
+        """`refs` go back to their queue (or to the dead letter address: at once when
+        `dead_letter`); all of them go back before any is delivered again."""
         queue = consumer.queue
         paused, consumer.paused = consumer.paused, True
         try:
             for ref in refs:
-                queue.cancel(ref, redelivered=redelivered, consumer=consumer)
+                queue.cancel(ref, redelivered=redelivered, consumer=consumer, dead_letter=dead_letter)
         finally:
             consumer.paused = paused
         queue.deliver()

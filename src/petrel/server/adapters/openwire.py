@@ -303,16 +303,16 @@ class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers):
     def on_remove(self, r: RemoveInfo) -> None:
         obj = r.object_id
         if isinstance(obj, ConsumerId):
-            self.remove_consumer(obj)
+            self.remove_consumer(obj, r.last_delivered_sequence_id)
         elif isinstance(obj, ProducerId):
             self.remove_producer(obj)
         elif isinstance(obj, SessionId):
             for cid in [cid for cid in (*self.subs, *self.browsers) if cid.connection_id == obj.connection_id
                         and cid.session_id == obj.value]:
-                self.on_remove(RemoveInfo(object_id=cid))
+                self.remove_consumer(cid, r.last_delivered_sequence_id)
         elif isinstance(obj, ConnectionId):
             for cid in [*self.subs, *self.browsers]:
-                self.on_remove(RemoveInfo(object_id=cid))
+                self.remove_consumer(cid, r.last_delivered_sequence_id)
         self.respond(r)
 
     def pause(self) -> None:

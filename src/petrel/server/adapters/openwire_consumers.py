@@ -1,14 +1,21 @@
 """OpenWire consumers: ConsumerInfo on queues and topics, dispatch, MessageAck and the
-consumer's end. A mixin of `OpenWireAdapter`.
+consumer's end. A mixin of `OpenWireAdapter` (browsers: `openwire_browsers`).
 
 The prefetch is the consumer's window; selectors; durable topic subscribers by client id +
-subscription name. A prefetch 0 consumer gets nothing pushed: each MessagePull (its receive)
-opens room for one message, and when its timeout passes with nothing dispatched (at once for a
-receiveNoWait's -1; never for 0, a receive without timeout) a MessageDispatch without a message
-says so, as ActiveMQ does. Browsers: `openwire_browsers`. MessageAck: standard and individual acks settle, poison acks send back,
-delivered acks widen the window by what the client holds, as ActiveMQ does; acks in a local
-transaction settle at its commit (`OpenWireAdapter.on_transaction`). Advisory consumers
-(``ActiveMQ.Advisory.*``) are accepted and never fed.
+subscription name; topic wildcards (`openwire_destinations`). A prefetch 0 consumer gets
+nothing pushed: each MessagePull (its receive) opens room for one message, and when its timeout
+passes with nothing dispatched (at once for a receiveNoWait's -1; never for 0, a receive without
+timeout) a MessageDispatch without a message says so, as ActiveMQ does.
+
+MessageAck: standard and individual acks settle; delivered acks widen the window by what the
+client holds, as ActiveMQ does; acks in a local transaction settle at its commit
+(`OpenWireAdapter.on_transaction`); a poison ack (the client's redelivery policy gave up on a
+message) sends it to the dead-letter address at once; a redelivered ack changes nothing (the
+client redelivers what it holds itself). A message's redelivery counter is the number of
+deliveries that failed before (Petrel's delivery count): one that goes back to its queue when
+its consumer closes counts only if the client delivered it (RemoveInfo's lastDeliveredSequenceId),
+and one that failed `max_delivery_attempts` times goes to the dead-letter address. Advisory
+consumers (``ActiveMQ.Advisory.*``) are accepted and never fed.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("petrel.server.openwire")
 
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
+LAST_DELIVERED_UNKNOWN = -2  # RemoveInfo.lastDeliveredSequenceId when the client does not say
 
 
 class Sub:
@@ -192,8 +200,11 @@ class OpenWireConsumers:
             sub.extension = max(0, sub.extension - len(refs))
             consumer.window = sub.prefetch + sub.extension
         tx = self.tx_name(a.transaction_id)
-        if kind == AckType.POISON:
-            self.session.cancel(consumer, refs)
+        if kind == AckType.POISON:  # the client gave up on them (its redelivery policy): to the DLA
+            cause = a.poison_cause.message if a.poison_cause is not None else None
+            log.info("OpenWire consumer %s poisoned %d message(s) of %s: %s", a.consumer_id, len(refs),
+                     consumer.queue.name, cause)
+            self.session.cancel(consumer, refs, dead_letter=True)
         elif tx is not None:
             # settled at the commit; a rollback leaves them with the client, which redelivers them itself
             self.session.transaction(tx)
@@ -202,11 +213,24 @@ class OpenWireConsumers:
             self.session.acknowledge(consumer, refs)
         self.respond(a, durable=a.response_required and tx is None)
 
-    def remove_consumer(self: OpenWireAdapter, cid: ConsumerId) -> None:
+    def remove_consumer(self: OpenWireAdapter, cid: ConsumerId, last_delivered: int = LAST_DELIVERED_UNKNOWN) -> None:
+        """The consumer closes: what it holds unacknowledged goes back, counted as a delivery
+        only when the client delivered it to the application (`last_delivered`: the broker
+        sequence id, here Petrel's message id, of the last it delivered, -1 none, -2 unknown;
+        as ActiveMQ, those with a greater id were only prefetched)."""
         self.browsers.pop(cid, None)
         sub = self.subs.pop(cid, None)
-        if sub is not None and sub.timer is not None:
+        if sub is None:
+            return
+        if sub.timer is not None:
             sub.timer.cancel()
-        if sub is not None and sub.consumer is not None:
-            self.by_consumer.pop(sub.consumer.id, None)
-            self.session.remove_consumer(sub.consumer)
+        consumer = sub.consumer
+        if consumer is None:
+            return
+        self.by_consumer.pop(consumer.id, None)
+        if last_delivered != LAST_DELIVERED_UNKNOWN and not consumer.queue.deleted:
+            prefetched = [ref for ref in consumer.delivering.values() if ref.message.id > last_delivered]
+            if prefetched:
+                consumer.closed = True  # (nothing more for it while they go back, last first: their order stays)
+                self.session.cancel(consumer, prefetched[::-1], redelivered=False)
+        self.session.remove_consumer(consumer)
