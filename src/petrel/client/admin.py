@@ -53,7 +53,8 @@ class AdminRequests:
         await self._request(lambda corr: DeleteQueue(corr, name))
 
     async def queue_info(self, name: str) -> dict[str, Any] | None:
-        """The queue's attributes and counters, or None if it does not exist."""
+        """The queue's attributes and counters, or None if it does not exist; ``migrating_from``:
+        the nodes moving their messages to this broker now (a scale-down or a drain)."""
         return await self._request(lambda corr: Query(corr, "queue", name), retry=True)
 
     async def queue_names(self, pattern: str = "#") -> list[str]:

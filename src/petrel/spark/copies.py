@@ -19,23 +19,32 @@ hop whose key the batch's ``end`` offset has passed (``seq < end[key]``). So
   the range and that the batch does not read elsewhere (`read_copies`).
 
 Every batch (and its replay) applies the same rule to the same offsets, so the rows of all
-committed batches hold each message once. What the rule cannot know: a replayed batch that
-reads a gone node's range from its copies while that node's messages are still moving (a
-scale-down or a drain not yet finished) reads the copies that have arrived; see the README.
+committed batches hold each message once. A gone node's range is read from its copies only
+once no other node says the node is moving messages to it now (``migrating_from`` of
+`queue_info`: a scale-down or a drain connected to it), so they have all arrived. What the
+rule cannot know: a drain killed part way and not run again yet has left the rest in the
+node's directory, and those are not read when they arrive; see the README.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
-from petrel.client import ClientError, NotFound, RangeRecord, SeqRange
+from petrel.client import ClientError, Connection, NotFound, RangeRecord, SeqRange
 from petrel.core.remote import origin_hops
+from petrel.spark.nodes import connect, retrying
 from petrel.spark.offsets import key
 
-__all__ = ["NoCopies", "owned", "owner", "read_copies"]
+__all__ = ["NoCopies", "owned", "owner", "read_copies", "read_gone_range"]
 
 log = logging.getLogger("petrel.spark.source")
+
+T = TypeVar("T")
+PAGE = 1000  # messages per browse request
+MOVING_WAIT = 0.5  # s between looks at a node still moving its messages
 
 
 def owner(message: RangeRecord, node: str, queue: str, cover: Mapping[str, int]) -> str | None:
@@ -108,3 +117,62 @@ def read_copies(gone: str, queue: str, lo: int, hi: int, peers: tuple[tuple[str,
         node, m = found[s]
         by_node.setdefault(node, []).append(m)
     return list(by_node.items())
+
+
+def read_gone_range(part, credentials: dict[str, str], timeout: float) -> list[tuple[str, list[RangeRecord]]]:
+    """`read_copies` of the source's task ``part`` (a ``QueueRange`` of a node not in the
+    cluster, with its ``peers`` and ``cover``), over connections of its own; first waits, for
+    up to ``timeout`` seconds, while a peer says the node is moving its messages to it (their
+    copies are not all there yet). Raises NoCopies as `read_copies` does."""
+    conns: dict[str, Connection] = {}
+
+    def conn(node: str, url: str) -> Connection:
+        c = conns.get(url)
+        if c is None:
+            c = conns[url] = connect(url, credentials, timeout)
+        if c.node_id != node:
+            _close(conns.pop(url))
+            raise ClientError(f"petrel source: the broker at {url} is node {c.node_id}, not node {node}")
+        return c
+
+    def ask(node: str, url: str, request: Callable[[Connection], T], what: str) -> T:
+        def once() -> T:
+            c = conn(node, url)
+            try:
+                return request(c)
+            except NotFound:
+                raise
+            except ClientError:
+                _close(conns.pop(url, c))
+                raise
+        return retrying(once, timeout, f"{what} on node {node} at {url}")
+
+    def moving() -> list[str]:
+        out = []
+        for node, url, _ in part.peers:
+            info = ask(node, url, lambda c: c.queue_info(part.queue), f"look at {part.queue}")
+            if info is not None and part.node in info.get("migrating_from", ()):
+                out.append(node)
+        return out
+
+    try:
+        deadline = time.monotonic() + timeout
+        while still := moving():
+            if time.monotonic() > deadline:
+                raise ClientError(f"petrel source: node {part.node} has left the cluster and is still moving its "
+                                  f"messages to {', '.join(still)} after {timeout:g} s; the batch reads "
+                                  f"[{part.lo}, {part.hi}) of {part.queue} from there once it is done")
+            time.sleep(MOVING_WAIT)
+        return read_copies(part.node, part.queue, part.lo, part.hi, part.peers, dict(part.cover),
+                           lambda node, url, at: ask(node, url, lambda c: c.browse_range(part.queue, at, 2 ** 62, PAGE),
+                                                     f"read {part.queue}"))
+    finally:
+        for c in conns.values():
+            _close(c)
+
+
+def _close(c: Connection) -> None:
+    try:
+        c.close()
+    except Exception:  # noqa: BLE001 - a broken connection may fail to close
+        pass

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from petrel.client import DUPLICATE_ID, ClientError, Connection, NotFound, QueueSequence, RangeRecord
-from petrel.spark.copies import NoCopies, owned, read_copies
+from petrel.spark.copies import NoCopies, owned, read_gone_range
 from petrel.spark.nodes import Nodes, connect, retrying
 from petrel.spark.offsets import EARLIEST, LATEST, Offsets, advance, key, lookup, parse_offsets, sorted_offsets, split_key
 
@@ -284,35 +284,12 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
 def _read_copies(opts: SourceOptions, part: QueueRange) -> list | None:
     """The range of a node that is not in the cluster, from its copies on the other nodes
     (copies.py) as Arrow batches; None when none of its messages moved (read it from itself)."""
-    credentials = dict(opts.credentials)
-    conns: dict[str, Connection] = {}
-
-    def browse(node: str, url: str, at: int):
-        def once():
-            c = conns.get(url)
-            if c is None:
-                c = conns[url] = connect(url, credentials, opts.timeout)
-            if c.node_id != node:
-                _close(conns.pop(url))
-                raise ClientError(f"petrel source: the broker at {url} is node {c.node_id}, not node {node}")
-            try:
-                return c.browse_range(part.queue, at, 2 ** 62, PAGE)
-            except NotFound:
-                raise
-            except ClientError:
-                _close(conns.pop(url))
-                raise
-        return retrying(once, opts.timeout, f"read {part.queue} from node {node} at {url}")
-
     try:
-        found = read_copies(part.node, part.queue, part.lo, part.hi, part.peers, dict(part.cover), browse)
+        found = read_gone_range(part, dict(opts.credentials), opts.timeout)
     except NoCopies as exc:
         if not part.url:
             raise ClientError(f"{exc}: start it again, or scale it down or drain it") from None
         return None
-    finally:
-        for c in conns.values():
-            _close(c)
     return [record_batch(node, part.queue, messages) for node, messages in found]
 
 

@@ -90,6 +90,9 @@ class AdminFrames:
         if e.kind == "queue":
             queue = office.queues.get(e.name)
             value = queue_info(queue) if queue is not None else None
+            if value is not None:  # nodes moving their messages here now (scale-down, drain)
+                value["migrating_from"] = sorted({source for conn in self.broker.connections
+                                                  if (source := getattr(conn.adapter, "migration_source", None))})
         elif e.kind == "address":
             address = office.addresses.get(e.name)
             value = None if address is None else {
