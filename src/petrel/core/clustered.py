@@ -285,8 +285,8 @@ class Clustering:
         go in one journal record: one per ID, and one more for each ID it evicted, were two of
         every three records a migration wrote here.
 
-        `pending`: (bytes, messages) per address routed in `tx_id` by earlier batches of the
-        same read; kept up to date here. What `tx_id` holds is counted against the address's
+        `pending`: (bytes, messages) per FAIL or BLOCK address routed in `tx_id` by earlier
+        batches of the same read; kept up to date here. What `tx_id` holds is counted against the address's
         limits only once it commits, so without it a read of batches could take far more than
         a FAIL or BLOCK address's max_size_bytes (a 1,024-message batch went whole into an
         address full after 150).

@@ -25,21 +25,21 @@ class DuplicateIdCache:
     Each entry names the journal record holding it; several entries may share one record (a
     migration's batch), which is deleted once the cache has overwritten them all."""
 
-    __slots__ = ("address", "size", "_ids", "_ring", "_pos", "_held")
+    __slots__ = ("address", "size", "ids", "_ring", "_pos", "_held")
 
     def __init__(self, address: str, size: int) -> None:
         self.address = address
         self.size = size
-        self._ids: dict[str, int] = {}  # dup id -> record id
+        self.ids: dict[str, int] = {}  # dup id -> record id (read it; `add` keeps it)
         self._ring: list[tuple[str, int] | None] = [None] * max(size, 0)
         self._pos = 0
         self._held: dict[int, int] = {}  # record id -> its entries in the ring
 
     def __contains__(self, dup_id: str) -> bool:
-        return dup_id in self._ids
+        return dup_id in self.ids
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self.ids)
 
     def add(self, dup_id: str, record_id: int) -> int | None:
         """Remember an ID; returns the record id of the entry it overwrote when that was the
@@ -52,8 +52,8 @@ class DuplicateIdCache:
         old_record = None
         if evicted is not None:
             old_id, old_record = evicted
-            if self._ids.get(old_id) == old_record:
-                del self._ids[old_id]
+            if self.ids.get(old_id) == old_record:
+                del self.ids[old_id]
             left = held[old_record] - 1
             if left:
                 held[old_record] = left
@@ -61,9 +61,39 @@ class DuplicateIdCache:
             else:
                 del held[old_record]
         self._ring[self._pos] = (dup_id, record_id)
-        self._ids[dup_id] = record_id
+        self.ids[dup_id] = record_id
         self._pos = (self._pos + 1) % self.size
         return old_record
+
+    def add_all(self, dup_ids: list[str], record_id: int) -> list[int]:
+        """`add` of each of `dup_ids` (distinct), all held by record `record_id`: the records
+        whose last entry they overwrote (those records can go)."""
+        size = self.size
+        if size <= 0 or not dup_ids:
+            return []
+        ids, ring, held = self.ids, self._ring, self._held
+        held[record_id] = held.get(record_id, 0) + len(dup_ids)
+        freed = []
+        pos = self._pos
+        for dup_id in dup_ids:
+            evicted = ring[pos]
+            if evicted is not None:
+                old_id, old_record = evicted
+                if ids.get(old_id) == old_record:
+                    del ids[old_id]
+                left = held[old_record] - 1
+                if left:
+                    held[old_record] = left
+                else:
+                    del held[old_record]
+                    freed.append(old_record)
+            ring[pos] = (dup_id, record_id)
+            ids[dup_id] = record_id
+            pos += 1
+            if pos == size:
+                pos = 0
+        self._pos = pos
+        return freed
 
     def entries(self) -> list[tuple[str, int]]:
         """Oldest first."""
@@ -114,8 +144,7 @@ class DuplicateDetection:
         if not dup_ids:
             return
         record_id = self.store.next_id()
-        add = cache.add
-        evicted = [old for old in [add(dup_id, record_id) for dup_id in dup_ids] if old is not None]
+        evicted = cache.add_all(dup_ids, record_id)
         if self.persist_id_cache and cache.size > 0:  # (its last entry, at least, is in the cache)
             for old in evicted:
                 self.store.delete_duplicate_id(tx_id, old)

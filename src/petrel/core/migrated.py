@@ -54,24 +54,25 @@ def receive_batch(office: PostOffice, cache, batch: list[tuple[Message, str, int
     store = office.store
     fresh: list[str] = []
     seen: set[str] = set()
+    known = cache.ids
     refs: list[MessageReference] = []  # routed since the last flush, in order
-    added: list[tuple[Message, int]] = []  # ... the messages to journal, with their sequence numbers
-    # ... and the delivery counts to keep
-    counts: list[tuple[int, int]] = []
+    added: list[tuple[Message, list[tuple[int, int]]]] = []  # ... the messages to journal, with their refs
+    counts: list[tuple[int, int]] = []  # ... and the delivery counts to keep
     by_address: dict[str, tuple[AddressSettings, bool, str | None]] = {}
     pages = False
     durable_queue = False
+    queue_id = 0
     if queue is not None:
-        durable_queue = queue.durable
+        durable_queue, queue_id = queue.durable, queue.id
         can_page = store.supports_paging
         queue_address = office.addresses.get(queue.address)
         pages = can_page and office._pages(queue, queue_address)
 
     def flush() -> None:
         if added:
-            store.add_messages(tx_id, [(message, [(queue.id, seq)]) for message, seq in added])
+            store.add_messages(tx_id, added[:])
         for message_id, count in counts:
-            store.update_delivery_count(message_id, queue.id, count, tx_id)
+            store.update_delivery_count(message_id, queue_id, count, tx_id)
         if refs:
             office._held.setdefault(tx_id, []).extend(refs)
         refs.clear()
@@ -82,7 +83,7 @@ def receive_batch(office: PostOffice, cache, batch: list[tuple[Message, str, int
     taken = 0
     routed = 0
     for message, dup_id, delivery_count in batch:
-        if dup_id in cache or dup_id in seen:
+        if dup_id in known or dup_id in seen:
             office.forwarded_duplicates += 1
             office.discard(message)
             taken += 1
@@ -94,12 +95,13 @@ def receive_batch(office: PostOffice, cache, batch: list[tuple[Message, str, int
             entry = by_address[address] = (settings, settings.address_full_policy in _REFUSE,
                                            _full(office, address, settings) if queue is not None else None)
         settings, refuses, full = entry
-        held = pending.get(address, (0, 0)) if pending is not None else (0, 0)
-        if held[1] and refuses and office.limits.is_full(address, settings, held):
-            office.discard(message)
-            refusal = AddressFull(f"address {address!r} is full ({settings.address_full_policy}): the "
-                                  "forwarded message stays on the sending node for now")
-            break
+        if refuses and pending is not None:  # what earlier batches of the read took counts too
+            held = pending.get(address, (0, 0))
+            if held[1] and office.limits.is_full(address, settings, held):
+                office.discard(message)
+                refusal = AddressFull(f"address {address!r} is full ({settings.address_full_policy}): the "
+                                      "forwarded message stays on the sending node for now")
+                break
         if queue is None or message.large is not None or DUPLICATE_ID in message.properties:
             flush()
             try:
@@ -128,10 +130,10 @@ def receive_batch(office: PostOffice, cache, batch: list[tuple[Message, str, int
                 refs.append(MessageReference(message, queue, seq, delivery_count))
                 if durable_queue and message.durable:
                     message.ref_count = 1
-                    added.append((message, seq))
+                    added.append((message, [(queue_id, seq)]))
                     if delivery_count:
                         counts.append((message.id, delivery_count))
-        if pending is not None:
+        if refuses and pending is not None:
             pending[address] = (held[0] + message.size, held[1] + 1)
         seen.add(dup_id)
         fresh.append(dup_id)

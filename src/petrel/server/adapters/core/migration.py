@@ -30,6 +30,8 @@ __all__ = ["MigrationFrames"]
 
 log = logging.getLogger("petrel.ha.scale_down")
 
+_SCALAR_TYPES = frozenset(_SCALARS)  # a property value's type is one of these
+
 
 class MigrationFrames:
     migration_source: str | None = None  # node ID of the origin moving its messages here
@@ -92,18 +94,14 @@ class MigrationFrames:
                 out.append(self.codec.send(SendFailed(session.id, number, ErrorCode.ADDRESS_FULL, REFUSED_IN_ORDER)))
             return
         routing_type = RoutingType(e.routing_type) if 0 <= e.routing_type <= 1 else None  # see receive_forwarded
-        next_id, now, durable = self._next_id, now_ms(), False
-        batch = []
-        for m in e.messages:
-            for value in m.properties.values():
-                if not isinstance(value, _SCALARS):
-                    raise Fatal(ErrorCode.PROTOCOL, "message property values must be scalars")
-            message = Message(next_id(), m.address, m.body, m.properties, m.durable, m.priority, m.expiration,
-                              m.timestamp or now, m.scheduled)
-            if routing_type is not None:
-                message.routing_type = routing_type
-            durable = durable or m.durable
-            batch.append((message, m.dup, m.delivery_count))
+        messages = e.messages
+        if not {type(value) for m in messages for value in m.properties.values()} <= _SCALAR_TYPES:
+            raise Fatal(ErrorCode.PROTOCOL, "message property values must be scalars")
+        next_id, now = self._next_id, now_ms()
+        batch = [(Message(next_id(), m.address, m.body, m.properties, m.durable, m.priority, m.expiration,
+                          m.timestamp or now, m.scheduled, routing_type), m.dup, m.delivery_count)
+                 for m in messages]
+        durable = any(m.durable for m in messages)
         if not self.forward_tx:  # one store transaction for the read's forwarded messages
             self.forward_tx = self.office.store.begin()
         if self.forward_pending is None:
