@@ -88,7 +88,10 @@ class Message:
         """Approximate bytes held in memory (body, properties, overhead), for memory limits."""
         size = self._size
         if not size:
-            size = self._size = len(self.body) + 200 + sum(len(k) + len(str(v)) for k, v in self.properties.items())
+            size = len(self.body) + 200
+            for k, v in self.properties.items():  # (a loop: half the time of sum() over a generator)
+                size += len(k) + len(str(v))
+            self._size = size
         return size
 
     @property

@@ -266,15 +266,18 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
 
     def ensure_address_for(self, name: str, routing_type: RoutingType | None) -> tuple[Address, RoutingType]:
         """Find (or auto-create) the address a client named, with the routing type to use."""
-        settings = self.settings_for(name)
         address = self.addresses.get(name)
         if routing_type is None:
             if address is not None and len(address.routing_types) == 1:
-                routing_type = next(iter(address.routing_types))
+                for routing_type in address.routing_types:
+                    return address, routing_type  # (the usual case: nothing to create)
             elif address is not None:
                 routing_type = RoutingType.MULTICAST
             else:
-                routing_type = RoutingType.parse(settings.default_address_routing_type)
+                routing_type = RoutingType.parse(self.settings_for(name).default_address_routing_type)
+        elif address is not None and routing_type in address.routing_types:
+            return address, routing_type
+        settings = self.settings_for(name)
         if address is None:
             if not settings.auto_create_addresses:
                 raise RoutingError(f"address {name!r} does not exist and auto-create-addresses is off for it")
@@ -499,12 +502,20 @@ class PostOffice(Diverting, Paging, LargeBodies, Recovery, Clustering, Redistrib
 
     def _admit(self, refs: list[MessageReference]) -> None:
         now = self.now()
-        for ref in refs:
-            queue = ref.queue
-            queue.messages_added += 1
-            queue.add(ref, now=now)
+        start, n = 0, len(refs)
+        while start < n:  # a run of references for one queue joins it at once (`Queue.add_all`)
+            queue = refs[start].queue
+            end = start + 1
+            while end < n and refs[end].queue is queue:
+                end += 1
+            queue.messages_added += end - start
+            if end - start == 1:
+                queue.add(refs[start], now=now)
+            else:
+                queue.add_all(refs[start:end], now)
             if queue.deleted:  # deleted before the transaction that routed it committed
                 queue.purge()
+            start = end
 
     def admit_held(self, tx_id: int) -> None:
         """Store transaction `tx_id` is committed: the references routed in it join their queues."""

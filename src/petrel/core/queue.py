@@ -167,6 +167,12 @@ class Queue:
         self.memory_bytes += total
         self.office.limits.added_many(self.address, total, len(refs))
 
+    def add_all(self, refs: list[MessageReference], now: int) -> None:
+        """`add` of each of `refs` (new references, in sequence order), dispatching once after the
+        last: the references a store transaction routed to this queue, as it commits."""
+        self.add_all_recovered(refs, now)
+        self.deliver()
+
     def _admit(self, ref: MessageReference, now: int, *, head: bool) -> None:
         if self.seq_index is not None:
             self.seq_index.add(ref)
