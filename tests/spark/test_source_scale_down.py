@@ -70,13 +70,21 @@ def cluster(tmp_path):
             n.kill9()
 
 
-def test_a_live_scale_down_after_a_committed_read_delivers_each_message_once(spark, tmp_path, cluster):
+def first_read(spark, tmp_path: Path, cluster) -> tuple[str, Path, Path, set[str]]:
+    """30 messages on the staying node, 60 on the leaving one, all read by a first run of the
+    query: its URL (the staying node), output, checkpoint, and the bodies sent."""
     nodes, (stay, leave) = cluster
     url = f"tcp://127.0.0.1:{nodes[0].port}"
     out, ck = tmp_path / "out", tmp_path / "ck"
     expected = send(stay, "stay", range(30)) | send(leave, "read", range(60))
     run(spark, url, QUEUE, str(out), str(ck))
-    assert bodies(spark, out) == Counter(expected)  # the leaving node's 60 are read and committed
+    assert bodies(spark, out) == Counter(expected)
+    return url, out, ck, expected
+
+
+def test_a_live_scale_down_after_a_committed_read_delivers_each_message_once(spark, tmp_path, cluster):
+    nodes, (stay, leave) = cluster
+    url, out, ck, expected = first_read(spark, tmp_path, cluster)  # the leaving node's 60 read and committed
     expected |= send(leave, "unread", range(40))  # on the leaving node, not read yet
     assert leave.queue_info(QUEUE)["message_count"] == 100  # no batch after the first: no cursor moved
     leaving = leave.node_id
@@ -99,10 +107,7 @@ def test_a_live_scale_down_after_a_committed_read_delivers_each_message_once(spa
 
 def test_a_batch_not_committed_before_the_node_died_and_was_drained_is_read_again_once(spark, tmp_path, cluster):
     nodes, (stay, leave) = cluster
-    url = f"tcp://127.0.0.1:{nodes[0].port}"
-    out, ck = tmp_path / "out", tmp_path / "ck"
-    expected = send(stay, "stay", range(30)) | send(leave, "read", range(60))
-    run(spark, url, QUEUE, str(out), str(ck))
+    url, out, ck, expected = first_read(spark, tmp_path, cluster)
     expected |= send(leave, "uncommitted", range(40)) | send(stay, "stay-late", range(5))
     run(spark, url, QUEUE, str(out), str(ck))
     assert bodies(spark, out) == Counter(expected)
