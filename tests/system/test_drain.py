@@ -111,6 +111,66 @@ def test_drain_moves_every_kind_of_message_in_order_and_exits_0_only_when_empty(
     assert again.returncode == 0 and events(again)[-1]["messages_moved"] == 0
 
 
+def test_a_queue_built_while_it_moves_keeps_its_order_priorities_groups_and_schedules(brokers):
+    """The drainer builds a plain queue's messages as they move, at most 20,000 ahead of the
+    migration (core/staged.py), so the first of these 30,000 move before the last are built: the
+    target still gets them in the order the source would deliver them: priority 9 first, each
+    group in its order, the scheduled ones still scheduled."""
+    src, dst = brokers("src", SOURCE), brokers("dst")
+    src.start()
+    dst.start()
+    url = f"tcp://127.0.0.1:{src.port}"
+    count = 30_000
+    later = int(time.time() * 1000) + 300_000
+
+    def scheduled(i: int) -> bool:
+        return i % 1000 == 500
+
+    async def fill() -> None:
+        async with await connect(url) as conn:
+            session = await conn.session()
+            producer = session.producer("queue://staged.many")
+            for i in range(count):
+                await producer.send(Message(b"%d:" % i, {"JMSXGroupID": f"g{i % 4}"},
+                                            priority=9 if i % 9 == 0 else 4,
+                                            scheduled=later if scheduled(i) else 0))
+            await session.flush()
+
+    run(fill(), timeout=300)
+    src.kill9()
+    target = f"tcp://127.0.0.1:{dst.port}"
+
+    now = [i for i in range(count) if not scheduled(i)]
+
+    async def drain_and_consume() -> tuple[int, str, str, list[int]]:
+        """A consumer on the target from before the drain: it takes the messages as they arrive,
+        so it sees the order they were sent in (priority 4 sent first would come first)."""
+        async with await connect(target) as conn:
+            consumer = await (await conn.session()).consumer("queue://staged.many")
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir), "--target", target,
+                "--progress", "json", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            finished = asyncio.ensure_future(proc.communicate())
+            got: list[int] = []
+            while len(got) < len(now) and (m := await consumer.receive(60)) is not None:
+                got.append(int(m.body.partition(b":")[0]))
+            out, err = await finished
+        return proc.returncode, out.decode(), err.decode(), got
+
+    code, out, err, got = run(drain_and_consume(), timeout=300)
+    assert code == 0, err
+    assert f"{count} of the messages are built as they move" in err, err[-2000:]
+    assert json.loads(out.splitlines()[-1])["messages_moved"] == count
+    assert got == [i for i in now if i % 9 == 0] + [i for i in now if i % 9], "the queue's order changed"
+
+    async def info() -> dict:
+        async with await connect(target) as conn:
+            return await conn.queue_info("staged.many")
+
+    left = run(info())
+    assert left["message_count"] == left["scheduled_count"] == count // 1000, left
+
+
 @pytest.mark.timeout(600)
 def test_a_drainer_killed_at_random_points_and_run_again_20_times_loses_and_duplicates_nothing(brokers):
     src, dst = brokers("src", SOURCE), brokers("dst")

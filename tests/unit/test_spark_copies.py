@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install petrel[spark])")
 
-from petrel.client import NotFound, RangeRecord, SeqRange  # noqa: E402
+from petrel.client import ClientError, NotFound, RangeRecord, SeqRange  # noqa: E402
 from petrel.core.remote import ORIGIN, origin_hops, with_origin  # noqa: E402
 from petrel.spark.copies import NoCopies, owned, owner, read_copies  # noqa: E402
 
@@ -71,3 +71,41 @@ def test_no_copy_at_or_after_the_range_means_the_node_is_only_away():
     b = [record(5, [("A", "q", 1)])]  # an old drain's copy, below the range
     with pytest.raises(NoCopies):
         read_copies("A", "q", 10, 20, (("B", "b", 0),), {"A/q": 20}, pages({"B": b}))
+
+
+class FakePeer:
+    """A peer as `read_gone_range` sees it: says node A is moving messages to it for `moving`
+    looks, then holds `held` (the copies that have arrived by then)."""
+
+    def __init__(self, node_id: str, moving: int, early: list[RangeRecord], held: list[RangeRecord]) -> None:
+        self.node_id, self.moving, self.early, self.held, self.looks = node_id, moving, early, held, 0
+
+    def queue_info(self, queue: str) -> dict:
+        self.looks += 1
+        return {"name": queue, "migrating_from": ["A"] if self.looks <= self.moving else []}
+
+    def browse_range(self, queue: str, at: int, to: int, most: int) -> SeqRange:
+        msgs = [m for m in (self.held if self.looks > self.moving else self.early) if m.seq >= at][:most]
+        tail = max((m.seq for m in self.held), default=0) + 1
+        return SeqRange(self.node_id, queue, at, msgs, tail, 0, tail)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_gone_nodes_range_waits_until_its_messages_stop_moving(monkeypatch):
+    from petrel.spark import copies
+    from petrel.spark.source import QueueRange
+
+    arrived = [record(10 + i, [("A", "q", i)]) for i in range(4)]
+    peer = FakePeer("B", 3, arrived[:1], arrived)
+    monkeypatch.setattr(copies, "connect", lambda url, credentials, timeout: peer)
+    monkeypatch.setattr(copies, "MOVING_WAIT", 0.01)
+    part = QueueRange("", "A", "q", 0, 4, (("A/q", 4), ("B/q", 10)), (("B", "b", 10),))
+    got = copies.read_gone_range(part, {}, 30.0)
+    assert peer.looks == 4  # three looks while A was moving messages to B, none read before the fourth
+    assert [(n, [m.seq for m in ms]) for n, ms in got] == [("B", [10, 11, 12, 13])]
+    still = FakePeer("B", 10 ** 9, arrived[:1], arrived)
+    monkeypatch.setattr(copies, "connect", lambda url, credentials, timeout: still)
+    with pytest.raises(ClientError, match="still moving"):
+        copies.read_gone_range(part, {}, 0.05)

@@ -85,8 +85,10 @@ async def _drain(config, target: str, user: str, password: str, mode: str) -> in
     try:
         migration = Migration(broker, target, user=user, password=password,
                               on_progress=lambda p: emit(p.as_dict()))
-        if broker.office.staged is not None:  # messages built while the first ones move
-            admitting = asyncio.get_running_loop().create_task(_admit_staged(broker.office.staged, migration))
+        staged = broker.office.staged
+        if staged is not None:  # messages built while the first ones move
+            log.info("%d of the messages are built as they move", staged.pending, extra={"event": "drain.staged"})
+            admitting = asyncio.get_running_loop().create_task(_admit_staged(staged, migration))
         try:
             moved = await migration.run()
         except MigrationFailed as exc:
@@ -110,18 +112,18 @@ async def _drain(config, target: str, user: str, password: str, mode: str) -> in
 
 
 async def _admit_staged(staged, migration) -> None:
-    """Build the recovered messages left unbuilt (core/staged.py), `ADMIT_CHUNK` at a time, each
-    chunk one turn of the event loop, so the migration sends and reads its confirmations in between."""
+    """Build the recovered messages left unbuilt (core/staged.py) as the migration needs them,
+    `ADMIT_CHUNK` at a time, each chunk one turn of the event loop, so the migration sends and
+    reads its confirmations in between."""
     from petrel.server import heap
 
     try:
-        while True:
+        while staged.pending:
             with heap.paused():  # the collector never traverses what recovery builds (server/heap.py)
-                more = staged.admit(ADMIT_CHUNK)
+                admitted = staged.admit(ADMIT_CHUNK)
                 heap.settle()
-            if not more:
-                return
-            await asyncio.sleep(0)
+            # none wanted now: the queue being moved holds enough (staged.AHEAD); look again soon
+            await asyncio.sleep(0 if admitted else 0.002)
     except Exception as exc:  # a message that cannot be decoded: nothing more moves
         log.exception("cannot rebuild the recovered messages")
         migration.fail(f"cannot rebuild the recovered messages: {exc}")

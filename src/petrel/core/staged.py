@@ -8,7 +8,9 @@ scheduled time), and `StagedRecovery` keeps them per queue in the order that que
 priority 9 first; within a priority the available ones by seq, then the scheduled ones by seq
 (as `Queue.unschedule_all` releases them). `admit(n)` builds the next n and adds them at the tail
 of their queue, so its head is always what the queue would deliver next; the drainer calls it
-between the migration's sends. Until then a queue counts them (`Queue.recovering`).
+between the migration's sends, keeping `AHEAD` references available in the queue being moved (the
+next ones are built only as the first ones go: a bounded lookahead, not the whole directory at
+once). Until then a queue counts them (`Queue.recovering`).
 
 Only plain queues are staged (no last value, ring, non-destructive log, sequence cursors or
 page files: what those do on admission depends on having every reference); the deferred
@@ -18,14 +20,17 @@ messages of other queues are built at once and recovered as before.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections import deque
 
 from petrel.core.consumer import MessageReference
-from petrel.core.message import Message, decode_message
+from petrel.core.message import decode_message
 from petrel.storage.store import Recovered, RecoveredRef
 
 __all__ = ["StagedRecovery"]
 
+#: references a queue is given ahead of its consumer: more once fewer are available (the
+#: migration takes them as the target confirms; it holds at most its window in flight)
+AHEAD = 20_000
 _SEQ = operator.itemgetter(3)  # of an entry: (record id | None, encoded | reference, queue id, seq, ...)
 
 
@@ -39,6 +44,8 @@ class StagedRecovery:
         # queue id -> (queue, entries in reverse delivery order: the next one is last)
         self._queues: dict[int, tuple] = {}
         self._moving: set[int] = set()  # queues being moved: scheduled ones are released as admitted
+        self._by_name: deque[int] = deque()  # the staged queues in the migration's order
+        self.pending = 0  # references not admitted yet
 
     @classmethod
     def stage(cls, office, recovered: Recovered, now: int) -> tuple[StagedRecovery, list]:
@@ -99,29 +106,42 @@ class StagedRecovery:
             total += len(order)
             self._queues[queue_id] = (queue, order)
         self._sorting.clear()
+        self._by_name.extend(sorted(self._queues, key=lambda queue_id: self._queues[queue_id][0].name))
+        self.pending = total
         return total
-
-    @property
-    def pending(self) -> int:
-        return sum(len(order) for _, order in self._queues.values())
 
     def moving(self, queue_id: int) -> None:
         """A migration moves this queue now: admit its references first, and release the
         scheduled ones as they come (the migration moves them with their time)."""
         self._moving.add(queue_id)
 
-    def admit(self, limit: int) -> bool:
-        """Build and admit up to `limit` references (a queue being moved first, else the queues
-        by name); True while some are left."""
+    def admit(self, limit: int, ahead: int = AHEAD) -> int:
+        """Build and admit up to `limit` references to queues with fewer than `ahead` available
+        (a queue being moved first, else the queues by name); how many were admitted (0: none is
+        wanted now, or none is left: `pending`)."""
+        admitted = 0
         while limit > 0 and self._queues:
-            queue_id = self._next()
+            queue_id = self._next(ahead)
+            if queue_id is None:
+                break
             queue, order = self._queues[queue_id]
-            n = min(limit, len(order))
+            n = min(limit, len(order), ahead - queue._available)
             chunk = order[-n:]
             del order[-n:]
             chunk.reverse()
             queue.recovering -= n
-            queue.add_all_recovered(list(self._refs(queue, chunk)), self.now)
+            self.pending -= n
+            refs = []
+            append = refs.append
+            for entry in chunk:
+                record_id = entry[0]
+                if record_id is None:  # built by recovery
+                    append(entry[1])
+                    continue
+                message = decode_message(record_id, entry[1])
+                message.ref_count = 1
+                append(MessageReference(message, queue, entry[3]))
+            queue.add_all_recovered(refs, self.now)
             queue.messages_added += n
             if not order:
                 del self._queues[queue_id]
@@ -130,21 +150,20 @@ class StagedRecovery:
                     queue.unschedule_all()
                 queue.deliver()
             limit -= n
-        return bool(self._queues)
+            admitted += n
+        return admitted
 
-    def _next(self) -> int:
+    def _next(self, ahead: int) -> int | None:
+        """The queue to admit to: one being moved, else the first by name, if it has fewer than
+        `ahead` references available."""
+        queues = self._queues
         for queue_id in self._moving:
-            if queue_id in self._queues:
-                return queue_id
-        return min(self._queues, key=lambda queue_id: self._queues[queue_id][0].name)
-
-    @staticmethod
-    def _refs(queue, chunk: list) -> Iterator[MessageReference]:
-        for entry in chunk:
-            record_id = entry[0]
-            if record_id is None:
-                yield entry[1]
-                continue
-            message: Message = decode_message(record_id, entry[1])
-            message.ref_count = 1
-            yield MessageReference(message, queue, entry[3])
+            if queue_id in queues:
+                return queue_id if queues[queue_id][0]._available < ahead else None
+        by_name = self._by_name
+        while by_name and by_name[0] not in queues:
+            by_name.popleft()
+        if not by_name:
+            return None
+        queue_id = by_name[0]
+        return queue_id if queues[queue_id][0]._available < ahead else None
