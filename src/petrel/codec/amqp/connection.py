@@ -198,6 +198,8 @@ class AmqpConnection:
 
     def _received(self, channel: int, p, payload: bytes):
         kind = type(p)
+        if kind is Transfer and self._theirs == OPEN and not p.more and not self._partial:
+            return Frame(channel, p, payload)  # (the common case of `_transfer`: open stays open)
         event = event_of(kind)
         try:
             self._theirs = transition(self._theirs, event, kind.__name__)

@@ -34,6 +34,7 @@ from petrel.codec.amqp.performatives import (
 )
 from petrel.codec.amqp.sasl import ANONYMOUS, EXTERNAL, PLAIN, parse_plain
 from petrel.codec.roles import Role
+from petrel.core.message import now_ms
 from petrel.security.errors import AuthenticationFailed
 from petrel.server.access import Access
 from petrel.server.adapters.amqp_incoming import IncomingFrames
@@ -75,6 +76,7 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         self._login_task: OffLoopLogin | None = None
         self._next_txn = 0
         self._accepting: _AcceptRun | None = None  # the read's last accepted deliveries, one disposition
+        self.now = 0  # now_ms() when the read being handled began
         self.temporary: set[str] = set()  # temporary queues of dynamic links, gone with the connection
 
     # -- input -----------------------------------------------------------------------------------
@@ -90,6 +92,7 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         codec, session = self.codec, self.session
         office, creator = self.office, self.office.creator
         office.creator = self.access.user  # queues created meanwhile are the user's
+        self.now = now_ms()  # the time stamp of the messages this read brings
         try:
             fn(*args)
             while not session.held and not self.closing:

@@ -310,6 +310,8 @@ def _correlation(v: Any) -> str | bytes | None:
 
 
 def _uint(v: Any) -> UInt | None:
+    if v is None:
+        return None
     try:
         n = int(v)  # type: ignore[arg-type]
     except (TypeError, ValueError):

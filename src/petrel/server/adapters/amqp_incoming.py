@@ -23,7 +23,7 @@ from petrel.codec.amqp.message import decode_message
 from petrel.codec.amqp.performatives import (
     ROLE_RECEIVER, Accepted, Declare, Declared, Discharge, Disposition, Error, Rejected, TransactionalState,
 )
-from petrel.core.message import RoutingType, now_ms
+from petrel.core.message import RoutingType
 from petrel.server.adapters.amqp_convert import parse_address, to_petrel
 from petrel.server.adapters.amqp_links import CREDIT, Channel, Link, _condition
 from petrel.server.refusals import Refused, TransactionRolledBack, TransactionUnknown
@@ -72,7 +72,7 @@ class IncomingFrames:
         if isinstance(t.state, TransactionalState):
             txn_id = t.state.txn_id
             tx = self._tx_name(txn_id)
-        message = to_petrel(payload, message_id=session.next_id(), address=link.address or "", now=now_ms())
+        message = to_petrel(payload, message_id=session.next_id(), address=link.address or "", now=self.now)
         routing_type = link.routing_type
         if link.address is None:  # the anonymous relay: the message says where it goes
             name, routing_type = parse_address(_to_of(payload), None)

@@ -362,14 +362,35 @@ class LinkFrames:
         else:
             ids = sorted(i for i in unsettled if first <= i <= last)
         state = d.state
-        for delivery_id in ids:
-            link, ref = unsettled.pop(delivery_id) if d.settled else unsettled[delivery_id]
-            self._settle(link, ref, state)
+        if state is None or type(state) is Accepted:
+            self._accept_all(ch, ids, d.settled)
+        else:
+            for delivery_id in ids:
+                link, ref = unsettled.pop(delivery_id) if d.settled else unsettled[delivery_id]
+                self._settle(link, ref, state)
         if not d.settled and ids:
             for delivery_id in ids:
                 unsettled.pop(delivery_id, None)
             self.reply(ch.number, Disposition(role=ROLE_SENDER, first=first, last=last, settled=True, state=state),
                        durable=True)
+
+    def _accept_all(self: AmqpAdapter, ch: Channel, ids: list[int], settled: bool) -> None:
+        """`_settle` with accepted for each of `ids`: one acknowledgement per run of one consumer's."""
+        unsettled = ch.unsettled
+        acknowledge = self.session.acknowledge
+        consumer, refs = None, []
+        for delivery_id in ids:
+            link, ref = unsettled.pop(delivery_id) if settled else unsettled[delivery_id]
+            owner = link.consumer
+            if owner is None or ref.consumer is not owner:
+                continue  # the message went back already (its link detached)
+            if owner is not consumer:
+                if refs:
+                    acknowledge(consumer, refs)
+                consumer, refs = owner, []
+            refs.append(ref)
+        if refs:
+            acknowledge(consumer, refs)
 
     def _settle(self: AmqpAdapter, link: Link, ref: MessageReference, state) -> None:
         consumer = link.consumer
