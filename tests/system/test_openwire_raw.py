@@ -195,3 +195,34 @@ def test_internal_properties_are_dropped_both_ways(b):
     assert isinstance(dispatch, MessageDispatch) and dispatch.message.destination.name == "mixed.news"
     assert not [k for k in dispatch.message.properties or {} if k.startswith(("_MQTT_", "_AMQP_", "_OW_"))], \
         dispatch.message.properties
+
+
+def test_a_large_message_from_stomp_reaches_openwire_whole(tmp_path):
+    """A body over min_large_message_size sent over STOMP lives in its own file; an OpenWire
+    consumer and a browser get it whole (read into one frame)."""
+    from petrel.codec.openwire import ConsumerId, ConsumerInfo, MessageDispatch
+
+    broker = BrokerProcess(tmp_path / "large", settings="min_large_message_size = 10240\n").start()
+    try:
+        body = bytes(range(256)) * 200  # 51,200 bytes
+        stomp, listener = connect(broker)
+        stomp.send("/queue/big", body, headers={"persistent": "true", "receipt": "r1", "content-length": str(len(body))})
+        assert listener.receipts.get(timeout=10) == "r1"  # in its queue
+        stomp.disconnect()
+        c = Client(broker.port)
+        c.send(ConnectionInfo(command_id=1, response_required=True, connection_id=ConnectionId("ID:raw:5")))
+        assert c.next() == Response(correlation_id=1)
+        big = Destination(DataType.ACTIVEMQ_QUEUE, "big")
+        for n, browser in ((2, True), (3, False)):
+            c.send(ConsumerInfo(command_id=n, response_required=True, consumer_id=ConsumerId("ID:raw:5", 1, n),
+                                destination=big, prefetch_size=10, browser=browser))
+            got = [c.next(), c.next()]  # (a consumer's first dispatch may come before its response)
+            assert Response(correlation_id=n) in got
+            dispatch = next(ev for ev in got if isinstance(ev, MessageDispatch))
+            assert dispatch.message is not None
+            assert dispatch.message.content == body, len(dispatch.message.content or b"")
+            if browser:
+                end = c.next()
+                assert isinstance(end, MessageDispatch) and end.message is None  # the end of the browse
+    finally:
+        broker.stop()

@@ -14,11 +14,18 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from petrel.codec.openwire import AckType, ConsumerInfo, MessageAck, MessageDispatch, MessagePull
+from petrel.codec.openwire import (
+    AckType,
+    ConsumerInfo,
+    MessageAck,
+    MessageDispatch,
+    MessagePull,
+    OpenWireLocalError,
+)
 from petrel.core import operations
 from petrel.core.selector import SelectorError
 from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
-from petrel.server.adapters.openwire_messages import to_openwire
+from petrel.server.adapters.openwire_messages import to_openwire, with_whole_body
 from petrel.server.refusals import NotAuthorized, Refused, SelectorRefused
 
 if TYPE_CHECKING:
@@ -63,7 +70,7 @@ class OpenWireBrowsers:
         browse = Browse(c, deque((r.message, r.delivery_count) for r in refs if not r.message.expired(now)))
         self.browsers[c.consumer_id] = browse
         self.respond(c)
-        self.pump_browser(browse)
+        self.session.confirm(lambda: self.pump_browser(browse))  # after the response
 
     def pump_browser(self: OpenWireAdapter, browse: Browse) -> None:
         """Dispatch what the browser has room for, then the end."""
@@ -77,9 +84,15 @@ class OpenWireBrowsers:
             if browse.pulls > 0:
                 browse.pulls -= 1
             out[message.id] = None
-            self.write(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination,
-                                       message=to_openwire(message, info.destination.kind, self.producer, count),
-                                       redelivery_counter=count))
+            if message.large is not None:
+                message = with_whole_body(message, self.broker.large)
+            try:
+                self.write(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination,
+                                           message=to_openwire(message, info.destination.kind, self.producer, count),
+                                           redelivery_counter=count))
+            except OpenWireLocalError as exc:
+                self.fail(f"message {message.id} cannot be browsed: {exc}")
+                return
         if not waiting and (prefetch > 0 or browse.pulls > 0):
             browse.done = True
             self.write(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination))

@@ -31,12 +31,13 @@ from petrel.codec.openwire import (
     MessageAck,
     MessageDispatch,
     MessagePull,
+    OpenWireLocalError,
     ProducerId,
 )
 from petrel.core.consumer import Consumer
 from petrel.core.message import RoutingType
 from petrel.server.adapters.openwire_destinations import consumer_address
-from petrel.server.adapters.openwire_messages import to_openwire
+from petrel.server.adapters.openwire_messages import to_openwire, with_whole_body
 from petrel.server.refusals import Refused
 
 if TYPE_CHECKING:
@@ -114,10 +115,17 @@ class OpenWireConsumers:
                 sub.timer.cancel()
                 sub.timer = None
         info = sub.info
-        self.conn.write(self.codec.send(MessageDispatch(
-            consumer_id=info.consumer_id, destination=info.destination,
-            message=to_openwire(m, info.destination.kind, self.producer, ref.delivery_count),
-            redelivery_counter=ref.delivery_count)))
+        if m.large is not None:
+            m = with_whole_body(m, self.broker.large)
+        try:
+            frame = self.codec.send(MessageDispatch(
+                consumer_id=info.consumer_id, destination=info.destination,
+                message=to_openwire(m, info.destination.kind, self.producer, ref.delivery_count),
+                redelivery_counter=ref.delivery_count))
+        except OpenWireLocalError as exc:  # (it goes back to its queue with this connection)
+            self.fail(f"message {m.id} cannot be dispatched: {exc}")
+            return
+        self.conn.write(frame)
 
     def on_pull(self: OpenWireAdapter, p: MessagePull) -> None:
         sub = self.subs.get(p.consumer_id)

@@ -11,8 +11,10 @@ on the way in and never sent on the way out (`public`).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from petrel.codec.openwire import (
     DataType,
@@ -27,8 +29,14 @@ from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaSho
 from petrel.core.message import DUPLICATE_ID, Message
 from petrel.core.message_props import CORRELATION_ID, GROUP_ID, GROUP_SEQ, REPLY_TO, public
 from petrel.server.refusals import Refused
+from petrel.storage.large import LargeBodyMissing
 
-__all__ = ["KIND", "TYPES", "REPLY_KIND", "TEXT_KINDS", "to_message", "to_openwire"]
+if TYPE_CHECKING:
+    from petrel.storage.large import LargeMessageStore
+
+__all__ = ["KIND", "TYPES", "REPLY_KIND", "TEXT_KINDS", "to_message", "to_openwire", "with_whole_body"]
+
+log = logging.getLogger("petrel.server.openwire")
 
 KIND = "_OW_KIND"  # the JMS message kind (text, bytes...), for OpenWire consumers
 TYPES = "_OW_TYPES"  # the Java types of properties a plain int or float would lose: "l:name,s:name..."
@@ -87,6 +95,17 @@ def to_message(m: OwMessage, address: str, message_id: int, *, user: str | None,
     return Message(id=message_id, address=address, body=body, properties=props,
                    durable=m.persistent, priority=max(0, min(9, m.priority)), expiration=max(0, m.expiration),
                    timestamp=m.timestamp, user_id=user)
+
+
+def with_whole_body(m: Message, large: LargeMessageStore) -> Message:
+    """A large message (sent over another protocol, its body in its own file) with its body read
+    whole: OpenWire carries a body in one frame."""
+    try:
+        body = large.read(m.large)
+    except LargeBodyMissing as exc:
+        log.error("message %s goes out without its body: %s", m.id, exc, extra={"event": "large.missing"})
+        body = b""
+    return dataclasses.replace(m, body=body, large=None, wire_cache=None)
 
 
 def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter: int) -> OwMessage:
