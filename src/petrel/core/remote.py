@@ -11,6 +11,7 @@ Keys: a local queue is known to its neighbours by its name; a remote binding is 
 
 from __future__ import annotations
 
+import functools
 import json
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
@@ -61,10 +62,19 @@ ORIGIN = "_PETREL_ORIGIN"
 
 
 def with_origin(properties: dict, node_id: str, queue: str, seq: int) -> dict:
-    """A copy of `properties` with the hop (`node_id`, `queue`, `seq`) appended to `ORIGIN`."""
+    """A copy of `properties` with the hop (`node_id`, `queue`, `seq`) appended to `ORIGIN`
+    (written as text: a migration tags every message, json.dumps cost 6 us a message)."""
     out = dict(properties)
-    out[ORIGIN] = json.dumps([*origin_hops(properties), [node_id, queue, seq]], separators=(",", ":"))
+    hop = f"{_hop_prefix(node_id, queue)},{seq}]"
+    earlier = properties.get(ORIGIN) if properties else None
+    out[ORIGIN] = f"{earlier[:-1]},{hop}]" if earlier and origin_hops(properties) else f"[{hop}]"
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _hop_prefix(node_id: str, queue: str) -> str:
+    """``["<node id>","<queue>"`` in JSON, a hop without its sequence number and bracket."""
+    return json.dumps([node_id, queue], separators=(",", ":"))[:-1]
 
 
 def origin_hops(properties) -> list[tuple[str, str, int]]:

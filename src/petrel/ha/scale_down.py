@@ -293,7 +293,8 @@ class Migration:
         if not bridged:  # where it was (its identity for readers such as the Spark source)
             properties = with_origin(properties, self.broker.node_id, ref.queue.name, ref.seq)
         if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
-            properties = dict(properties)
+            if bridged:
+                properties = dict(properties)
             properties.setdefault(INSTANCE, bridge_dup_id(self.broker.node_id, message.id))
         self.sent += 1
         self.in_flight.append((ref, self._consumer))
