@@ -8,13 +8,7 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *  browses the empty queue (EMPTY n). */
 public class JmsBrowse {
     public static void main(String[] args) {
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsBrowse::run);
     }
 
     static int browse(Session session, Queue queue, String selector, boolean[] ordered) throws JMSException {

@@ -8,25 +8,7 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *  RECEIVED n; STUCK (exit 3) when nothing moves for 60 s. */
 public class JmsProducerWindow {
     public static void main(String[] args) {
-        Thread watchdog = new Thread(() -> {
-            try {
-                Thread.sleep(60000);
-            } catch (InterruptedException e) {
-                return;
-            }
-            System.out.println("STUCK");
-            System.out.flush();
-            System.exit(3);
-        });
-        watchdog.setDaemon(true);
-        watchdog.start();
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsProducerWindow::run, 60000);
     }
 
     static void run(String[] args) throws Exception {

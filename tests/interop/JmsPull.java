@@ -8,24 +8,7 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *  next, not to the one whose receive timed out), and RECEIVED n for 50 more sent and received. */
 public class JmsPull {
     public static void main(String[] args) {
-        Thread watchdog = new Thread(() -> {
-            try {
-                Thread.sleep(90000);
-            } catch (InterruptedException e) {
-                return;
-            }
-            System.out.println("STUCK");
-            System.exit(3);
-        });
-        watchdog.setDaemon(true);
-        watchdog.start();
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsPull::run, 90000);
     }
 
     static String text(Message m) throws JMSException {

@@ -12,13 +12,7 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *    coming (the broker's max_delivery_attempts): DELIVERY count redelivered each, then DLQ and LEFT. */
 public class JmsRedelivery {
     public static void main(String[] args) {
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsRedelivery::run);
     }
 
     static String describe(Message m) throws JMSException {

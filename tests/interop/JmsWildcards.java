@@ -9,13 +9,7 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *  and to the queues "comp.c,comp.d": COMPOSITE name=count for each. */
 public class JmsWildcards {
     public static void main(String[] args) {
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsWildcards::run);
     }
 
     static String drain(MessageConsumer consumer, int wait) throws JMSException {

@@ -28,11 +28,13 @@ def require() -> None:
 
 
 def compile_program(name: str, out: Path) -> str:
-    """Compile tests/interop/<name>.java into `out`; the classpath to run it with."""
+    """Compile tests/interop/<name>.java (and JmsProgram.java, its shared main) into `out`; the
+    classpath to run it with."""
     require()
     out.mkdir(parents=True, exist_ok=True)
     classpath = ":".join([str(out), *(str(JAVA_DIR / jar) for jar in JARS)])
-    proc = subprocess.run(["javac", "-d", str(out), "-cp", classpath, str(SOURCES / f"{name}.java")],
+    sources = [str(SOURCES / f"{name}.java"), str(SOURCES / "JmsProgram.java")]  # (what the programs share)
+    proc = subprocess.run(["javac", "-d", str(out), "-cp", classpath, *sources],
                           timeout=300, capture_output=True, text=True)
     assert proc.returncode == 0, f"javac {name}.java failed:\n{proc.stdout}{proc.stderr}"
     return classpath
@@ -48,3 +50,4 @@ def run(classpath: str, main: str, *args: str, timeout: float = 180) -> list[str
 def run_any(classpath: str, main: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     """Run a compiled program whatever its exit status."""
     return subprocess.run(["java", "-cp", classpath, main, *args], capture_output=True, text=True, timeout=timeout)
+

@@ -1,22 +1,14 @@
 """OpenWire consumers with ActiveMQ Classic's JMS client (issue 15): queue browsers, prefetch 0
 consumers (MessagePull), and redelivery counts with dead letters. Real Java programs from
-tests/interop compiled at test time (`jms`), against a real `petrel run` broker."""
+tests/interop compiled at test time (`jms`), against a real `petrel run` broker (conftest's `broker`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from jms import compile_program, run
-from petrel.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.system
-
-
-@pytest.fixture
-def broker(tmp_path):
-    b = BrokerProcess(tmp_path / "b").start()
-    yield b
-    b.stop()
 
 
 @pytest.mark.parametrize("prefetch", ["", "?jms.prefetchPolicy.all=0", "?jms.prefetchPolicy.queueBrowserPrefetch=7"])
@@ -46,10 +38,8 @@ max_delivery_attempts = 2
 
 
 @pytest.fixture
-def dlq_broker(tmp_path):
-    b = BrokerProcess(tmp_path / "dlq", settings=DLQ_SETTINGS).start()
-    yield b
-    b.stop()
+def dlq_broker(broker_factory):
+    return broker_factory(DLQ_SETTINGS, "dlq").start()
 
 
 def test_rolled_back_past_the_clients_redelivery_policy_goes_to_the_dead_letter_address(tmp_path, dlq_broker):

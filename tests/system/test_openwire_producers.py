@@ -1,22 +1,14 @@
 """OpenWire producers with ActiveMQ Classic's JMS client (issue 15): producer flow control
 (ProducerAck), and ActiveMQ's wildcard and composite destinations. Real Java programs from
-tests/interop compiled at test time (`jms`), against a real `petrel run` broker."""
+tests/interop compiled at test time (`jms`), against a real `petrel run` broker (conftest's `broker`)."""
 
 from __future__ import annotations
 
 import pytest
 
 from jms import compile_program, run
-from petrel.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.system
-
-
-@pytest.fixture
-def broker(tmp_path):
-    b = BrokerProcess(tmp_path / "b").start()
-    yield b
-    b.stop()
 
 
 def test_a_producer_with_a_window_is_never_blocked_for_good(tmp_path, broker):

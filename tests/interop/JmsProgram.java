@@ -1,0 +1,39 @@
+/** What the test programs share (compiled beside each by tests/system/jms.py): run the program's
+ *  body; a failure prints its stack trace and exits 1, the end exits 0; with a watchdog, a body
+ *  still running after that many milliseconds prints STUCK and exits 3. */
+public final class JmsProgram {
+    public interface Body {
+        void run(String[] args) throws Exception;
+    }
+
+    private JmsProgram() {
+    }
+
+    public static void main(String[] args, Body body) {
+        main(args, body, 0);
+    }
+
+    public static void main(String[] args, Body body, long watchdogMillis) {
+        if (watchdogMillis > 0) {
+            Thread watchdog = new Thread(() -> {
+                try {
+                    Thread.sleep(watchdogMillis);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                System.out.println("STUCK");
+                System.out.flush();
+                System.exit(3);
+            });
+            watchdog.setDaemon(true);
+            watchdog.start();
+        }
+        try {
+            body.run(args);
+        } catch (Throwable e) {
+            e.printStackTrace();
+            System.exit(1);
+        }
+        System.exit(0);
+    }
+}
