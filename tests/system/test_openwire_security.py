@@ -1,6 +1,6 @@
 """OpenWire with security on: the JMS client's user name and password log in (ConnectionInfo);
 a wrong password is refused with a JMSSecurityException; a user without the permission to
-send to an address is refused the send."""
+send to an address is refused the send, one without the permission to browse its browser."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ consume = ["creator"]
 createAddress = ["creator"]
 createDurableQueue = ["creator"]
 createNonDurableQueue = ["creator"]
+browse = ["creator"]
 '''
 
 
@@ -46,6 +47,27 @@ def test_login_and_refusals(tmp_path):
         denied = run_any(classpath, "JmsQueueRoundTrip", f"{base}?jms.userName=other&jms.password=other-pw",
                          "auto.jms", "1", "send")
         assert denied.returncode != 0 and "SENT 1" not in denied.stdout
+        assert "JMSSecurityException" in denied.stderr, denied.stderr[-2000:]
+    finally:
+        broker.stop()
+
+
+def test_a_browser_needs_the_browse_permission(tmp_path):
+    classpath = compile_program("JmsBrowse", tmp_path / "classes")
+    workdir = tmp_path / "b"
+    workdir.mkdir()
+    users = UserStore(workdir / "users.toml")
+    users.add("creator", "creator-pw", ["creator"])
+    users.add("other", "other-pw", ["other"])
+    users.save()
+    broker = BrokerProcess(workdir, settings=SETTINGS, env=OWN_SECURITY).start()
+    try:
+        base = f"tcp://127.0.0.1:{broker.port}"
+        lines = run(classpath, "JmsBrowse", f"{base}?jms.userName=creator&jms.password=creator-pw", "auto.browsed", "5")
+        assert lines == ["BROWSED 5", "ORDERED true", "SELECTED 3", "RECEIVED 5", "EMPTY 0"]
+        denied = run_any(classpath, "JmsBrowse", f"{base}?jms.userName=other&jms.password=other-pw", "auto.browsed",
+                         "0")
+        assert denied.returncode != 0 and "BROWSED" not in denied.stdout
         assert "JMSSecurityException" in denied.stderr, denied.stderr[-2000:]
     finally:
         broker.stop()

@@ -57,11 +57,10 @@ class OpenWireBrowsers:
         if dest.is_topic:
             raise Refused("a browser browses a queue, not a topic")
         queue = self.office.queues.get(dest.name)
-        if queue is not None:
-            try:
-                self.access.check("browse", queue.address)
-            except SecurityNotAuthorized as exc:
-                raise NotAuthorized(str(exc)) from None
+        try:
+            self.access.check("browse", queue.address if queue is not None else dest.name)
+        except SecurityNotAuthorized as exc:
+            raise NotAuthorized(str(exc)) from None
         try:
             refs = [] if queue is None else operations.browse(queue, filter=c.selector or None, limit=MAX_BROWSE)
         except SelectorError as exc:
