@@ -57,3 +57,25 @@ def test_an_id_already_known_is_refused_before_anything_is_written(tmp_path):
     journal.commit(3)  # nothing of it
     journal.stop()
     assert list(reload(tmp_path).records) == [5]
+
+
+def test_the_ledger_counts_the_records_of_runs_live_until_deleted(tmp_path):
+    journal, _ = started(tmp_path, pool_files=2, compact_percentage=0)
+    for n in range(10):  # ten transactions of 30 x 1,000 bytes: ~19 segments of 16 KiB
+        journal.add_tx_many(n + 1, 1, records(1000 * n + 1, 30))
+        journal.commit(n + 1)
+    journal.add_tx_many(99, 1, records(50_000, 30))  # rolled back: pins nothing afterwards
+    journal.rollback(99)
+    synced(journal)
+    assert sum(info.live for info in journal.segments()) == 300  # the rolled back run counts no more
+    stats = journal.stats()
+    assert stats["records"] >= 330  # a run counts its records
+    for n in range(10):
+        for rid, _ in records(1000 * n + 1, 30):
+            journal.delete(rid)
+    for rid in range(90_000, 90_040):
+        journal.add(rid, 0, b"z" * 1000)
+    synced(journal)
+    assert sum(info.live for info in journal.segments()) == 40
+    journal.stop()
+    assert list(reload(tmp_path).records) == list(range(90_000, 90_040))

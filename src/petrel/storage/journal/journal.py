@@ -18,7 +18,7 @@ from petrel.storage.stream import StoreStream
 
 from .compact import clean_strays, roll_forward
 from .errors import JournalError
-from .ledger import Ledger
+from .ledger import ADD_TX_RUN, Ledger
 from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, MARK, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import (
     HEADER_SIZE,
@@ -323,17 +323,16 @@ class FileJournal:
             run = records[start:end] if start or end < n else records
             data = bytearray()
             encode_tx_run(ADD_TX, seg, user_type, tx_id, run, data)
-            items = [(ADD_TX, id, tx_id, seg, _TX_SIZE + len(body)) for id, body in run]
-            for id, _ in run:
-                added.add(id)
-                ops.append((True, id))
+            sizes = {id: (seg, _TX_SIZE + len(body)) for id, body in run}
+            added.update(sizes)
+            ops.extend([(True, id) for id in sizes])
             tx.counts[seg] = tx.counts.get(seg, 0) + len(run)
             tx.total += len(run)
-            self._push_run(seg, off, data, items)
+            self._push_run(seg, off, data, (ADD_TX_RUN, sizes, tx_id, seg, size))
             start = end
 
-    def _push_run(self, seg: int, off: int, data: bytearray, items: list[tuple]) -> None:
-        """`_push` of the records ``items`` whose bytes are ``data``, together."""
+    def _push_run(self, seg: int, off: int, data: bytearray, item: tuple) -> None:
+        """`_push` of the records of ``item`` (an ADD_TX_RUN) whose bytes are ``data``, together."""
         p = self._pending
         with p.lock:
             chunks = p.chunks
@@ -342,7 +341,7 @@ class FileJournal:
                 last[2] += data
             else:
                 chunks.append([seg, off, data])
-            p.items.extend(items)
+            p.items.append(item)
             if p.waiting:
                 p.cond.notify()
 

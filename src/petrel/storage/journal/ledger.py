@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, HEADER_SIZE, ROLLBACK, UPDATE, UPDATE_TX
 
-__all__ = ["Ledger", "SegmentState"]
+__all__ = ["ADD_TX_RUN", "Ledger", "SegmentState"]
+
+#: Not a record type: an item of the appender for several ADD_TX records of one transaction
+#: placed together in one segment (`FileJournal.add_tx_many`), accounted in one go:
+#: ``(ADD_TX_RUN, {record id: (segment, size)}, tx id, segment, their total size)``.
+ADD_TX_RUN = 0
 
 
 
@@ -137,6 +142,16 @@ class Ledger:
             if recs is None:
                 recs = self.open_txs[tx_id] = []
             recs.append((rtype, rid, seg, size))
+        elif rtype == ADD_TX_RUN:  # rid: {record id: (seg, size)}, size: their total
+            recs = self.open_txs.get(tx_id)
+            if recs is None:
+                recs = self.open_txs[tx_id] = []
+            recs.append((rtype, rid, seg, size))
+            state.records += len(rid) - 1
+            state.live += len(rid)
+            state.live_bytes += size
+            self.live_bytes += size
+            return
         elif rtype == COMMIT:
             self.commit(tx_id, state)
             return
@@ -160,6 +175,10 @@ class Ledger:
                 if old is not None:
                     self._kill(rid, old, self.segments.get(seg) or state)
                 live[rid] = (seg, size)
+            elif rtype == ADD_TX_RUN:
+                for again in rid.keys() & live.keys():  # (ids are new: none, as a rule)
+                    self._kill(again, live[again], self.segments.get(seg) or state)
+                live.update(rid)
             elif rtype == UPDATE_TX:
                 entry = live.get(rid)
                 if entry is None:
@@ -175,8 +194,12 @@ class Ledger:
                     self._kill(rid, entry, self.segments.get(seg) or state)
 
     def rollback(self, tx_id: int, state: SegmentState) -> None:
-        for _rtype, _rid, seg, size in self.open_txs.pop(tx_id, ()):
-            self._uncount(seg, size)
+        for rtype, rid, seg, size in self.open_txs.pop(tx_id, ()):
+            if rtype == ADD_TX_RUN:
+                for _, one in rid.values():
+                    self._uncount(seg, one)
+            else:
+                self._uncount(seg, size)
             if seg != state.id:
                 state.refs.add(seg)
 

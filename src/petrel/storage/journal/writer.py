@@ -44,7 +44,7 @@ from time import monotonic_ns, perf_counter_ns
 
 from .compact import BackgroundCompaction, Compactor
 from .errors import JournalError
-from .ledger import Ledger
+from .ledger import ADD_TX_RUN, Ledger
 from .records import MARK
 from .segment import FilePool, Layout, SegmentFile
 
@@ -356,16 +356,19 @@ class Writer:
                         extra={"event": "journal.write_resumed"})
             self.failure = None
         apply = self.ledger.apply
-        marks = 0
+        records = len(items)
         for item in items:
-            if item[0] == MARK:
-                marks += 1
+            code = item[0]
+            if code == MARK:
+                records -= 1  # MARKs are the journal's own bookkeeping
+            elif code == ADD_TX_RUN:
+                records += len(item[1]) - 1
             apply(*item)
         self.batches += 1
-        self.records += len(items) - marks  # MARKs are the journal's own bookkeeping
+        self.records += records
         self.bytes += written
-        if len(items) - marks > self.max_batch:
-            self.max_batch = len(items) - marks
+        if records > self.max_batch:
+            self.max_batch = records
         hook = self.before_durable
         if hook is not None and chunks:
             try:
