@@ -1,10 +1,11 @@
 import javax.jms.*;
 import org.apache.activemq.ActiveMQConnectionFactory;
+import org.apache.activemq.command.ActiveMQMessage;
 
 /** Redelivery counts and dead letters: args url queue dlq mode.
  *  rollback: one message received in a transacted session and rolled back until the client's
  *    redelivery policy (the url's jms.redeliveryPolicy.maximumRedeliveries) gives up: DELIVERY
- *    count redelivered for each, then DLQ text origin (its original address), LEFT n.
+ *    count redelivered for each, then DLQ text origin (its original destination), LEFT n.
  *  close: five messages; a client-ack consumer (prefetch 10) receives the first and closes
  *    without acknowledging; another receives all five: AGAIN text count redelivered each (only
  *    the one the application saw counts as delivered).
@@ -66,7 +67,7 @@ public class JmsRedelivery {
             MessageConsumer dead = plain.createConsumer(plain.createQueue(dlq));
             Message m = dead.receive(10000);
             System.out.println(m == null ? "DLQ none" : "DLQ " + ((TextMessage) m).getText() + " "
-                               + m.getStringProperty("_AMQ_ORIG_ADDRESS"));
+                               + ((ActiveMQMessage) m).getOriginalDestination());
             if (m != null) m.acknowledge();
             MessageConsumer rest = plain.createConsumer(queue);
             int left = 0;

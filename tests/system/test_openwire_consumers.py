@@ -50,7 +50,7 @@ def test_rolled_back_past_the_clients_redelivery_policy_goes_to_the_dead_letter_
     url = (f"tcp://127.0.0.1:{dlq_broker.port}?jms.redeliveryPolicy.maximumRedeliveries=2"
            "&jms.redeliveryPolicy.initialRedeliveryDelay=0&jms.redeliveryPolicy.redeliveryDelay=0")
     lines = run(classpath, "JmsRedelivery", url, "rolled", "ActiveMQ.DLQ", "rollback")
-    assert lines == ["DELIVERY 1 false", "DELIVERY 2 true", "DELIVERY 3 true", "DLQ poison rolled", "LEFT 0"]
+    assert lines == ["DELIVERY 1 false", "DELIVERY 2 true", "DELIVERY 3 true", "DLQ poison queue://rolled", "LEFT 0"]
 
 
 def test_a_closed_consumers_prefetched_messages_are_not_redelivered(tmp_path, broker):
@@ -69,4 +69,12 @@ def test_max_delivery_attempts_sends_to_the_dead_letter_address(tmp_path, dlq_br
     classpath = compile_program("JmsRedelivery", tmp_path / "classes")
     lines = run(classpath, "JmsRedelivery", f"tcp://127.0.0.1:{dlq_broker.port}", "attempted", "ActiveMQ.DLQ",
                 "attempts")
-    assert lines == ["DELIVERY 1 false", "DELIVERY 2 true", "DLQ attempted attempted", "LEFT 0"]
+    assert lines == ["DELIVERY 1 false", "DELIVERY 2 true", "DLQ attempted queue://attempted", "LEFT 0"]
+
+
+def test_individual_and_dups_ok_acknowledgement(tmp_path, broker):
+    """INDIVIDUAL_ACKNOWLEDGE settles exactly the messages acknowledged (the others come back,
+    redelivered); DUPS_OK_ACKNOWLEDGE settles what was received by the time its consumer closes."""
+    classpath = compile_program("JmsAckModes", tmp_path / "classes")
+    lines = run(classpath, "JmsAckModes", f"tcp://127.0.0.1:{broker.port}", "acks")
+    assert lines == ["INDIVIDUAL 1r 3r 5r 7r 9r", "DUPSOK 10", "LEFT 0"]

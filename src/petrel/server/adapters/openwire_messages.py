@@ -26,7 +26,7 @@ from petrel.codec.openwire import (
     text_of,
 )
 from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
-from petrel.core.message import DUPLICATE_ID, Message
+from petrel.core.message import DUPLICATE_ID, ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message
 from petrel.core.message_props import CORRELATION_ID, GROUP_ID, GROUP_SEQ, REPLY_TO, public
 from petrel.server.refusals import Refused
 from petrel.storage.large import LargeBodyMissing
@@ -97,6 +97,14 @@ def to_message(m: OwMessage, address: str, message_id: int, *, user: str | None,
                    timestamp=m.timestamp, user_id=user)
 
 
+def _original(address: str, properties: dict) -> Destination:
+    """Where a moved message was (ActiveMQ's originalDestination): a queue, or the topic when it
+    left a subscription (a queue named otherwise than its address)."""
+    queue = properties.get(ORIGINAL_QUEUE)
+    kind = DataType.ACTIVEMQ_QUEUE if queue is None or str(queue) == address else DataType.ACTIVEMQ_TOPIC
+    return Destination(kind, address)
+
+
 def with_whole_body(m: Message, large: LargeMessageStore) -> Message:
     """A large message (sent over another protocol, its body in its own file) with its body read
     whole: OpenWire carries a body in one frame."""
@@ -134,6 +142,7 @@ def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter:
     group = props.pop(GROUP_ID, None)
     group_seq = props.pop(GROUP_SEQ, 0)
     reply_to = props.pop(REPLY_TO, None)
+    original = properties.get(ORIGINAL_ADDRESS)  # a dead letter's or an expired message's origin
     return OwMessage(
         kind=body_kind, producer_id=producer, destination=Destination(kind, m.address),
         message_id=MessageId(producer_id=producer, producer_sequence_id=m.id, broker_sequence_id=m.id),
@@ -144,5 +153,6 @@ def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter:
         group_id=None if group is None else str(group), group_sequence=int(group_seq or 0),
         reply_to=None if reply_to is None else Destination(
             int(properties.get(REPLY_KIND, DataType.ACTIVEMQ_QUEUE)), str(reply_to)),
+        original_destination=None if original is None else _original(str(original), properties),
         redelivery_counter=redelivery_counter,
         user_id=m.user_id, broker_in_time=m.timestamp, broker_out_time=int(time.time() * 1000))
