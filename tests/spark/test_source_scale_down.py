@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -82,17 +84,21 @@ def first_read(spark, tmp_path: Path, cluster) -> tuple[str, Path, Path, set[str
     return url, out, ck, expected
 
 
+def scale_down(node, target: str) -> None:
+    request = urllib.request.Request(f"http://127.0.0.1:{node.http_port}/api/v1/broker/scale-down",
+                                     data=json.dumps({"target": target}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert r.status == 202
+
+
 def test_a_live_scale_down_after_a_committed_read_delivers_each_message_once(spark, tmp_path, cluster):
     nodes, (stay, leave) = cluster
     url, out, ck, expected = first_read(spark, tmp_path, cluster)  # the leaving node's 60 read and committed
     expected |= send(leave, "unread", range(40))  # on the leaving node, not read yet
     assert leave.queue_info(QUEUE)["message_count"] == 100  # no batch after the first: no cursor moved
     leaving = leave.node_id
-    request = urllib.request.Request(f"http://127.0.0.1:{nodes[1].http_port}/api/v1/broker/scale-down",
-                                     data=json.dumps({"target": url}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=10) as r:
-        assert r.status == 202
+    scale_down(nodes[1], url)
     assert nodes[1].proc.wait(60) == 0, nodes[1].log()
     assert stay.queue_info(QUEUE)["message_count"] == 30 + 100  # every message of the leaving node moved
     wait_for(lambda: without_node(stay, leaving), 30)
@@ -137,3 +143,32 @@ def test_a_batch_not_committed_before_the_node_died_and_was_drained_is_read_agai
     assert got == Counter(expected)
     rows = spark.read.parquet(str(out)).where("body LIKE 'uncommitted-%'").collect()
     assert {r.node for r in rows} == {stay.node_id}  # the replayed batch read them where they went
+
+
+def test_a_node_scaled_down_while_a_running_batch_reads_it_is_read_once_from_where_it_moved(spark, tmp_path,
+                                                                                             cluster):
+    """The batch is planned while the node is a member; it scales down as the batch's tasks (one
+    per 100 sequence numbers) read it: the tasks that cannot reach it any more read the rest of
+    their range from the staying node once the migration is over, and the query goes on."""
+    nodes, (stay, leave) = cluster
+    url, out, ck, expected = first_read(spark, tmp_path, cluster)
+    expected |= send(leave, "inflight", range(6000)) | send(stay, "stay-late", range(10))
+
+    def scale_down_once_planned() -> None:
+        deadline = time.monotonic() + 120
+        while not (ck / "offsets" / "1").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        scale_down(nodes[1], url)
+
+    trigger = threading.Thread(target=scale_down_once_planned)
+    trigger.start()
+    run(spark, url, QUEUE, str(out), str(ck), messagesPerPartition="100", reconnectTimeout="120")
+    trigger.join(130)
+    assert nodes[1].proc.wait(60) == 0, nodes[1].log()
+    got = bodies(spark, out)
+    assert [b for b, n in got.items() if n > 1] == []
+    assert got == Counter(expected)
+    moved = spark.read.parquet(str(out)).where(f"body LIKE 'inflight-%' AND node = '{stay.node_id}'").count()
+    print(f"inflight rows read on the staying node: {moved} of 6000")
+    if moved == 0:
+        pytest.skip("the batch had read the whole node before it scaled down: no task read from where it moved")

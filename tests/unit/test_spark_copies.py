@@ -109,3 +109,29 @@ def test_a_gone_nodes_range_waits_until_its_messages_stop_moving(monkeypatch):
     monkeypatch.setattr(copies, "connect", lambda url, credentials, timeout: still)
     with pytest.raises(ClientError, match="still moving"):
         copies.read_gone_range(part, {}, 0.05)
+
+
+def test_a_task_whose_node_left_mid_read_reads_the_rest_from_where_it_moved(monkeypatch):
+    from petrel.spark import source
+
+    def unreachable(url, **credentials):
+        raise ClientError("connection refused")
+
+    monkeypatch.setattr(source, "Connection", unreachable)
+    monkeypatch.setattr(source, "LEFT_LOOK", 0.0)
+    asked = []
+
+    def moved(part, at, credentials, timeout):
+        asked.append(at)
+        return [("B", [record(20, [("A", "q", 7)], b"seven")])]
+
+    monkeypatch.setattr(source, "moved_away", moved)
+    opts = source.source_options({"queues": "q", "reconnectTimeout": "5"})
+    part = source.QueueRange("tcp://a", "A", "q", 5, 10, (("A/q", 10), ("B/q", 20)), (("B", "tcp://b", 20),))
+    batches = list(source.read_range(opts, part))
+    assert asked == [5]
+    assert [(r["node"], r["seq"], r["body"]) for b in batches for r in b.to_pylist()] == [("B", 20, b"seven")]
+    # still a member, or nothing moved: the node is only away, and the task fails after reconnectTimeout
+    monkeypatch.setattr(source, "moved_away", lambda part, at, credentials, timeout: None)
+    with pytest.raises(ClientError, match="could not read q from node A"):
+        list(source.read_range(source.source_options({"queues": "q", "reconnectTimeout": "0.3"}), part))

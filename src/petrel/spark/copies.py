@@ -12,11 +12,12 @@ hop whose key the batch's ``end`` offset has passed (``seq < end[key]``). So
   once the node is gone (it no longer answers);
 - a copy of a message the query had not read there (the node's offset is below it) is read
   where it arrived, once;
-- a batch whose range on a node could not be read before that node left (a query killed
-  mid-batch, run again after the scale-down) reads that range from the copies instead: every
-  other node's queue of that name, from the batch's start there (or its first message when
-  the batch has no offset there yet), keeping the copies whose hop on the gone node falls in
-  the range and that the batch does not read elsewhere (`read_copies`).
+- a batch whose range on a node could not be read before that node left (its tasks find the
+  node gone, `moved_away`; or a query killed mid-batch runs it again after the scale-down)
+  reads that range from the copies instead: every other node's queue of that name, from the
+  batch's start there (or its first message when the batch has no offset there yet), keeping
+  the copies whose hop on the gone node falls in the range and that the batch does not read
+  elsewhere (`read_copies`).
 
 Every batch (and its replay) applies the same rule to the same offsets, so the rows of all
 committed batches hold each message once. A gone node's range is read from its copies only
@@ -30,21 +31,23 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from petrel.client import ClientError, Connection, NotFound, RangeRecord, SeqRange
 from petrel.core.remote import origin_hops
-from petrel.spark.nodes import connect, retrying
+from petrel.spark.nodes import Nodes, connect, retrying
 from petrel.spark.offsets import key
 
-__all__ = ["NoCopies", "owned", "owner", "read_copies", "read_gone_range"]
+__all__ = ["NoCopies", "moved_away", "owned", "owner", "read_copies", "read_gone_range"]
 
 log = logging.getLogger("petrel.spark.source")
 
 T = TypeVar("T")
 PAGE = 1000  # messages per browse request
 MOVING_WAIT = 0.5  # s between looks at a node still moving its messages
+LOOK_TIMEOUT = 5.0  # s to reach a peer when looking at whether a node has left
 
 
 def owner(message: RangeRecord, node: str, queue: str, cover: Mapping[str, int]) -> str | None:
@@ -169,6 +172,29 @@ def read_gone_range(part, credentials: dict[str, str], timeout: float) -> list[t
     finally:
         for c in conns.values():
             _close(c)
+
+
+def moved_away(part, at: int, credentials: dict[str, str],
+               timeout: float) -> list[tuple[str, list[RangeRecord]]] | None:
+    """For a task that cannot reach its node: ``[at, hi)`` of ``part`` from the copies on the
+    other nodes (`read_gone_range`) when the node is no longer in the topology of the first of
+    them and has moved messages there; None when it is still a member, or moved nothing (only
+    away: read it from itself once it is back)."""
+    peers = Nodes(part.peers[0][1], [], credentials, min(LOOK_TIMEOUT, timeout))
+    try:
+        if part.node in peers.discover():
+            return None
+    except ClientError:
+        return None
+    finally:
+        peers.close()
+    try:
+        found = read_gone_range(replace(part, lo=at), credentials, timeout)
+    except NoCopies:
+        return None
+    log.warning("petrel source: node %s left the cluster while [%d, %d) of %s was read from it; the rest read "
+                "from where it moved", part.node, at, part.hi, part.queue, extra={"event": "spark.source.node_gone"})
+    return found
 
 
 def _close(c: Connection) -> None:

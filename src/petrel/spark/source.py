@@ -55,14 +55,15 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from petrel.client import DUPLICATE_ID, ClientError, Connection, NotFound, QueueSequence, RangeRecord
-from petrel.spark.copies import NoCopies, owned, read_gone_range
-from petrel.spark.nodes import Nodes, connect, retrying
+from petrel.client import DUPLICATE_ID, ClientError, Connection, NotFound, QueueSequence, RangeRecord, RequestFailed
+from petrel.spark.copies import NoCopies, moved_away, owned, read_gone_range
+from petrel.spark.nodes import Nodes
 from petrel.spark.offsets import EARLIEST, LATEST, Offsets, advance, key, lookup, parse_offsets, sorted_offsets, split_key
 
 try:  # pyspark >= 4.2
@@ -80,6 +81,7 @@ log = logging.getLogger("petrel.spark.source")
 DEFAULT_BROKERS = "tcp://localhost:61616"
 PAGE = 1000  # messages per browse request
 COMMIT_TIMEOUT = 5.0  # s to try moving a cursor (retention only: the next commit moves it further)
+LEFT_LOOK = 2.0  # s between looks at whether a node a task cannot reach has left the cluster
 
 
 @functools.cache
@@ -177,8 +179,9 @@ def source_options(options, starting: str = "acked") -> SourceOptions:
 class QueueRange(InputPartition):
     """One task: the sequence numbers ``[lo, hi)`` of ``queue`` on ``node``, read at ``url``.
     ``cover``: the batch's end offsets of the queue on every node, as (key, seq), which tell
-    the migrated copies it reads elsewhere (copies.py). A node no longer in the cluster has no
-    ``url``: its range is read from its copies on ``peers`` ((node, url, first seq to look at))."""
+    the migrated copies it reads elsewhere (copies.py). ``peers``: the other nodes ((node, url,
+    first seq to look at)), where the range is read from its copies if the node has left
+    (``absent``: already when the batch was planned; its ``url`` is the last known or "")."""
 
     url: str
     node: str
@@ -187,6 +190,7 @@ class QueueRange(InputPartition):
     hi: int
     cover: tuple[tuple[str, int], ...] = ()
     peers: tuple[tuple[str, str, int], ...] = ()
+    absent: bool = False
 
 
 def plan(start: Offsets, end: Offsets, nodes: Nodes, per_partition: int) -> list[QueueRange]:
@@ -203,18 +207,18 @@ def plan(start: Offsets, end: Offsets, nodes: Nodes, per_partition: int) -> list
         node, queue = split_key(k)
         cover = tuple((c, v) for c, v in sorted(end.items()) if split_key(c)[1] == queue)
         live = nodes.discover() if live is None else live
+        peers = tuple((n, u, start.get(key(n, queue), end.get(key(n, queue), 0)))
+                      for n, u in sorted(live.items()) if n != node)
         if node in live:
             url = nodes.url(node)
-            out += [QueueRange(url, node, queue, a, min(a + per_partition, hi), cover)
+            out += [QueueRange(url, node, queue, a, min(a + per_partition, hi), cover, peers)
                     for a in range(lo, hi, per_partition)]
             continue
         # not in the cluster: scaled down or drained (its messages moved), or only away for now
-        peers = tuple((n, u, start.get(key(n, queue), end.get(key(n, queue), 0)))
-                      for n, u in sorted(live.items()) if n != node)
         log.warning("petrel source: node %s is not in the cluster; [%d, %d) of %s is read from its copies on %s "
                     "if it moved them, else from it", node, lo, hi, queue, ", ".join(n for n, _, _ in peers),
                     extra={"event": "spark.source.node_gone"})
-        out.append(QueueRange(nodes.urls.get(node, ""), node, queue, lo, hi, cover, peers))
+        out.append(QueueRange(nodes.urls.get(node, ""), node, queue, lo, hi, cover, peers, absent=True))
     return out
 
 
@@ -231,7 +235,7 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
 
     def connection() -> Connection:
         if not conn:
-            c = connect(part.url, credentials, opts.timeout)
+            c = Connection(part.url, **credentials)
             if c.node_id != part.node:
                 c.close()
                 raise ClientError(f"petrel source: the broker at {part.url} is node {c.node_id}, not node "
@@ -239,19 +243,33 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
             conn.append(c)
         return conn[0]
 
-    def request(call):
-        def once():
+    def request(call, at: int):
+        """``call(connection)``, again after a connection failure for up to reconnectTimeout;
+        meanwhile, every LEFT_LOOK seconds, whether the node has left the cluster and moved
+        its messages: then _Moved with ``[at, hi)`` read from where they went."""
+        deadline = time.monotonic() + opts.timeout
+        look, pause = time.monotonic() + LEFT_LOOK, 0.1
+        while True:
             try:
                 return call(connection())
-            except NotFound:
+            except (NotFound, RequestFailed):
                 raise
-            except ClientError:
+            except (ClientError, OSError) as exc:
                 if conn:
                     _close(conn.pop())
-                raise
-        return retrying(once, opts.timeout, f"read {part.queue} from node {part.node} at {part.url}")
+                if part.peers and time.monotonic() >= look:
+                    if (found := moved_away(part, at, credentials, opts.timeout)) is not None:
+                        raise _Moved([record_batch(n, part.queue, m) for n, m in found]) from None
+                    look = time.monotonic() + LEFT_LOOK
+                if time.monotonic() + pause > deadline:
+                    raise ClientError(f"petrel source: could not read {part.queue} from node {part.node} at "
+                                      f"{part.url} within {opts.timeout:g} s: {exc}") from exc
+                log.info("petrel source: cannot read %s from node %s yet (%s); trying again", part.queue,
+                         part.node, exc)
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
-    if part.peers:  # its node was not in the cluster when the batch was planned
+    if part.absent:  # its node was not in the cluster when the batch was planned
         batches = _read_copies(opts, part)
         if batches is not None:
             yield from batches
@@ -261,15 +279,18 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
         lo, earliest = part.lo, None
         try:
             while lo < part.hi:
-                got = request(lambda c, lo=lo: c.browse_range(part.queue, lo, part.hi, PAGE))
+                got = request(lambda c, lo=lo: c.browse_range(part.queue, lo, part.hi, PAGE), lo)
                 if got.next_seq <= lo:
                     raise ClientError(f"petrel source: the broker read nothing of {part.queue} [{lo}, {part.hi})")
                 if messages := owned(got.messages, part.node, part.queue, cover):
                     yield record_batch(part.node, part.queue, messages)
                 lo, earliest = got.next_seq, got.earliest_seq
-            cursors = request(lambda c: c.cursors(part.queue))
+            cursors = request(lambda c: c.cursors(part.queue), lo)
         except NotFound:
             _lost(opts, part, f"queue {part.queue} no longer exists on node {part.node}")
+            return
+        except _Moved as moved:  # the rest of the range, where it went (no cursor there to check)
+            yield from moved.batches
             return
         floor = min((c.acked for c in cursors), default=earliest if stream and earliest is not None else part.lo)
         if floor > part.lo:
@@ -279,6 +300,14 @@ def read_range(opts: SourceOptions, part: QueueRange, *, stream: bool = True) ->
     finally:
         if conn:
             _close(conn.pop())
+
+
+class _Moved(Exception):
+    """The node left the cluster while a task read it; ``batches``: the rest, from its copies."""
+
+    def __init__(self, batches: list) -> None:
+        super().__init__("moved")
+        self.batches = batches
 
 
 def _read_copies(opts: SourceOptions, part: QueueRange) -> list | None:
