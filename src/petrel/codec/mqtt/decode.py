@@ -33,11 +33,16 @@ __all__ = ["decode_packet", "FIXED_FLAGS"]
 #: The flags each packet type's fixed header must carry (PUBLISH's are its own).
 FIXED_FLAGS = {t: 0 for t in PacketType}
 FIXED_FLAGS.update({PacketType.PUBREL: 2, PacketType.SUBSCRIBE: 2, PacketType.UNSUBSCRIBE: 2})
+#: first byte -> event, of a PUBACK, PUBREC, PUBREL or PUBCOMP with the right flags (one per QoS 1/2 message)
+_PLAIN_ACKS = {t << 4 | FIXED_FLAGS[t]: event for t, event in ACKS.items()}
 
 
 def decode_packet(first: int, body: bytes, level: int) -> Packet:
     if first >> 4 == 3:  # PUBLISH, the hot path
         return _publish(first & 0x0F, body, level >= 5)
+    ack = _PLAIN_ACKS.get(first)
+    if ack is not None and len(body) == 2 and (body[0] or body[1]):  # an ack with its packet id alone
+        return ack(body[0] << 8 | body[1])
     try:
         ptype = PacketType(first >> 4)
     except ValueError:

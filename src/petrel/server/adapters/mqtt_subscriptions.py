@@ -269,7 +269,9 @@ class MqttSubscriptions:
         chunks = (head + payload,) if len(payload) < 4096 else (head, payload)
         if not qos:
             self._write_out(chunks, False)
-            queue.acknowledge(ref, consumer=consumer)
+            # done as written; the queue's dispatch that called this sink goes on by itself
+            # (a sink runs only inside `Queue.deliver`), so the acknowledgement starts no other
+            queue.acknowledge(ref, 0, consumer, deliver=False)
             return
         session = self.mqtt
         recorded = not known and session.persistent and ref.message.durable and queue.durable
