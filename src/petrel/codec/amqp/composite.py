@@ -71,6 +71,9 @@ def composite(name: str, code: int, symbol: str, fields: list[tuple[str, str, An
         _BY_CODE[code] = cls
     cls.FAST = tuple((_FAST_KINDS.get(kind.rstrip("!"), _NOTHING), d, kind.endswith("!"),
                       decoder) for (_, kind, d), (_, decoder, _, _) in zip(spec, decoders))
+    # the defaults of the fields after the first n (None when one of them is mandatory)
+    cls.TAILS = tuple(None if any(k.endswith("!") for _, k, _ in spec[n:]) else tuple(d for _, _, d in spec[n:])
+                      for n in range(len(spec) + 1))
     return cls
 
 
@@ -255,12 +258,9 @@ def decode_composite(data: bytes, pos: int, end: int) -> tuple[Any, int] | None:
             else:
                 value, pos = read_value(data, pos, stop, 2)
                 args.append(decode_field(value))
-        if pos != stop:
+        tail = cls.TAILS[count]
+        if pos != stop or tail is None:
             return None
-        for codes, default, mandatory, _ in fast[count:]:
-            if mandatory:
-                return None
-            args.append(default)
-        return cls(*args), stop
+        return cls(*args, *tail), stop
     except (AmqpError, IndexError, ValueError, TypeError):
         return None

@@ -166,6 +166,10 @@ def _encode(v: object, out: bytearray) -> None:  # noqa: C901 - one dispatch on 
     t = type(v)
     if v is None:
         out.append(0x40)
+    elif t is Described:  # (composites and message sections: first, as the commonest compound)
+        out.append(0x00)
+        _encode(v.descriptor, out)  # type: ignore[union-attr]
+        _encode(v.value, out)  # type: ignore[union-attr]
     elif t is bool:
         out.append(0x41 if v else 0x42)
     elif t is str:
@@ -213,6 +217,10 @@ def _encode(v: object, out: bytearray) -> None:  # noqa: C901 - one dispatch on 
         else:
             out.append(0x71)
             out += _S_i.pack(v)
+    elif t is Timestamp:  # (before the other fixed-width types: every message's creation time)
+        _check(-(1 << 63) <= v < 1 << 63, "long", v)  # type: ignore[operator]
+        out.append(0x83)
+        out += _S_q.pack(v)
     elif t is float:
         out.append(0x82)
         out += _S_d.pack(v)
@@ -220,10 +228,6 @@ def _encode(v: object, out: bytearray) -> None:  # noqa: C901 - one dispatch on 
         _encode_list(v, out)  # type: ignore[arg-type]
     elif t is dict:
         _encode_map(v, out)  # type: ignore[arg-type]
-    elif t is Described:
-        out.append(0x00)
-        _encode(v.descriptor, out)  # type: ignore[union-attr]
-        _encode(v.value, out)  # type: ignore[union-attr]
     elif t is Array:
         _encode_array(v, out)  # type: ignore[arg-type]
     elif t in _FIXED:
