@@ -1,13 +1,22 @@
 """Real Java JMS programs against Petrel's OpenWire: compiled with `javac` at test time against
 Debian's ActiveMQ Classic client (``libactivemq-java``: activemq-client.jar) and the JMS 1.1
 API (``libgeronimo-jms-1.1-spec-java``), run with `java`. Installs nothing: `require()` skips
-the test with a clear message where Java or the jars are absent."""
+the test with a clear message where Java or the jars are absent.
+
+Reference mode: with ``PETREL_JMS_REFERENCE=activemq`` the tests that take the `jms_broker`
+fixture run the same programs against ActiveMQ 5.17 from Debian's ``activemq`` package (bench's
+launcher, an OpenWire connector on a free port) and expect the same lines; a test of Petrel's
+own behaviour is marked `petrel_only` and skipped there."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +24,9 @@ JAVA_DIR = Path("/usr/share/java")
 JARS = ("activemq-client.jar", "geronimo-jms_1.1_spec.jar", "hawtbuf.jar", "slf4j-api.jar", "slf4j-nop.jar",
         "geronimo-j2ee-management-1.1-spec.jar")
 SOURCES = Path(__file__).resolve().parent.parent / "interop"
+BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+REFERENCE = os.environ.get("PETREL_JMS_REFERENCE", "") == "activemq"
+petrel_only = pytest.mark.skipif(REFERENCE, reason="Petrel's own behaviour: not run in the ActiveMQ reference mode")
 
 
 def require() -> None:
@@ -51,3 +63,34 @@ def run_any(classpath: str, main: str, *args: str, timeout: float = 180) -> subp
     """Run a compiled program whatever its exit status."""
     return subprocess.run(["java", "-cp", classpath, main, *args], capture_output=True, text=True, timeout=timeout)
 
+
+
+def activemq_reference() -> Iterator[SimpleNamespace]:
+    """ActiveMQ 5.17 (Debian ``activemq``) with an OpenWire connector, for the reference mode;
+    skips the test where the package is missing."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    from stompbench.brokers.activemq import ActiveMQ
+    from stompbench.brokers.base import BrokerUnavailable, free_port
+
+    port = free_port()
+    broker = ActiveMQ(transports={"tcp": port})
+    try:
+        broker.check()
+    except BrokerUnavailable as exc:
+        pytest.skip(f"reference mode: {exc}")
+    broker.start()
+    try:
+        yield SimpleNamespace(port=port)
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def jms_broker(broker_factory):
+    """The broker the JMS programs talk to: a `petrel run` (conftest's `broker_factory`), or
+    ActiveMQ in the reference mode. Import it into the test module."""
+    if REFERENCE:
+        yield from activemq_reference()
+    else:
+        yield broker_factory().start()

@@ -21,9 +21,11 @@ HOME = Path("/usr/share/activemq")
 OPTIONS = HOME / "activemq-options"
 JAR = HOME / "bin" / "activemq.jar"
 
-# Jars the MQTT transport needs beside the package's lib/ (Debian ``libmqtt-client-java`` and what it
-# pulls in); the package has no AMQP transport (no activemq-amqp jar, no proton-j in Debian).
+# Jars a transport needs beside the package's lib/: none for OpenWire (``tcp``); MQTT's are Debian
+# ``libmqtt-client-java`` and what it pulls in; the package has no AMQP transport (no activemq-amqp
+# jar, no proton-j in Debian).
 TRANSPORT_JARS = {
+    "tcp": [],  # OpenWire: the package's own jars
     "mqtt": ["/usr/share/java/activemq-mqtt.jar", "/usr/share/java/mqtt-client.jar",
              "/usr/share/java/hawtdispatch.jar", "/usr/share/java/hawtdispatch-transport.jar",
              "/usr/share/java/hawtbuf.jar"],
