@@ -25,13 +25,16 @@ class DuplicateIdCache:
     Each entry names the journal record holding it; several entries may share one record (a
     migration's batch), which is deleted once the cache has overwritten them all."""
 
-    __slots__ = ("address", "size", "ids", "_ring", "_pos", "_held")
+    __slots__ = ("address", "size", "ids", "_ring", "_records", "_pos", "_held")
 
     def __init__(self, address: str, size: int) -> None:
         self.address = address
         self.size = size
         self.ids: dict[str, int] = {}  # dup id -> record id (read it; `add` keeps it)
-        self._ring: list[tuple[str, int] | None] = [None] * max(size, 0)
+        # the ring: its IDs (None: a free slot) and their records, side by side (no tuple per
+        # entry: a migration's cache holds 100,000, each one more object for the collector)
+        self._ring: list[str | None] = [None] * max(size, 0)
+        self._records: list[int] = [0] * max(size, 0)
         self._pos = 0
         self._held: dict[int, int] = {}  # record id -> its entries in the ring
 
@@ -46,24 +49,8 @@ class DuplicateIdCache:
         record's last entry (the record can go), else None."""
         if self.size <= 0:
             return None
-        held = self._held
-        held[record_id] = held.get(record_id, 0) + 1
-        evicted = self._ring[self._pos]
-        old_record = None
-        if evicted is not None:
-            old_id, old_record = evicted
-            if self.ids.get(old_id) == old_record:
-                del self.ids[old_id]
-            left = held[old_record] - 1
-            if left:
-                held[old_record] = left
-                old_record = None
-            else:
-                del held[old_record]
-        self._ring[self._pos] = (dup_id, record_id)
-        self.ids[dup_id] = record_id
-        self._pos = (self._pos + 1) % self.size
-        return old_record
+        freed = self.add_all([dup_id], record_id)
+        return freed[0] if freed else None
 
     def add_all(self, dup_ids: list[str], record_id: int) -> list[int]:
         """`add` of each of `dup_ids` (distinct), all held by record `record_id`: the records
@@ -71,14 +58,14 @@ class DuplicateIdCache:
         size = self.size
         if size <= 0 or not dup_ids:
             return []
-        ids, ring, held = self.ids, self._ring, self._held
+        ids, ring, records, held = self.ids, self._ring, self._records, self._held
         held[record_id] = held.get(record_id, 0) + len(dup_ids)
         freed = []
         pos = self._pos
         for dup_id in dup_ids:
-            evicted = ring[pos]
-            if evicted is not None:
-                old_id, old_record = evicted
+            old_id = ring[pos]
+            if old_id is not None:
+                old_record = records[pos]
                 if ids.get(old_id) == old_record:
                     del ids[old_id]
                 left = held[old_record] - 1
@@ -87,7 +74,8 @@ class DuplicateIdCache:
                 else:
                     del held[old_record]
                     freed.append(old_record)
-            ring[pos] = (dup_id, record_id)
+            ring[pos] = dup_id
+            records[pos] = record_id
             ids[dup_id] = record_id
             pos += 1
             if pos == size:
@@ -99,9 +87,9 @@ class DuplicateIdCache:
         """Oldest first."""
         out = []
         for i in range(self.size):
-            e = self._ring[(self._pos + i) % self.size]
-            if e is not None:
-                out.append(e)
+            at = (self._pos + i) % self.size
+            if self._ring[at] is not None:
+                out.append((self._ring[at], self._records[at]))
         return out
 
 

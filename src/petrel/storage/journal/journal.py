@@ -323,7 +323,10 @@ class FileJournal:
             run = records[start:end] if start or end < n else records
             data = bytearray()
             encode_tx_run(ADD_TX, seg, user_type, tx_id, run, data)
-            sizes = {id: (seg, _TX_SIZE + len(body)) for id, body in run}
+            # one (segment, size) for the records of a size: the ledger keeps one per record,
+            # each another object for the collector to look at once
+            shared: dict[int, tuple[int, int]] = {}
+            sizes = {id: shared.setdefault(len(body), (seg, _TX_SIZE + len(body))) for id, body in run}
             added.update(sizes)
             ops.extend([(True, id) for id in sizes])
             tx.counts[seg] = tx.counts.get(seg, 0) + len(run)
