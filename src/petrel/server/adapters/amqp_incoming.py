@@ -90,8 +90,8 @@ class IncomingFrames:
 
     def _send(self: AmqpAdapter, ch: Channel, t, message, routing_type, tx, txn_id) -> None:
         try:
-            self.session.send(message, routing_type, tx,
-                              then=lambda result: self._accepted(ch, t, txn_id, message.durable))
+            self.session.send(message, routing_type, tx,  # (a settled transfer is not answered)
+                              then=None if t.settled else lambda result: self._accepted(ch, t, txn_id, message.durable))
         except Refused as exc:
             self._reject(ch, t, _condition(exc), str(exc))
 

@@ -357,7 +357,7 @@ class LinkFrames:
         if last < first:
             raise AmqpError(INVALID_FIELD, f"disposition range {first}..{last}")
         unsettled = ch.unsettled
-        if last - first < 64:
+        if last - first < 64 or last - first <= len(unsettled):  # (in order: no sort)
             ids = [i for i in range(first, last + 1) if i in unsettled]
         else:
             ids = sorted(i for i in unsettled if first <= i <= last)
