@@ -27,15 +27,20 @@ browse = ["creator"]
 '''
 
 
-def test_login_and_refusals(tmp_path):
-    classpath = compile_program("JmsQueueRoundTrip", tmp_path / "classes")
+def secured_broker(tmp_path) -> BrokerProcess:
+    """A broker with security on and two users: creator (every permission on auto.#) and other."""
     workdir = tmp_path / "b"
     workdir.mkdir()
     users = UserStore(workdir / "users.toml")
     users.add("creator", "creator-pw", ["creator"])
     users.add("other", "other-pw", ["other"])
     users.save()
-    broker = BrokerProcess(workdir, settings=SETTINGS, env=OWN_SECURITY).start()
+    return BrokerProcess(workdir, settings=SETTINGS, env=OWN_SECURITY).start()
+
+
+def test_login_and_refusals(tmp_path):
+    classpath = compile_program("JmsQueueRoundTrip", tmp_path / "classes")
+    broker = secured_broker(tmp_path)
     try:
         base = f"tcp://127.0.0.1:{broker.port}"
         lines = run(classpath, "JmsQueueRoundTrip", f"{base}?jms.userName=creator&jms.password=creator-pw",
@@ -54,13 +59,7 @@ def test_login_and_refusals(tmp_path):
 
 def test_a_browser_needs_the_browse_permission(tmp_path):
     classpath = compile_program("JmsBrowse", tmp_path / "classes")
-    workdir = tmp_path / "b"
-    workdir.mkdir()
-    users = UserStore(workdir / "users.toml")
-    users.add("creator", "creator-pw", ["creator"])
-    users.add("other", "other-pw", ["other"])
-    users.save()
-    broker = BrokerProcess(workdir, settings=SETTINGS, env=OWN_SECURITY).start()
+    broker = secured_broker(tmp_path)
     try:
         base = f"tcp://127.0.0.1:{broker.port}"
         lines = run(classpath, "JmsBrowse", f"{base}?jms.userName=creator&jms.password=creator-pw", "auto.browsed", "5")
