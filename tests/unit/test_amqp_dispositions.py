@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from petrel.codec.amqp import NEED_DATA, AmqpConnection, Frame
+from petrel.codec.amqp import AmqpConnection
 from petrel.codec.amqp.message import AmqpMessage, encode_message
 from petrel.codec.amqp.performatives import (
     Accepted, Attach, Begin, Disposition, Header, Open, Rejected, Target, Transfer,
@@ -16,17 +16,7 @@ from petrel.codec.roles import Role
 from petrel.config import BrokerConfig
 from petrel.server.broker import Broker
 
-from test_amqp_session_window import Capture
-
-
-def dispositions(client: AmqpConnection, out: Capture) -> list[Disposition]:
-    client.receive_data(out.data)
-    out.data = b""
-    got = []
-    while (event := client.next_event()) is not NEED_DATA:
-        if isinstance(event, Frame) and isinstance(event.performative, Disposition):
-            got.append(event.performative)
-    return got
+from test_amqp_session_window import Capture, performatives
 
 
 def test_accepted_transfers_of_one_read_share_a_disposition(tmp_path):
@@ -54,7 +44,7 @@ def test_accepted_transfers_of_one_read_share_a_disposition(tmp_path):
             while sum((d.last if d.last is not None else d.first) - d.first + 1 for d in got) < 7:
                 assert time.monotonic() < deadline, got
                 await asyncio.sleep(0.01)
-                got += dispositions(client, out)
+                got += performatives(client, out, Disposition)
             ranges = [(int(d.first), None if d.last is None else int(d.last), type(d.state).__name__) for d in got]
             assert ranges == [(0, 2, "Accepted"), (3, None, "Rejected"), (4, 5, "Accepted"), (7, None, "Accepted")]
             assert all(d.settled and d.role for d in got)

@@ -31,14 +31,19 @@ class Capture:
         return asyncio.get_running_loop().call_later(delay, fn)
 
 
-def transfers(client: AmqpConnection, out: Capture) -> list[Transfer]:
+def performatives(client: AmqpConnection, out: Capture, kind: type) -> list:
+    """The performatives of `kind` in what the broker wrote to `out` since the last call."""
     client.receive_data(out.data)
     out.data = b""
     got = []
     while (event := client.next_event()) is not NEED_DATA:
-        if isinstance(event, Frame) and isinstance(event.performative, Transfer):
+        if isinstance(event, Frame) and isinstance(event.performative, kind):
             got.append(event.performative)
     return got
+
+
+def transfers(client: AmqpConnection, out: Capture) -> list[Transfer]:
+    return performatives(client, out, Transfer)
 
 
 def test_the_session_window_holds_deliveries_until_a_flow_opens_it(tmp_path):
