@@ -3,7 +3,7 @@ import javax.jms.*;
 import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** ActiveMQ's wildcard and composite destinations: args url. Topic consumers on prices.>,
- *  prices.*.eu and prices.stock.eu; messages to prices.stock.eu, prices.stock.us,
+ *  prices.*.eu and prices.stock.eu; messages to prices.stock.eu, prices.stock.us, prices,
  *  prices.bond.eu.long and other.thing. Prints, per consumer, the destinations it got (sorted):
  *  ANY ..., STAR ..., EXACT .... Then a composite send to "queue://comp.a,queue://comp.b,topic://comp.t"
  *  and to the queues "comp.c,comp.d": COMPOSITE name=count for each. */
@@ -28,7 +28,7 @@ public class JmsWildcards {
         MessageConsumer star = session.createConsumer(session.createTopic("prices.*.eu"));
         MessageConsumer exact = session.createConsumer(session.createTopic("prices.stock.eu"));
         MessageProducer producer = session.createProducer(null);
-        for (String name : new String[] {"prices.stock.eu", "prices.stock.us", "prices.bond.eu.long", "other.thing"}) {
+        for (String name : new String[] {"prices.stock.eu", "prices.stock.us", "prices.bond.eu.long", "other.thing", "prices"}) {
             producer.send(session.createTopic(name), session.createTextMessage(name));
         }
         System.out.println("ANY " + drain(any, 3000));
