@@ -85,3 +85,16 @@ def test_individual_and_dups_ok_acknowledgement(tmp_path, jms_broker):
     classpath = compile_program("JmsAckModes", tmp_path / "classes")
     lines = run(classpath, "JmsAckModes", f"tcp://127.0.0.1:{jms_broker.port}", "acks")
     assert lines == ["INDIVIDUAL 1r 3r 5r 7r 9r", "DUPSOK 10", "LEFT 0"]
+
+
+@petrel_only  # (a kill -9 and restart of the broker)
+def test_a_durable_wildcard_subscriber_across_a_kill9(tmp_path, jms_broker):
+    """A durable subscriber on news.> (Petrel's pattern address news.#) keeps what is published
+    to news.eu while it is away, across a kill -9 of the broker."""
+    classpath = compile_program("JmsDurable", tmp_path / "classes")
+    url = f"tcp://127.0.0.1:{jms_broker.port}"
+    assert run(classpath, "JmsDurable", url, "news.>", "5", "subscribe") == ["SUBSCRIBED"]
+    assert run(classpath, "JmsDurable", url, "news.eu", "5", "publish") == ["PUBLISHED 5"]
+    jms_broker.kill9()
+    jms_broker.start()
+    assert run(classpath, "JmsDurable", url, "news.>", "5", "receive") == ["RECEIVED 5"]
