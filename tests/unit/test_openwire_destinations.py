@@ -54,6 +54,9 @@ def test_composite_destinations():
     assert send_targets(queue("queue://a,topic://b,c,a")) == [("a", A), ("b", M), ("c", A)]
     with pytest.raises(Refused, match="names no destination"):
         send_targets(queue(" , "))
+    for name in ("prices.>", "prices.*.eu", "a,topic://b.>"):
+        with pytest.raises(Refused, match="wildcard destination"):
+            send_targets(topic(name))
 
 
 def test_message_size_as_activemq_counts_it():

@@ -5,8 +5,8 @@ ActiveMQ separates the words of a name with ``.``, as Petrel does; in a topic co
 ``prices.>`` subscribes to Petrel's pattern address ``prices.#`` and gets what is sent to every
 address below ``prices`` (`petrel.core.wildcard_routing`). A producer's composite destination
 lists several, comma-separated: ``a,b`` (each of the destination's kind) or
-``queue://a,topic://b``; the message goes to each. Wildcard queue consumers and composite
-consumers are refused with a clear error.
+``queue://a,topic://b``; the message goes to each. Wildcard queue consumers, composite
+consumers and sends to a wildcard destination are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def send_targets(dest: Destination) -> list[tuple[str, RoutingType]]:
     name = dest.name or ""
     default = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
     if "," not in name:
+        _no_wildcard(name)
         return [(name, default)]
     out = []
     for part in name.split(","):
@@ -59,8 +60,14 @@ def send_targets(dest: Destination) -> list[tuple[str, RoutingType]]:
             part, routing = part[len(QUEUE_PREFIX):], RoutingType.ANYCAST
         elif part.startswith(TOPIC_PREFIX):
             part, routing = part[len(TOPIC_PREFIX):], RoutingType.MULTICAST
+        _no_wildcard(part)
         if part and (part, routing) not in out:
             out.append((part, routing))
     if not out:
         raise Refused(f"composite destination {name!r} names no destination")
     return out
+
+
+def _no_wildcard(name: str) -> None:
+    if any(w in _WILDCARDS for w in name.split(".")):
+        raise Refused(f"cannot send to the wildcard destination {name!r} (wildcards are for consumers here)")
