@@ -136,3 +136,25 @@ def test_send_transfer_is_send_of_a_transfer(max_frame):
                                                     delivery_tag=delivery_id.to_bytes(4, "big"), message_format=0,
                                                     settled=settled or None), payload)
                     assert _events(fast) == _events(general)
+
+
+@pytest.mark.parametrize("address", ["", "q", "bench.s1.0", "é" * 60, "x" * 240, "y" * 300])
+@pytest.mark.parametrize("timestamp", [0, 1_700_000_000_000])
+@pytest.mark.parametrize("expiration", [0, 1_800_000_000_000])
+def test_the_properties_of_a_message_without_properties_are_the_general_encoding(address, timestamp, expiration,
+                                                                              monkeypatch):
+    from petrel.core.message import Message
+    from petrel.server.adapters import amqp_convert
+
+    for message_id in (0, 123_456, 10**18):
+        message = Message(id=message_id, address=address, body=b"b", properties={}, timestamp=timestamp)
+        message.expiration = expiration
+        fast = amqp_convert._bare(message)
+        with monkeypatch.context() as m:
+            m.setattr(amqp_convert, "_plain_properties", lambda _: None)
+            general = amqp_convert._bare(message)
+        assert fast == general
+        if len(address) < 100:
+            assert amqp_convert._plain_properties(message) is not None  # (the common case is taken)
+        elif len(address) == 300:
+            assert amqp_convert._plain_properties(message) is None

@@ -22,6 +22,7 @@ Mapping (AMQP -> Petrel; the way back is the reverse):
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -247,6 +248,10 @@ def _bare(message: Message) -> tuple[bytes, bool]:
     """The sections after the header, and whether a data section with the body follows them
     (then they stop before it; else they hold the body too)."""
     props = message.properties
+    if not props:  # the common case, written directly
+        plain = _plain_properties(message)
+        if plain is not None:
+            return plain, True
     app: dict[str, Any] = {}
     annotations: dict[Any, Any] = {}
     for k, v in props.items():
@@ -298,6 +303,34 @@ def _bare(message: Message) -> tuple[bytes, bool]:
 
 _MESSAGE_ANNOTATIONS, _PROPERTIES = ULong(MessageAnnotations), ULong(Properties.CODE)
 _APPLICATION_PROPERTIES, _AMQP_VALUE = ULong(ApplicationProperties), ULong(AmqpValue)
+
+
+def _plain_properties(message: Message) -> bytes | None:
+    """The properties section of a message without properties (message-id ``ID:<id>``, to, and
+    its expiry and creation times), as `_bare` encodes it, written at once; None when it does not
+    fit the short form (list8, str8), which leaves it to `_bare`."""
+    message_id = b"ID:%d" % message.id
+    to = message.address.encode("utf-8")
+    expiration, timestamp = message.expiration, message.timestamp
+    if not (0 <= expiration < 1 << 63 and 0 <= timestamp < 1 << 63):
+        return None
+    if timestamp:
+        times, count = (_NULLS5 + (b"\x83" + _S_Q.pack(expiration) if expiration else b"\x40")
+                        + b"\x83" + _S_Q.pack(timestamp)), 10
+    elif expiration:
+        times, count = _NULLS5 + b"\x83" + _S_Q.pack(expiration), 9
+    else:
+        times, count = b"", 3
+    size = 1 + 2 + len(message_id) + 1 + 2 + len(to) + len(times)  # count, message-id, user-id, to, the rest
+    if size > 255 or len(to) > 255:
+        return None
+    return b"".join((_PROPERTIES_LIST8, bytes((size, count, 0xa1, len(message_id))), message_id,
+                     b"\x40\xa1", bytes((len(to),)), to, times))
+
+
+_PROPERTIES_LIST8 = b"\x00\x53\x73\xc0"
+_NULLS5 = b"\x40" * 5  # subject, reply-to, correlation-id, content-type, content-encoding
+_S_Q = struct.Struct(">q")
 
 
 def _str(v: Any) -> str | None:
