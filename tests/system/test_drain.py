@@ -181,24 +181,36 @@ def test_a_drainer_killed_at_random_points_and_run_again_20_times_loses_and_dupl
     run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://paged.orders", range(count), body=b"k" * 200),
         timeout=300)
     src.kill9()
-    rng = random.Random(20261123)
+    # killed once it has started moving (or at once now and then)
+    kills = killed_drains(src, dst, 20, random.Random(20261123), moving=0.8, pause=0.08)
+    assert kills >= 15
+    finish_and_check(src, dst, "queue://paged.orders", count)
+
+
+def killed_drains(src: BrokerProcess, dst: BrokerProcess, runs: int, rng: random.Random, *, moving: float,
+                  pause: float) -> int:
+    """`runs` drainers, each killed (SIGKILL) up to `pause` s after its first progress line (the
+    migration moves), or at once with the chance 1 - `moving`; how many were killed."""
     kills = 0
-    for attempt in range(20):
+    for _ in range(runs):
         proc = subprocess.Popen([sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir),
                                  "--target", f"tcp://127.0.0.1:{dst.port}", "--progress", "json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        # kill it once it has started moving (or at once now and then)
-        first = proc.stdout.readline() if rng.random() < 0.8 else ""
-        time.sleep(rng.uniform(0.0, 0.08)) if first else None
+        first = proc.stdout.readline() if rng.random() < moving else ""
+        time.sleep(rng.uniform(0.0, pause)) if first else None
         if proc.poll() is None:
             proc.kill()
             kills += 1
         proc.wait(30)
         proc.stdout.close()
-    assert kills >= 15
-    done = drainer(src, dst)
+    return kills
+
+
+def finish_and_check(src: BrokerProcess, dst: BrokerProcess, queue: str, count: int) -> None:
+    """A drainer run to the end; the target then holds 0..count-1 once each, in order."""
+    done = drainer(src, dst, timeout=300)
     assert done.returncode == 0, done.stderr
-    got = run(drain(f"tcp://127.0.0.1:{dst.port}", "queue://paged.orders"), timeout=300)
+    got = run(drain(f"tcp://127.0.0.1:{dst.port}", queue), timeout=300)
     exactly(got, range(count))
     assert got == sorted(got), "the order of the queue changed"
 
@@ -213,25 +225,10 @@ def test_a_drainer_killed_while_it_builds_a_queue_and_run_again_loses_and_duplic
     count = 45_000
     run(send_range(f"tcp://127.0.0.1:{src.port}", "queue://plain", range(count), body=b"p" * 200), timeout=300)
     src.kill9()
-    rng = random.Random(20261128)
-    kills = 0
-    for attempt in range(6):
-        proc = subprocess.Popen([sys.executable, "-m", "petrel", "drain", "--data-dir", str(src.data_dir),
-                                 "--target", f"tcp://127.0.0.1:{dst.port}", "--progress", "json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        proc.stdout.readline()  # it moves the queue now, whose later messages are not built yet
-        time.sleep(rng.uniform(0.0, 0.05))
-        if proc.poll() is None:
-            proc.kill()
-            kills += 1
-        proc.wait(30)
-        proc.stdout.close()
+    # each killed while it moves the queue, whose later messages are not built yet
+    kills = killed_drains(src, dst, 6, random.Random(20261128), moving=1.0, pause=0.05)
     assert kills >= 3
-    done = drainer(src, dst, timeout=300)
-    assert done.returncode == 0, done.stderr
-    got = run(drain(f"tcp://127.0.0.1:{dst.port}", "queue://plain"), timeout=300)
-    exactly(got, range(count))
-    assert got == sorted(got), "the order of the queue changed"
+    finish_and_check(src, dst, "queue://plain", count)
 
 
 def test_target_unreachable_is_exit_1_with_the_reason_and_the_source_is_kept(brokers):
