@@ -1,8 +1,9 @@
 """``petrel drain``: move every message of an orphaned data directory to a live broker.
 
 The drainer is a broker started in scale-down mode: it locks the data directory (a directory
-a running broker holds is refused), recovers it, listens on nothing, moves every message to
-the target (``petrel.ha.scale_down``), checks that nothing is left, and stops. Exit 0 only
+a running broker holds is refused), recovers it (most messages are built only as they move, in
+their queue's order: ``petrel.core.staged``), listens on nothing, moves every message to the
+target (``petrel.ha.scale_down``), checks that nothing is left, and stops. Exit 0 only
 when the directory is empty of messages; 1 with the reason otherwise; 2 on bad usage. A rerun
 after any failure (or a ``kill -9``) moves the rest and delivers nothing twice.
 """
