@@ -12,6 +12,7 @@ FORWARD. Confirmations come after the disk, like a client's sends.
 from __future__ import annotations
 
 import logging
+from sys import intern
 from typing import TYPE_CHECKING
 
 from petrel.codec.core import ErrorCode, Result, SendFailed
@@ -98,8 +99,9 @@ class MigrationFrames:
         if not {type(value) for m in messages for value in m.properties.values()} <= _SCALAR_TYPES:
             raise Fatal(ErrorCode.PROTOCOL, "message property values must be scalars")
         next_id, now = self._next_id, now_ms()
-        batch = [(Message(next_id(), m.address, m.body, m.properties, m.durable, m.priority, m.expiration,
-                          m.timestamp or now, m.scheduled, routing_type), m.dup, m.delivery_count)
+        # one string for an address however many messages name it (a million moved held a million)
+        batch = [(Message(next_id(), intern(m.address), m.body, m.properties, m.durable, m.priority,
+                          m.expiration, m.timestamp or now, m.scheduled, routing_type), m.dup, m.delivery_count)
                  for m in messages]
         durable = any(m.durable for m in messages)
         if not self.forward_tx:  # one store transaction for the read's forwarded messages
