@@ -476,7 +476,8 @@ class ClusterConnection:
         self._topology_event += 1
         for conn in list(self.broker.connections):
             adapter = conn.adapter
-            if getattr(adapter, "protocol", None) == "core" and getattr(adapter, "cluster_peer", None) is None:
+            if getattr(adapter, "protocol", None) in ("core", "openwire") and \
+                    getattr(adapter, "cluster_peer", None) is None:
                 adapter.send_topology(client_view)
 
     def _discovered(self, entries: dict) -> None:

@@ -11,8 +11,8 @@ ways with the negotiated inactivity duration. A command that asks for a response
 Response in read order, a persistent message's only once it is durable (the session's
 confirmations); refusals are ExceptionResponses. A fault-tolerant (failover) client's messages
 carry their message id as the duplicate id, so its resends after a reconnect are not
-duplicated. Not yet: XA, compressed bodies, the cluster's members in
-ConnectionControl/BrokerInfo, tight encoding.
+duplicated. A clustered broker's members go to failover clients (`openwire_cluster`). Not yet:
+XA, compressed bodies, tight encoding.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from petrel.codec.openwire import (
     NEED_DATA,
-    BrokerId,
-    BrokerInfo,
     ConnectionControl,
     ConnectionError as OwConnectionError,
     ConnectionId,
@@ -60,6 +58,7 @@ from petrel.codec.openwire import (
 from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
 from petrel.server.access import Access
 from petrel.server.adapters.openwire_browsers import OpenWireBrowsers
+from petrel.server.adapters.openwire_cluster import OpenWireCluster
 from petrel.server.adapters.openwire_consumers import OpenWireConsumers
 from petrel.server.adapters.openwire_producers import OpenWireProducers
 from petrel.server.login import OffLoopLogin
@@ -78,7 +77,9 @@ SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
 IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand)
 
 
-class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers):
+class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers, OpenWireCluster):
+    protocol = "openwire"
+
     def __init__(self, broker: Broker, conn: Connection) -> None:
         self.broker = broker
         self.office = broker.office
@@ -197,8 +198,9 @@ class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers):
         self.connection_id = c.connection_id.value if c.connection_id else None
         self.client_id = c.client_id
         self.fault_tolerant = c.fault_tolerant  # a failover client: its resends must not duplicate
-        self.write(BrokerInfo(broker_id=BrokerId(self.node), broker_name="petrel"))
+        self.write(self.broker_info())
         self.respond(c)
+        self.send_cluster()  # a failover client learns the cluster's other members
 
     def _log_in(self, c: ConnectionInfo) -> None:
         self._login_task = OffLoopLogin(
