@@ -3,7 +3,7 @@ a queue, 1 KiB messages, with ActiveMQ's own JMS client, on Petrel and ActiveMQ 
 package) in one run, as ratios of medians.
 
     .venv/bin/python bench/jms.py [--runs 5] [--s1 100000] [--s2 5000] [--size 1024]
-                                  [--brokers petrel,activemq] [--warmup 20000]
+                                  [--brokers petrel,activemq,activemq-storesync] [--warmup 20000]
 
 bench/java/JmsBench.java is compiled here with `javac` against the jars the OpenWire tests use
 (Debian's libactivemq-java and libgeronimo-jms-1.1-spec-java: tests/system/jms.py). Each broker
@@ -15,8 +15,11 @@ Each run, for each broker in turn (the order alternates between runs), one JVM r
 producer (its own connection) sending COUNT BytesMessages; the figure is COUNT / the time from
 the first send to the last message received. S1's sends are non-persistent (the client sends
 them without waiting: no producer window), S2's persistent (each send waits for the broker's
-response, which both brokers give once the message is on disk: Petrel's journal sync, KahaDB's
-journal with its default enableJournalDiskSyncs).
+response: Petrel's once the message is on disk; ActiveMQ's, with KahaDB's defaults, once it is on
+disk or once its consumer has acknowledged it, whichever comes first (concurrentStoreAndDispatch:
+a message acknowledged before KahaDB writes it is never written). "activemq-storesync" is
+ActiveMQ with concurrentStoreAndDispatchQueues off, every persistent send on disk before its
+response, as on Petrel. The goal's peer is ActiveMQ as it ships.
 
 Before run 1 each broker gets --warmup S1 messages, not counted. Besides msgs/s, each run reads
 the broker process's CPU time (utime + stime of /proc/<pid>/stat around the JVM's run, its
@@ -29,10 +32,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -43,10 +46,26 @@ from stompbench import procstat
 from stompbench.brokers.activemq import ActiveMQ
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "system"))
-from jms import JARS, JAVA_DIR  # noqa: E402 (the OpenWire tests' jar list)
+_spec = importlib.util.spec_from_file_location("openwire_jms", HERE.parent / "tests" / "system" / "jms.py")
+_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tests)  # the OpenWire tests' jar list (tests/system/jms.py: not this module's name)
+JARS, JAVA_DIR = _tests.JARS, _tests.JAVA_DIR
 
-BROKERS = ("petrel", "activemq")
+BROKERS = ("petrel", "activemq", "activemq-storesync")
+PEERS = BROKERS[1:]
+
+
+class ActiveMQStoreSync(ActiveMQ):
+    """ActiveMQ with KahaDB's concurrentStoreAndDispatchQueues off: by default a persistent
+    message that its consumer acknowledges before KahaDB has written it is never written (its
+    store task is cancelled, and the send is answered all the same); with it off, every persistent
+    send is on disk before its response, as on Petrel."""
+
+    def command(self, workdir: Path) -> list[str]:
+        cmd = super().command(workdir)
+        xml = workdir / "conf" / "activemq.xml"
+        xml.write_text(xml.read_text().replace("<kahaDB ", '<kahaDB concurrentStoreAndDispatchQueues="false" '))
+        return cmd
 WORKLOADS = (("S1", False), ("S2", True))
 
 
@@ -96,30 +115,35 @@ def summary(figures: dict[tuple[str, str], list[tuple[float | None, float | None
         ratio = bs.ratio(med.get("petrel"), med.get("activemq"))
         rows.append({
             "workload": workload, "median": med, "runs": rates, "ratio": ratio,
-            "paired": bs.paired_ratio(rates.get("petrel", []), rates.get("activemq", [])),
+            "ratios": {p: bs.ratio(med.get("petrel"), med.get(p)) for p in PEERS if p in names},
+            "paired": {p: bs.paired_ratio(rates.get("petrel", []), rates[p]) for p in PEERS if p in names},
             "cpu_us_per_msg": {b: bs.median(c for _, c in figures.get((workload, b), [])) for b in names},
             "goal_met": None if workload != "S2" or ratio is None else ratio >= 1.0,
         })
     rows.append({"workload": "peak RSS MiB", "rss_mib": rss,
                  "ratio": bs.ratio(rss.get("petrel"), rss.get("activemq")),
+                 "ratios": {p: bs.ratio(rss.get("petrel"), rss.get(p)) for p in PEERS if p in names},
                  "goal_met": None if "petrel" not in rss or "activemq" not in rss
                  else rss["petrel"] <= rss["activemq"] / 4})
     return rows
 
 
 def table(rows: list[dict], names: list[str]) -> str:
-    head = ("| row | " + " | ".join(f"{b} msgs/s" for b in names) + " | Petrel / ActiveMQ (per-run) | "
+    peers = [p for p in PEERS if p in names]
+    head = ("| row | " + " | ".join(f"{b} msgs/s" for b in names) + " | "
+            + " | ".join(f"Petrel / {p} (per-run)" for p in peers) + " | "
             + " | ".join(f"{b} CPU µs/msg" for b in names) + " | goal |")
-    lines = [head, "|" + "---|" * (2 * len(names) + 3)]
+    lines = [head, "|" + "---|" * (2 * len(names) + len(peers) + 2)]
     for r in rows:
         goal = "–" if r["goal_met"] is None else ("met" if r["goal_met"] else "NOT met")
         if "rss_mib" in r:
-            lines.append(f"| {r['workload']} | " + " | ".join(bs.fmt(r["rss_mib"].get(b), 1) for b in names)
-                         + f" | {bs.fmt(r['ratio'], 2)} | " + " | ".join("" for _ in names) + f" | {goal} |")
+            lines.append(f"| {r['workload']} | " + " | ".join(bs.fmt(r["rss_mib"].get(b), 1) for b in names) + " | "
+                         + " | ".join(bs.fmt(r["ratios"][p], 2) for p in peers) + " | "
+                         + " | ".join("" for _ in names) + f" | {goal} |")
             continue
-        lines.append(f"| {r['workload']} | " + " | ".join(bs.fmt(r["median"][b]) for b in names)
-                     + f" | {bs.fmt(r['ratio'], 2)} ({bs.fmt(r['paired'], 2)}) | "
-                     + " | ".join(bs.fmt(r["cpu_us_per_msg"][b], 1) for b in names) + f" | {goal} |")
+        lines.append(f"| {r['workload']} | " + " | ".join(bs.fmt(r["median"][b]) for b in names) + " | "
+                     + " | ".join(f"{bs.fmt(r['ratios'][p], 2)} ({bs.fmt(r['paired'][p], 2)})" for p in peers)
+                     + " | " + " | ".join(bs.fmt(r["cpu_us_per_msg"][b], 1) for b in names) + f" | {goal} |")
     return "\n".join(lines)
 
 
@@ -148,14 +172,15 @@ def main() -> None:
                 petrel = BrokerProcess(Path(tmp) / "petrel").start()
                 stops.append(petrel.kill9)
                 brokers.append(("petrel", petrel.port, petrel.proc.pid))
-            if "activemq" in wanted:
-                port = free_port()
-                activemq = ActiveMQ(transports={"tcp": port})
-                activemq.check()
-                activemq.start()
-                stops.append(activemq.stop)
-                wait_for(lambda: _accepts(port), 60, message="ActiveMQ's OpenWire port did not open")
-                brokers.append(("activemq", port, activemq.pid))
+            for name, cls in (("activemq", ActiveMQ), ("activemq-storesync", ActiveMQStoreSync)):
+                if name in wanted:
+                    port = free_port()
+                    broker = cls(transports={"tcp": port})
+                    broker.check()
+                    broker.start()
+                    stops.append(broker.stop)
+                    wait_for(lambda: _accepts(port), 60, message=f"{name}'s OpenWire port did not open")
+                    brokers.append((name, port, broker.pid))
             figures: dict[tuple[str, str], list[tuple[float | None, float | None]]] = {}
             for name, port, pid in brokers if args.warmup else ():  # JIT compilers and caches warm
                 one_run(classpath, port, "bench.warmup", args.warmup, args.size, False, pid)
