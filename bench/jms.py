@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.util
-import json
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -96,14 +94,6 @@ def one_run(classpath: str, port: int, queue: str, count: int, size: int, persis
     return count / float(result[0][2]), cpu * 1e6 / count
 
 
-def _accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 def summary(figures: dict[tuple[str, str], list[tuple[float | None, float | None]]], names: list[str],
             rss: dict[str, float]) -> list[dict]:
     """One row per workload: medians per broker, Petrel / ActiveMQ (of the medians, and the median
@@ -159,8 +149,7 @@ def main() -> None:
     wanted = [b for b in args.brokers.split(",") if b in BROKERS]
     started = dt.datetime.now(dt.timezone.utc)
     load_before = bs.loadavg()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
-                            capture_output=True, text=True).stdout.strip()  # at the start: others commit meanwhile
+    commit = bs.head_commit()
     counts = {"S1": args.s1, "S2": args.s2}
     with tempfile.TemporaryDirectory() as tmp:
         classpath = compile_bench(Path(tmp) / "classes")
@@ -179,7 +168,7 @@ def main() -> None:
                     broker.check()
                     broker.start()
                     stops.append(broker.stop)
-                    wait_for(lambda: _accepts(port), 60, message=f"{name}'s OpenWire port did not open")
+                    wait_for(lambda: bs.accepts(port), 60, message=f"{name}'s OpenWire port did not open")
                     brokers.append((name, port, broker.pid))
             figures: dict[tuple[str, str], list[tuple[float | None, float | None]]] = {}
             for name, port, pid in brokers if args.warmup else ():  # JIT compilers and caches warm
@@ -205,11 +194,8 @@ def main() -> None:
           f"non-persistent, S2 {args.s2:,} persistent, {args.size}-byte BytesMessages, ActiveMQ's JMS client, "
           f"1 producer -> 1 consumer on a queue; load average before {load_before}, after {load_after}\n")
     print(table(rows, names))
-    out = HERE / "results" / f"jms-{started:%Y%m%d-%H%M%S}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"started": started.isoformat(), "commit": commit, "args": vars(args),
-                               "load_before": load_before, "load_after": load_after, "summary": rows},
-                              indent=1) + "\n")
+    out = bs.save_results("jms", started, {"started": started.isoformat(), "commit": commit, "args": vars(args),
+                                          "load_before": load_before, "load_after": load_after, "summary": rows})
     print(f"results: {out}")
 
 
