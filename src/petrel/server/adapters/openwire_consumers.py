@@ -50,6 +50,18 @@ ADVISORY_PREFIX = "ActiveMQ.Advisory."
 LAST_DELIVERED_UNKNOWN = -2  # RemoveInfo.lastDeliveredSequenceId when the client does not say
 
 
+def dispatched_up_to(delivering: dict[int, MessageReference], order: dict[int, int], limit: int) -> list:
+    """The held messages dispatched no later than dispatch number `limit`: a prefix of
+    `delivering`, which is in delivery order (as the dispatch numbers), so the walk stops at the
+    first later one instead of reading all that the consumer holds (up to its prefetch) per ack."""
+    refs = []
+    for s, ref in delivering.items():
+        if order.get(s, 0) > limit:
+            break
+        refs.append(ref)
+    return refs
+
+
 class Sub:
     """One OpenWire consumer: its ConsumerInfo, its Petrel consumer (None for an advisory one),
     and what it was dispatched (acks name messages by id)."""
@@ -194,9 +206,7 @@ class OpenWireConsumers:
         if kind == AckType.INDIVIDUAL:
             refs = [delivering[seq]]
         else:  # everything dispatched up to the last one (a rolled-back transaction's acks come back unordered)
-            order = sub.order
-            limit = order.get(seq, 0)
-            refs = [ref for s, ref in delivering.items() if order.get(s, 0) <= limit]
+            refs = dispatched_up_to(delivering, sub.order, sub.order.get(seq, 0))
         if a.transaction_id is None:
             for ref in refs:
                 sub.by_message.pop(ref.message.id, None)
