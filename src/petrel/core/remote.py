@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from petrel.core.selector import Selector
 
 __all__ = ["Balancing", "Link", "RemoteBinding", "ROUTE_TO", "SYNC_FIRST", "INSTANCE", "KEY_SEPARATOR", "ORIGIN",
-           "bridge_dup_id", "bridge_dup_sender", "local_demand", "origin_hops", "remote_key", "with_origin"]
+           "bridge_dup_id", "bridge_dup_sender", "local_demand", "origin_hops", "origin_start", "remote_key", "with_origin"]
 
 #: Property of a store-and-forward copy: the binding keys on the next hop, joined by KEY_SEPARATOR.
 ROUTE_TO = "_PETREL_ROUTE_TO"
@@ -69,6 +69,12 @@ def with_origin(properties: dict, node_id: str, queue: str, seq: int) -> dict:
     earlier = properties.get(ORIGIN) if properties else None
     out[ORIGIN] = f"{earlier[:-1]},{hop}]" if earlier and origin_hops(properties) else f"[{hop}]"
     return out
+
+
+def origin_start(node_id: str, queue: str) -> str:
+    """What `with_origin` writes before the sequence number for a message with no `ORIGIN` yet:
+    its value is this + ``str(seq) + "]]"`` (a migration makes it once per queue)."""
+    return f"[{_hop_prefix(node_id, queue)},"
 
 
 @functools.lru_cache(maxsize=256)

@@ -52,6 +52,7 @@ from petrel.core.remote import (
     SYNC_FIRST,
     bridge_dup_id,
     migration_dup_id,
+    origin_start,
     with_origin,
 )
 
@@ -133,6 +134,8 @@ class Migration:
         self._batch_bytes = 0
         self._batch_limit = BATCH_BYTES  # bytes per batch, within the target's largest frame
         self._flushing: asyncio.Handle | None = None
+        self._origin = ""  # the queue being moved: `origin_start` of its hop
+        self._dup_head = self._dup_tail = ""  # ... and its messages' duplicate IDs around their seq
 
     # -- the run ---------------------------------------------------------------------------------------
 
@@ -231,6 +234,10 @@ class Migration:
         self._queue_window = self.bridge_window if self._bridged else self.window
         # every MIGRATE_BATCH of this queue names it: its routing type, whatever the address has
         self._batch_to = (int(queue.routing_type), [queue.name])
+        node = self.broker.node_id
+        self._origin = origin_start(node, queue.name)
+        head, _, tail = migration_dup_id(node, queue.id, 0).rpartition(":0@")
+        self._dup_head, self._dup_tail = f"{head}:", f"@{tail}"
         consumer = self._consumer = Consumer(queue, self._deliver, window=max(self._queue_window - self.removing, 0))
         queue.add_consumer(consumer)
         if queue.unschedule_all():
@@ -290,6 +297,24 @@ class Migration:
         message = ref.message
         properties = message.properties
         bridged = self._bridged
+        if message.large is None and not bridged and ORIGIN not in properties and DUPLICATE_ID not in properties:
+            # the common case, as the general way below makes it: the queue's hop, made once
+            properties = dict(properties)
+            seq = ref.seq
+            properties[ORIGIN] = origin = f"{self._origin}{seq}]]"
+            self.sent += 1
+            self.in_flight.append((ref, self._consumer))
+            batch = self._batch
+            batch.append(Migrated(
+                message.address, message.durable, message.priority, message.expiration, message.timestamp,
+                message.scheduled, properties, message.body, ref.delivery_count,
+                f"{self._dup_head}{seq}{self._dup_tail}"))
+            self._batch_bytes += message.size + len(ORIGIN) + len(origin)
+            if len(batch) >= BATCH or self._batch_bytes >= self._batch_limit:
+                self._flush()
+            elif self._flushing is None:
+                self._flushing = asyncio.get_running_loop().call_soon(self._flush)
+            return
         if not bridged:  # where it was (its identity for readers such as the Spark source)
             properties = with_origin(properties, self.broker.node_id, ref.queue.name, ref.seq)
         if DUPLICATE_ID in properties:  # the copies of one send (one per queue) are one instance
@@ -413,6 +438,18 @@ class Migration:
         self._batch, self._batch_bytes = [], 0
 
     def _confirmed(self, count: int) -> None:
+        store = self.office.store
+        hold = getattr(store, "hold_deletes", None)  # the confirmed ones' deletes in one run
+        if hold is None:
+            self._remove_confirmed(count)
+            return
+        hold()
+        try:
+            self._remove_confirmed(count)
+        finally:
+            store.release_deletes()
+
+    def _remove_confirmed(self, count: int) -> None:
         removed = 0
         while self.confirmed < count and self.in_flight:
             self.confirmed += 1

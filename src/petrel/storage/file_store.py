@@ -106,6 +106,7 @@ class FileStore:
         # (address, id) -> record id
         self._dup_after_pages: dict[int, tuple[tuple[str, str], bytes]] = {}
         self._dup_waiting: dict[tuple[str, str], int] = {}  # ... of sends whose one page is their home
+        self._held_deletes: list[int] | None = None  # deletes outside transactions held (hold_deletes)
         self._dup_homes: set[tuple[str, str]] = set()  # paged as their send's only home, ID to come
         self._dup_waits = 0  # syncs waiting for the page writer before appending those
         self._next_id = 1
@@ -270,12 +271,15 @@ class FileStore:
              failed: Callable[[BaseException], None] | None = None) -> None:
         """`done` runs once everything appended so far, to any journal, is durable (or at once if
         syncs are off); `failed(error)` runs instead when that cannot be done (a write failed).
+        Held deletes (`hold_deletes`) are appended first.
 
         A journal is waited on whenever something appended to it is not yet known durable, not
         only when this caller appended to it: a record another connection appended (a queue, say)
         can be what this caller's records depend on.  Journals report their durable position;
         page files count appends and what confirmed syncs covered.
         """
+        if self._held_deletes:
+            self._release_held()
         if not (self.sync_transactional if transactional else self.sync_non_transactional):
             self._append_dup_ids(list(self._dup_after_pages))
             done()
@@ -398,8 +402,26 @@ class FileStore:
         if tx_id:
             self._tx_with_records.add(tx_id)
             self.messages.delete_tx(tx_id, message_id)
+        elif self._held_deletes is not None:
+            self._held_deletes.append(message_id)
         else:
             self.messages.delete(message_id)
+
+    def hold_deletes(self) -> None:
+        """Deletes outside transactions wait, until `release_deletes` (or a `sync`), and then go
+        to the journal together, in order (`FileJournal.delete_many`: one run of DELETE records,
+        not one hand-over each): a migration removing a confirmed batch."""
+        if self._held_deletes is None:
+            self._held_deletes = []
+
+    def release_deletes(self) -> None:
+        held, self._held_deletes = self._held_deletes, None
+        if held:
+            self.messages.delete_many(held)
+
+    def _release_held(self) -> None:
+        held, self._held_deletes = self._held_deletes, []
+        self.messages.delete_many(held)
 
     def update_delivery_count(self, message_id: int, queue_id: int, count: int, tx_id: int = 0) -> None:
         """`tx_id`: in that transaction, the one that adds the message (a count it arrives with):
@@ -522,6 +544,8 @@ class FileStore:
 
     def after_written(self, done: Callable[[], None]) -> None:
         """`done` runs once the message journal has written what was appended so far."""
+        if self._held_deletes:
+            self._release_held()
         self.messages.sync(done)
 
     def pages_in_flight(self, queue_id: int) -> bool:

@@ -18,11 +18,12 @@ from petrel.storage.stream import StoreStream
 
 from .compact import clean_strays, roll_forward
 from .errors import JournalError
-from .ledger import ADD_TX_RUN, Ledger
+from .ledger import ADD_TX_RUN, DELETE_RUN, Ledger
 from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, MARK, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 from .records import (
     HEADER_SIZE,
     encode_data,
+    encode_delete_run,
     encode_tx_counts,
     encode_tx_data,
     encode_tx_end,
@@ -272,6 +273,29 @@ class FileJournal:
         self._known.discard(id)
         self._push(seg, off, data, (DELETE, id, 0, seg, _DELETE_SIZE), done)
 
+    def delete_many(self, ids: list[int]) -> None:
+        """`delete` of each id of ``ids``, in order: the same DELETE records, placed and encoded
+        in runs (as many as the segment holds) and handed to the writer once per run."""
+        if self._state != "started" or self._writer.dead:
+            self._check()
+        known = self._known
+        for id in ids:
+            if id not in known:
+                raise JournalError(f"cannot delete unknown record {id}")
+        known.difference_update(ids)
+        start, n = 0, len(ids)
+        while start < n:
+            # as many as fit where the segment's room ends (one MARK may come first), at least one
+            room = (self.file_size - self._off - _MARK_SIZE) // _DELETE_SIZE
+            end = min(n, start + max(room, 1))
+            run = ids[start:end] if start or end < n else ids
+            size = _DELETE_SIZE * len(run)
+            seg, off = self._place(size)
+            data = bytearray()
+            encode_delete_run(seg, run, data)
+            self._push_run(seg, off, data, (DELETE_RUN, run, 0, seg, size))
+            start = end
+
     def _tx_record(self, rtype: int, tx_id: int, id: int, user_type: int, body: bytes) -> _OpenTx:
         if self._state != "started" or self._writer.dead:
             self._check()
@@ -335,7 +359,7 @@ class FileJournal:
             start = end
 
     def _push_run(self, seg: int, off: int, data: bytearray, item: tuple) -> None:
-        """`_push` of the records of ``item`` (an ADD_TX_RUN) whose bytes are ``data``, together."""
+        """`_push` of the records of ``item`` (an ADD_TX_RUN or DELETE_RUN) whose bytes are ``data``, together."""
         p = self._pending
         with p.lock:
             chunks = p.chunks

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, HEADER_SIZE, ROLLBACK, UPDATE, UPDATE_TX
 
-__all__ = ["ADD_TX_RUN", "Ledger", "SegmentState"]
+__all__ = ["ADD_TX_RUN", "DELETE_RUN", "Ledger", "SegmentState"]
 
 #: Not a record type: an item of the appender for several ADD_TX records of one transaction
 #: placed together in one segment (`FileJournal.add_tx_many`), accounted in one go:
 #: ``(ADD_TX_RUN, {record id: (segment, size)}, tx id, segment, their total size)``.
 ADD_TX_RUN = 0
+#: Likewise for several DELETE records placed together in one segment (`FileJournal.delete_many`):
+#: ``(DELETE_RUN, [record id, ...], 0, segment, their total size)``.
+DELETE_RUN = 1
 
 
 
@@ -136,6 +139,14 @@ class Ledger:
             entry = self.live.pop(rid, None)
             if entry is not None:
                 self._kill(rid, entry, state)
+            return
+        elif rtype == DELETE_RUN:  # rid: the deleted records' ids
+            state.records += len(rid) - 1
+            pop, kill = self.live.pop, self._kill
+            for one in rid:
+                entry = pop(one, None)
+                if entry is not None:
+                    kill(one, entry, state)
             return
         elif rtype == ADD_TX or rtype == UPDATE_TX or rtype == DELETE_TX:
             recs = self.open_txs.get(tx_id)

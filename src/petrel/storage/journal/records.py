@@ -233,6 +233,20 @@ def encode_tx_run(rtype: int, segment_id: int, user_type: int, tx_id: int,
         out += trailer(crc32(body, crc32(head_fields, check)))
 
 
+def encode_delete_run(segment_id: int, ids: list[int], out: bytearray) -> None:
+    """`encode_data(DELETE, segment_id, 0, id, b"")` of each id, one after the other, onto ``out``
+    (the header is the same for all of them: packed and checked once)."""
+    head = _COMMON.pack(int(RecordType.DELETE), 0, _OVERHEAD[RecordType.DELETE], segment_id)
+    check = crc32(head)
+    short = check & 0xFFFF
+    fields, trailer = _ID.pack, _CRC.pack
+    for id in ids:
+        head_fields = fields(short, id)
+        out += head
+        out += head_fields
+        out += trailer(crc32(head_fields, check))
+
+
 def encode_tx_end(rtype: int, segment_id: int, tx_id: int, count: int, body: bytes) -> bytes:
     """Encode PREPARE/COMMIT (``count`` is used) or ROLLBACK (``count`` ignored)."""
     head = _COMMON.pack(rtype, 0, _OVERHEAD[rtype] + len(body), segment_id)

@@ -44,7 +44,7 @@ from time import monotonic_ns, perf_counter_ns
 
 from .compact import BackgroundCompaction, Compactor
 from .errors import JournalError
-from .ledger import ADD_TX_RUN, Ledger
+from .ledger import ADD_TX_RUN, DELETE_RUN, Ledger
 from .records import MARK
 from .segment import FilePool, Layout, SegmentFile
 
@@ -361,7 +361,7 @@ class Writer:
             code = item[0]
             if code == MARK:
                 records -= 1  # MARKs are the journal's own bookkeeping
-            elif code == ADD_TX_RUN:
+            elif code == ADD_TX_RUN or code == DELETE_RUN:
                 records += len(item[1]) - 1
             apply(*item)
         self.batches += 1
