@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from petrel.client import ClientError, Connection, NotFound, QueueSequence, RequestFailed, parse_url
+from petrel.core.redistribution import INTERNAL_PREFIX
 
 __all__ = ["Nodes", "connect", "retrying", "seed_urls"]
 
@@ -111,11 +112,14 @@ class Nodes:
 
     # -- requests --------------------------------------------------------------------------
     def queues(self) -> dict[str, list[str]]:
-        """Node ID -> the names of its queues that the ``queues`` option names."""
+        """Node ID -> the names of its queues that the ``queues`` option names; never the broker's
+        own (``$.petrel.*``): a store-and-forward queue holds copies on their way to another node,
+        which the query reads where they arrive (and `#` names them too)."""
         out = {}
         for node, url in sorted(self.discover().items()):
             try:
-                names = self.call(node, lambda c: sorted({n for p in self.patterns for n in c.queue_names(p)}))
+                names = self.call(node, lambda c: sorted({n for p in self.patterns for n in c.queue_names(p)
+                                                          if not n.startswith(INTERNAL_PREFIX)}))
             except ClientError as exc:
                 log.warning("petrel source: cannot list the queues of node %s at %s: %s", node, url, exc)
                 continue
