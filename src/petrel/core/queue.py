@@ -330,6 +330,18 @@ class Queue:
         if self.non_destructive:
             self._deliver_non_destructive(consumers, now)
             return
+        if len(consumers) == 1:  # one consumer (a migration, a bridge): no round-robin per message
+            consumer = consumers[0]
+            next_for, hand_over = self._next_for, self._hand_over
+            while self._available and len(consumers) == 1 and consumers[0] is consumer:
+                if not consumer.has_credit():
+                    return
+                ref = next_for(consumer, now)
+                if ref is None:
+                    return
+                self._rr = 1
+                hand_over(consumer, ref)
+            # the consumers changed under a delivery: the general way
         while self._available and consumers:
             progressed = False
             n = len(consumers)

@@ -450,23 +450,28 @@ class Migration:
             store.release_deletes()
 
     def _remove_confirmed(self, count: int) -> None:
-        removed = 0
-        while self.confirmed < count and self.in_flight:
-            self.confirmed += 1
-            ref, consumer = self.in_flight.popleft()
-            if self.failed.pop(self.confirmed, None) is not None:
-                # refused (the target's address is full): it, and everything sent after it, which
-                # the target refuses too, go back in order once the target has room
-                self._refused.append(ref)
-                if self._consumer is not None:
-                    self._consumer.paused = True
-                self._refused_at = self._refused_at or time.monotonic()
-                continue
-            self.moved += 1
-            self.bytes += ref.message.body_size
-            # no delivery per removal: its credit comes back once the removal is on disk (_hold)
-            ref.queue.acknowledge(ref, 0, consumer, deliver=False)
-            removed += 1
+        removed = nbytes = 0
+        confirmed, in_flight, failed = self.confirmed, self.in_flight, self.failed
+        try:
+            while confirmed < count and in_flight:
+                confirmed += 1
+                ref, consumer = in_flight.popleft()
+                if failed and failed.pop(confirmed, None) is not None:
+                    # refused (the target's address is full): it, and everything sent after it, which
+                    # the target refuses too, go back in order once the target has room
+                    self._refused.append(ref)
+                    if self._consumer is not None:
+                        self._consumer.paused = True
+                    self._refused_at = self._refused_at or time.monotonic()
+                    continue
+                nbytes += ref.message.body_size
+                # no delivery per removal: its credit comes back once the removal is on disk (_hold)
+                ref.queue.acknowledge(ref, 0, consumer, deliver=False)
+                removed += 1
+        finally:
+            self.confirmed = confirmed
+            self.moved += removed
+            self.bytes += nbytes
         if removed:
             self._hold(removed)
             self.office.store.sync(lambda: self._hold(-removed))
