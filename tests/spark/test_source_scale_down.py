@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from petrel.client import Connection, Message
-from petrel.testing.cluster import make_cluster, start_all, wait_connected
+from petrel.client import Connection
 from petrel.testing.process import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
@@ -27,22 +26,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import cluster_queue  # noqa: E402
+from cluster_queue import bodies, two_nodes  # noqa: E402
 from source_job import run  # noqa: E402
 
 QUEUE = "sd.q"
 
 
 def send(conn: Connection, prefix: str, numbers: range) -> set[str]:
-    with conn.session() as session:
-        producer = session.producer(f"queue://{QUEUE}")
-        for i in numbers:
-            producer.send(Message(f"{prefix}-{i}".encode(), durable=True))
-        session.flush()
-    return {f"{prefix}-{i}" for i in numbers}
-
-
-def bodies(spark, out: Path) -> Counter:
-    return Counter(r.body.decode() for r in spark.read.parquet(str(out)).select("body").collect())
+    return cluster_queue.send(conn, QUEUE, prefix, numbers)
 
 
 def last_batch(ck: Path) -> int:
@@ -55,21 +47,7 @@ def without_node(conn: Connection, node_id: str) -> bool:
 
 @pytest.fixture
 def cluster(tmp_path):
-    nodes = make_cluster(tmp_path / "cluster", 2, balancing="OFF")
-    start_all(nodes)
-    wait_connected(nodes)
-    conns = [Connection(f"tcp://127.0.0.1:{n.port}") for n in nodes]
-    for c in conns:
-        c.create_queue(QUEUE)
-    yield nodes, conns
-    for c in conns:
-        try:
-            c.close()
-        except Exception:  # noqa: BLE001 - a node may be gone
-            pass
-    for n in nodes:
-        if n.proc is not None and n.proc.poll() is None:
-            n.kill9()
+    yield from two_nodes(tmp_path, QUEUE, balancing="OFF")
 
 
 def first_read(spark, tmp_path: Path, cluster) -> tuple[str, Path, Path, set[str]]:
