@@ -47,7 +47,11 @@ class Redistributing:
             return -1
         if queue.non_destructive or queue.name.startswith(INTERNAL_PREFIX):
             return -1
-        if self.has_seq_cursors(queue):  # read by cursors (core/cursors.py): its messages stay here
+        # read by cursors (core/cursors.py): its messages stay here, so a Spark query never reads
+        # one twice (here, then where it moved). Not a `_PETREL_ORIGIN` hop instead: this node
+        # stays and its offsets pass the numbers it moved, so the source could not tell a copy
+        # it read here from one that left before it looked (petrel.spark.copies)
+        if self.has_seq_cursors(queue):
             return -1
         return self.settings_for(queue.address).redistribution_delay
 
