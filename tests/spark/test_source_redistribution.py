@@ -56,8 +56,8 @@ def test_a_consumer_on_another_node_does_not_make_the_read_node_redistribute(spa
     assert a.queue_info(QUEUE)["message_count"] == 100  # what was read is still held, and the rest
     with b.session() as session:
         consumer = session.consumer(f"queue://{QUEUE}")
-        # node A knows B's consumer once a fresh send to A goes to it (A's queue has none)
-        send(a, "routed", range(1))
+        wait_bindings(nodes[0], QUEUE, consumers=1)  # A knows B's consumer
+        send(a, "routed", range(1))  # a fresh send to A goes to it (A's queue has none)
         got = consumer.receive(30)
         assert got is not None and got.body == b"routed-0", got
         got.ack()
