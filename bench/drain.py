@@ -58,7 +58,7 @@ from stompbench.report import figure as _fmt, source_state  # noqa: E402
 from core_clients import now_ns  # noqa: E402
 from core_rows import run_phase  # noqa: E402
 
-from petrel.testing.process import BrokerProcess, free_port  # noqa: E402
+from petrel.testing.process import TEST_SECURITY, BrokerProcess, free_port  # noqa: E402
 
 BACKLOG = "bench.drain.backlog"
 LIVE = "bench.drain.live"
@@ -267,7 +267,11 @@ def measure_migration(label: str, count: int, size: int, runs: int, args, root: 
 
 
 def petrel(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "petrel", *argv], capture_output=True, text=True, timeout=timeout)
+    """A `petrel` command whose brokers run without security, as the migration part's
+    `BrokerProcess` brokers do (TEST_SECURITY), so the bench's anonymous clients can fill them."""
+    env = {**TEST_SECURITY, **os.environ}
+    return subprocess.run([sys.executable, "-m", "petrel", *argv], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def measure_scale(args, root: Path) -> dict:
