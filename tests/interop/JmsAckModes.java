@@ -1,7 +1,6 @@
 import java.util.ArrayList;
 import java.util.List;
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 import org.apache.activemq.ActiveMQSession;
 
 /** Individual and dups-ok acknowledgement: args url queue. Ten messages (property index):
@@ -24,10 +23,8 @@ public class JmsAckModes {
     }
 
     static void run(String[] args) throws Exception {
-        ActiveMQConnectionFactory factory = new ActiveMQConnectionFactory(args[0]);
         String name = args[1];
-        Connection connection = factory.createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(args[0]);
         Session individual = connection.createSession(false, ActiveMQSession.INDIVIDUAL_ACKNOWLEDGE);
         Queue queue = individual.createQueue(name);
         send(individual, queue, 10);

@@ -1,6 +1,5 @@
 import java.util.Enumeration;
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** A QueueBrowser: args url queue count. Sends count persistent text messages (property index),
  *  browses them all (BROWSED n, in order: ORDERED true|false), browses with a selector
@@ -27,8 +26,7 @@ public class JmsBrowse {
     static void run(String[] args) throws Exception {
         String url = args[0], name = args[1];
         int count = Integer.parseInt(args[2]);
-        Connection connection = new ActiveMQConnectionFactory(url).createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(url);
         Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
         Queue queue = session.createQueue(name);
         MessageProducer producer = session.createProducer(queue);

@@ -6,13 +6,7 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *  persistent messages; receive takes them, acknowledges, unsubscribes. Prints one line. */
 public class JmsDurable {
     public static void main(String[] args) {
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsDurable::run);
     }
 
     static void run(String[] args) throws Exception {

@@ -1,23 +1,15 @@
 import java.util.*;
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** Every JMS message kind through the broker, and a selector: args url queue. Prints one line a
  *  kind with what came back, then SELECTED n for the selector "index >= 5 AND colour = 'blue'". */
 public class JmsKinds {
     public static void main(String[] args) {
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsKinds::run);
     }
 
     static void run(String[] args) throws Exception {
-        Connection connection = new ActiveMQConnectionFactory(args[0]).createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(args[0]);
         Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
         javax.jms.Queue queue = session.createQueue(args[1]);
         MessageProducer producer = session.createProducer(queue);

@@ -1,5 +1,4 @@
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** Producer flow control: args url queue count; the url sets jms.producerWindowSize (and
  *  jms.useAsyncSend for persistent async sends). Sends count non-persistent and count persistent
@@ -14,8 +13,7 @@ public class JmsProducerWindow {
     static void run(String[] args) throws Exception {
         String url = args[0], name = args[1];
         int count = Integer.parseInt(args[2]);
-        Connection connection = new ActiveMQConnectionFactory(url).createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(url);
         Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
         Queue queue = session.createQueue(name);
         MessageProducer producer = session.createProducer(queue);

@@ -1,5 +1,4 @@
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** Prefetch 0 consumers (MessagePull): args url queue; the url sets jms.prefetchPolicy.all=0.
  *  Prints TIMED null (a receive(timeout) on an empty queue returns), NOWAIT null, FIRST text
@@ -17,8 +16,7 @@ public class JmsPull {
 
     static void run(String[] args) throws Exception {
         String url = args[0], name = args[1];
-        Connection connection = new ActiveMQConnectionFactory(url).createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(url);
         Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
         Queue queue = session.createQueue(name);
         MessageConsumer one = session.createConsumer(queue);

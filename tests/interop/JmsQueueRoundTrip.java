@@ -1,18 +1,11 @@
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** Sends N persistent text messages to a queue, then receives them (client-ack or auto-ack):
  *  args: url destination ("name" a queue, "topic:name" a topic) count mode(send|receive|both) ackMode(auto|client). Prints SENT n, then
  *  one GOT line a message and RECEIVED n. */
 public class JmsQueueRoundTrip {
     public static void main(String[] args) {
-        try {
-            roundTrip(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsQueueRoundTrip::roundTrip);
     }
 
     static void roundTrip(String[] args) throws Exception {
@@ -20,9 +13,7 @@ public class JmsQueueRoundTrip {
         int count = Integer.parseInt(args[2]);
         String mode = args.length > 3 ? args[3] : "both";
         boolean clientAck = args.length > 4 && args[4].equals("client");
-        ActiveMQConnectionFactory factory = new ActiveMQConnectionFactory(url);
-        Connection connection = factory.createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(url);
         Session session = connection.createSession(false, clientAck ? Session.CLIENT_ACKNOWLEDGE : Session.AUTO_ACKNOWLEDGE);
         boolean topic = queueName.startsWith("topic:");
         Destination queue = topic ? session.createTopic(queueName.substring(6)) : session.createQueue(queueName);

@@ -1,5 +1,4 @@
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 import org.apache.activemq.command.ActiveMQMessage;
 
 /** Redelivery counts and dead letters: args url queue dlq mode.
@@ -22,8 +21,7 @@ public class JmsRedelivery {
 
     static void run(String[] args) throws Exception {
         String url = args[0], name = args[1], dlq = args[2], mode = args[3];
-        Connection connection = new ActiveMQConnectionFactory(url).createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(url);
         Session plain = connection.createSession(false, Session.CLIENT_ACKNOWLEDGE);
         Queue queue = plain.createQueue(name);
         MessageProducer producer = plain.createProducer(queue);

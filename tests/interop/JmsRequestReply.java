@@ -1,25 +1,17 @@
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** Request/reply through a temporary queue: args url serviceQueue count. A responder session
  *  answers each request on its JMSReplyTo with the request's text in upper case and its
  *  JMSCorrelationID; the requester checks each reply. Prints REPLIES n. */
 public class JmsRequestReply {
     public static void main(String[] args) {
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsRequestReply::run);
     }
 
     static void run(String[] args) throws Exception {
         String url = args[0], service = args[1];
         int count = Integer.parseInt(args[2]);
-        Connection connection = new ActiveMQConnectionFactory(url).createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(url);
         Session responderSession = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
         MessageConsumer requests = responderSession.createConsumer(responderSession.createQueue(service));
         MessageProducer replier = responderSession.createProducer(null);

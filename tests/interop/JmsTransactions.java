@@ -1,18 +1,11 @@
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** Local transactions: args url queue count. Sends count messages and rolls back, sends them
  *  again and commits; receives them and rolls back, receives them again (redelivered) and
  *  commits; then looks once more. Prints one line a step. */
 public class JmsTransactions {
     public static void main(String[] args) {
-        try {
-            run(args);
-        } catch (Throwable e) {
-            e.printStackTrace();
-            System.exit(1);
-        }
-        System.exit(0);
+        JmsProgram.main(args, JmsTransactions::run);
     }
 
     static int receive(MessageConsumer consumer, int count, boolean[] redelivered) throws JMSException {
@@ -30,8 +23,7 @@ public class JmsTransactions {
     static void run(String[] args) throws Exception {
         String url = args[0], queueName = args[1];
         int count = Integer.parseInt(args[2]);
-        Connection connection = new ActiveMQConnectionFactory(url).createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(url);
         Session session = connection.createSession(true, Session.SESSION_TRANSACTED);
         Queue queue = session.createQueue(queueName);
         MessageProducer producer = session.createProducer(queue);

@@ -1,6 +1,5 @@
 import java.util.*;
 import javax.jms.*;
-import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** ActiveMQ's wildcard and composite destinations: args url. Topic consumers on prices.>,
  *  prices.*.eu and prices.stock.eu; messages to prices.stock.eu, prices.stock.us, prices,
@@ -21,8 +20,7 @@ public class JmsWildcards {
     }
 
     static void run(String[] args) throws Exception {
-        Connection connection = new ActiveMQConnectionFactory(args[0]).createConnection();
-        connection.start();
+        Connection connection = JmsProgram.connect(args[0]);
         Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
         MessageConsumer any = session.createConsumer(session.createTopic("prices.>"));
         MessageConsumer star = session.createConsumer(session.createTopic("prices.*.eu"));
