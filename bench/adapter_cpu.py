@@ -9,9 +9,11 @@ for non-persistent and persistent (receipted) sends. Use it to see per-message c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 
 from petrel.config import BrokerConfig
 from petrel.server.broker import Broker
@@ -43,37 +45,50 @@ class FakeConn:
         raise RuntimeError
 
 
-async def run(persistent: bool) -> float:
+@contextlib.asynccontextmanager
+async def bench_broker() -> AsyncIterator[Broker]:
+    """A started in-process broker without listeners or security (the adapter's own cost, as
+    before security) in a temporary directory, stopped at the end."""
     with tempfile.TemporaryDirectory() as d:
         config = BrokerConfig(data_dir=d, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1,
-                              security_enabled=False)  # the adapter's own cost, as before security
+                              security_enabled=False)
         broker = Broker(config)
         await broker.start()
         try:
-            consumer, producer = FakeConn(), FakeConn()
-            c = broker.make_adapter("stomp", consumer)
-            p = broker.make_adapter("stomp", producer)
-            c.data_received(b"CONNECT\naccept-version:1.2\n\n\x00SUBSCRIBE\nid:1\ndestination:/queue/b\n\n\x00")
-            p.data_received(b"CONNECT\naccept-version:1.2\n\n\x00")
-            body = b"x" * 1024
-            extra = b"persistent:true\n" if persistent else b""
-            frames = b"".join(
-                b"SEND\ndestination:/queue/b\n" + extra + b"receipt:%d\ncontent-length:1024\n\n" % i + body + b"\x00"
-                for i in range(N)
-            )
-            chunks = [frames[i : i + 65536] for i in range(0, len(frames), 65536)]
-            t0 = time.process_time()
-            for chunk in chunks:
-                p.data_received(chunk)
-                await asyncio.sleep(0)
-            done = asyncio.Event()
-            broker.store.sync(done.set)
-            await done.wait()
-            for _ in range(10):
-                await asyncio.sleep(0)
-            return (time.process_time() - t0) / N * 1e6
+            yield broker
         finally:
             await broker.stop()
+
+
+async def settle(broker: Broker) -> None:
+    """Until what was sent is on disk and the deliveries it released have run."""
+    done = asyncio.Event()
+    broker.store.sync(done.set)
+    await done.wait()
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def run(persistent: bool) -> float:
+    async with bench_broker() as broker:
+        consumer, producer = FakeConn(), FakeConn()
+        c = broker.make_adapter("stomp", consumer)
+        p = broker.make_adapter("stomp", producer)
+        c.data_received(b"CONNECT\naccept-version:1.2\n\n\x00SUBSCRIBE\nid:1\ndestination:/queue/b\n\n\x00")
+        p.data_received(b"CONNECT\naccept-version:1.2\n\n\x00")
+        body = b"x" * 1024
+        extra = b"persistent:true\n" if persistent else b""
+        frames = b"".join(
+            b"SEND\ndestination:/queue/b\n" + extra + b"receipt:%d\ncontent-length:1024\n\n" % i + body + b"\x00"
+            for i in range(N)
+        )
+        chunks = [frames[i : i + 65536] for i in range(0, len(frames), 65536)]
+        t0 = time.process_time()
+        for chunk in chunks:
+            p.data_received(chunk)
+            await asyncio.sleep(0)
+        await settle(broker)
+        return (time.process_time() - t0) / N * 1e6
 
 
 def main() -> None:

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 
+from adapter_cpu import bench_broker, settle  # bench/, beside this script
 from petrel.codec.core import Ack, Connect, CoreConnection, CreateConsumer, CreateSession, Role, Send
-from petrel.config import BrokerConfig
-from petrel.server.broker import Broker
 
 try:
     from petrel.server.flow import ReadFlow
@@ -66,46 +64,35 @@ def _client() -> CoreConnection:
 
 
 async def run(n: int, persistent: bool) -> float:
-    with tempfile.TemporaryDirectory() as d:
-        config = BrokerConfig(data_dir=d, host="127.0.0.1", port=0, stomp_port=-1, http_port=-1,
-                              security_enabled=False)  # the adapter's own cost, as before security
-        broker = Broker(config)
-        await broker.start()
-        try:
-            cconn, pconn = FakeConn(), FakeConn()
-            c = broker.make_adapter("core", cconn)
-            p = broker.make_adapter("core", pconn)
-            cc, pc = _client(), _client()
-            for adapter, conn, client in ((c, cconn, cc), (p, pconn, pc)):
-                adapter.data_received(client.send(Connect(list(client.offered_versions), ttl=-1)))
-                client.receive_data(bytes(conn.kept))
-                client.next_events()  # CONNECTED: the client codec may send the rest
-                conn.keep = False
-            c.data_received(cc.send(CreateSession(1, 1)) + cc.send(CreateConsumer(2, 1, 7, "b", 0, window=-1)))
-            p.data_received(pc.send(CreateSession(1, 1)))
-            consumer = c.sessions[1].consumers[7]
-            body = b"x" * 1024
-            frames = b"".join(pc.send(Send(1, "b", 0, persistent, 4, 0, 0, 0, {"bench-ts": time.monotonic_ns() + i},
-                                           body)) for i in range(n))
-            chunks = [frames[i: i + 65536] for i in range(0, len(frames), 65536)]
-            ack = cc.send
-            t0 = time.process_time()
-            for chunk in chunks:
-                p.data_received(chunk)
-                await asyncio.sleep(0)
-                delivering = consumer.delivering
-                if delivering:
-                    c.data_received(ack(Ack(1, 7, [next(reversed(delivering))], True)))
-            done = asyncio.Event()
-            broker.store.sync(done.set)
-            await done.wait()
-            for _ in range(10):
-                await asyncio.sleep(0)
-            spent = time.process_time() - t0
-            assert cconn.out > n * 1024, "the consumer did not get the messages"
-            return spent / n * 1e6
-        finally:
-            await broker.stop()
+    async with bench_broker() as broker:
+        cconn, pconn = FakeConn(), FakeConn()
+        c = broker.make_adapter("core", cconn)
+        p = broker.make_adapter("core", pconn)
+        cc, pc = _client(), _client()
+        for adapter, conn, client in ((c, cconn, cc), (p, pconn, pc)):
+            adapter.data_received(client.send(Connect(list(client.offered_versions), ttl=-1)))
+            client.receive_data(bytes(conn.kept))
+            client.next_events()  # CONNECTED: the client codec may send the rest
+            conn.keep = False
+        c.data_received(cc.send(CreateSession(1, 1)) + cc.send(CreateConsumer(2, 1, 7, "b", 0, window=-1)))
+        p.data_received(pc.send(CreateSession(1, 1)))
+        consumer = c.sessions[1].consumers[7]
+        body = b"x" * 1024
+        frames = b"".join(pc.send(Send(1, "b", 0, persistent, 4, 0, 0, 0, {"bench-ts": time.monotonic_ns() + i},
+                                       body)) for i in range(n))
+        chunks = [frames[i: i + 65536] for i in range(0, len(frames), 65536)]
+        ack = cc.send
+        t0 = time.process_time()
+        for chunk in chunks:
+            p.data_received(chunk)
+            await asyncio.sleep(0)
+            delivering = consumer.delivering
+            if delivering:
+                c.data_received(ack(Ack(1, 7, [next(reversed(delivering))], True)))
+        await settle(broker)
+        spent = time.process_time() - t0
+        assert cconn.out > n * 1024, "the consumer did not get the messages"
+        return spent / n * 1e6
 
 
 def main() -> None:
