@@ -63,12 +63,15 @@ class FileJournal:
                  file_size: int = 10 * 1024 * 1024, min_files: int = 2, pool_files: int = 10,
                  datasync: bool = True, buffer_timeout_ns: int = 0,
                  compact_min_files: int = 10, compact_percentage: int = 30,
-                 stream: StoreStream | None = None) -> None:
+                 stream: StoreStream | None = None, keep_prepared: bool = False) -> None:
         """``stream``: where every change to the files is recorded (the data directory's,
-        shared with the other stores in it); by default one of the journal's own."""
+        shared with the other stores in it); by default one of the journal's own.
+        ``keep_prepared``: a transaction found prepared at load stays open (in
+        `LoadedJournal.prepared`), to be committed or rolled back later, instead of rolled back."""
         if file_size < HEADER_SIZE + 2 * _TX_SIZE:
             raise ValueError(f"file_size {file_size} is too small")
         self.layout = Layout(directory, prefix, extension, stream)
+        self.keep_prepared = keep_prepared
         self.file_size = file_size
         self.datasync = datasync
         self._pending = Pending()
@@ -150,7 +153,8 @@ class FileJournal:
         if roll_forward(layout, self._writer.release, self.datasync):
             log.info("finished an interrupted compaction in %s", layout.directory)
         clean_strays(layout)
-        found = recover(layout, self._ledger, skip_damaged=skip_damaged, sync=self.datasync)
+        found = recover(layout, self._ledger, skip_damaged=skip_damaged, sync=self.datasync,
+                        keep_prepared=self.keep_prepared)
         self._writer.skip_damaged = skip_damaged
         loaded = found.loaded
         if found.resume_segment:
@@ -159,13 +163,24 @@ class FileJournal:
             seg, off, exists = found.max_segment + 1, HEADER_SIZE, False
         self._writer.open_current(seg, exists)
         self._seg, self._off, self._next_seg = seg, off, max(seg, found.max_segment) + 1
-        self._writer.durable = self._marked = (seg, off)
+        self._writer.resume_at(seg, off)
+        self._marked = (seg, off)
         if found.mark_resume:  # the evidence kept damage rests on (recovery.py): written below
             self._mark((seg, off))
         self._known = set(loaded.records)
         self._state = "loaded"
         for tx_id, _prepared in found.open_txs:  # keep them dead
             self.rollback(tx_id)
+        for prepared in loaded.prepared:  # open again, as they were: their COMMIT counts their records
+            tx = self._txs[prepared.tx_id] = _OpenTx()
+            tx.counts = dict(prepared.found)
+            tx.total = sum(prepared.found.values())
+            for code, rid, _user_type, _body in prepared.records:
+                if code == ADD_TX:
+                    tx.added.add(rid)
+                    tx.ops.append((True, rid))
+                elif code == DELETE_TX:
+                    tx.ops.append((False, rid))
         self._writer.flush_now()
         return loaded
 

@@ -11,7 +11,11 @@ put them in :class:`Pending`.  The single writer thread loops:
 3. ``os.pwrite`` each contiguous run, ``os.fdatasync`` each touched segment (a
    segment is synced before the next one is written, so an older segment is
    always durable before a newer one holds anything); with ``datasync=False``
-   nothing is synced;
+   nothing is synced.  A batch nobody waits on (no callback: a consumer's
+   deletes, say) is written but not synced: the next batch somebody waits on
+   syncs it too, and so does an idle writer once ``lazy_sync_ns`` has passed
+   since it was written.  A ``kill -9`` keeps it (the page cache has it); only a
+   power loss in that window can lose it, and nothing that was confirmed;
 4. account the records in the ledger, call ``before_durable`` (a test hook, kept
    for tests; replication follows the data directory's `StoreStream` instead, into
    which each run is recorded as it is written), then ``on_batch_durable`` once
@@ -55,6 +59,8 @@ log = logging.getLogger("petrel.storage.journal")
 _datasync = os.fdatasync  # module level so tests can slow it down (or make it fail)
 _RETRY_FIRST_NS = 50_000_000
 _RETRY_MAX_NS = 1_000_000_000
+#: The longest a batch nobody waits on stays written but not synced.
+LAZY_SYNC_NS = 20_000_000
 
 Callback = Callable[[], None]
 BatchHook = Callable[[list[tuple[int, int, bytes]]], None]
@@ -121,6 +127,10 @@ class Writer:
         self.failure: BaseException | None = None  # why writes fail now (None: they succeed)
         self.dead = False  # the failure is fatal: the thread has stopped
         self.durable: tuple[int, int] = (0, 0)  # (segment, offset): all before it is written and synced
+        self.lazy_sync_ns = LAZY_SYNC_NS
+        self._written: tuple[int, int] = (0, 0)  # (segment, offset): all before it is written
+        self._unsynced_since = 0  # monotonic ns the oldest written, unsynced batch was written; 0: none
+        self._lazy_chunks: list[list] = []  # those batches' runs: written again if a sync fails
         self._retry_ns = 0  # pause before the next retry of a failed batch
         self._tidy_failed = False
         self._tidy_next = 0
@@ -148,6 +158,10 @@ class Writer:
                                          self.layout.stream)
         else:
             self.file = self._open_segment(segment_id)
+
+    def resume_at(self, segment_id: int, offset: int) -> None:
+        """Everything before (segment_id, offset) is on disk (load)."""
+        self.durable = self._written = (segment_id, offset)
 
     def _open_segment(self, segment_id: int) -> SegmentFile:
         f = self.pool.activate(segment_id)
@@ -196,7 +210,7 @@ class Writer:
             with p.lock:
                 chunks, p.chunks, p.items = p.chunks, [], []
             try:
-                self._write(chunks)
+                self._write(chunks, lazy=False)
             except OSError as e:
                 log.warning("journal %s: the closing mark was not written: %s", self.layout.directory, e)
         self.close()
@@ -206,14 +220,15 @@ class Writer:
             self.file.close()
             self.file = None
 
-    def flush_now(self) -> None:
-        """Write everything pending in the calling thread (no writer thread running)."""
+    def flush_now(self, *, lazy: bool = False) -> None:
+        """Write and sync everything pending in the calling thread (no writer thread running);
+        ``lazy``: write it as a batch nobody waits on (tests)."""
         p = self.pending
         with p.lock:
             chunks, items, callbacks, requests = p.chunks, p.items, p.callbacks, p.requests
             p.chunks, p.items, p.callbacks, p.requests = [], [], [], []
-        if chunks or callbacks:
-            if not self._write_batch(chunks, items, callbacks):
+        if chunks or callbacks or self._unsynced_since:
+            if not self._write_batch(chunks, items, callbacks, lazy=lazy and not callbacks):
                 raise JournalError(f"cannot write journal {self.layout.directory}: {self.failure}")
         for request in requests:
             request()
@@ -226,7 +241,12 @@ class Writer:
                 with p.cond:
                     while not (p.chunks or p.callbacks or p.requests or p.stopping):
                         p.waiting = True
-                        p.cond.wait()
+                        if self._unsynced_since:  # a lazy batch: synced once idle long enough
+                            left = self._unsynced_since + self.lazy_sync_ns - monotonic_ns()
+                            if left <= 0 or not p.cond.wait(left / 1e9):
+                                break
+                        else:
+                            p.cond.wait()
                     p.waiting = False
                     if self.failure is not None and not p.stopping:  # a failed batch waits to be retried
                         deadline = monotonic_ns() + self._retry_ns
@@ -244,9 +264,12 @@ class Writer:
                     p.chunks, p.items, p.callbacks, p.requests = [], [], [], []
                     stopping = p.stopping
                 if chunks or callbacks:
-                    if not self._write_batch(chunks, items, callbacks) and stopping:
+                    lazy = not (callbacks or stopping or self._lazy_due())
+                    if not self._write_batch(chunks, items, callbacks, lazy=lazy) and stopping:
                         self._give_up()
                         break
+                elif self._unsynced_since and (stopping or self._lazy_due()):
+                    self._sync_lazy()
                 for request in requests:
                     request()
                 self._tidy(self._housekeeping)
@@ -255,7 +278,7 @@ class Writer:
                         self.compaction.join()
                         continue
                     with p.lock:
-                        if not p.busy():
+                        if not p.busy() and not self._unsynced_since:
                             break
         except BaseException as e:  # the journal cannot go on: appends fail from now on
             self.failure = e
@@ -316,9 +339,34 @@ class Writer:
                 log.exception("failing journal waiters failed")
         return others
 
+    def _lazy_due(self) -> bool:
+        """A written batch nobody waited on has waited long enough for its sync."""
+        since = self._unsynced_since
+        return bool(since) and monotonic_ns() - since >= self.lazy_sync_ns
+
+    def _sync_lazy(self) -> None:
+        """Sync the written batches nobody waited on (the writer is idle, or stops)."""
+        try:
+            self._write([], lazy=False)
+        except OSError as e:
+            self._write_failed([], [], [], e)
+            return
+        self._synced()
+
+    def _synced(self) -> None:
+        """Everything written is synced now."""
+        self.durable = self._written
+        self._unsynced_since = 0
+        self._lazy_chunks = []
+
     def _write_failed(self, chunks: list[list], items: list, callbacks: list[Callback], error: OSError) -> None:
-        """Put the batch back in front of what is pending; fail the waiters that can hear it."""
+        """Put the batch back in front of what is pending (after the written batches nobody waited
+        on and whose sync this was: a failed sync may have dropped their pages too); fail the
+        waiters that can hear it.  The ledger has those batches' items already."""
         error = error.with_traceback(None)  # its frames may hold views of the chunks
+        chunks = self._lazy_chunks + chunks
+        self._lazy_chunks = []
+        self._unsynced_since = 0
         chunks = [[seg, off, bytearray(data)] for seg, off, data in chunks]  # appends may extend them
         p = self.pending
         with p.lock:
@@ -343,14 +391,23 @@ class Writer:
             return SegmentFile.open(seg, self.layout.data_path(seg), self.file_size, self.layout.stream)
         return self._open_segment(seg)
 
-    def _write_batch(self, chunks: list[list], items: list, callbacks: list[Callback]) -> bool:
-        """Write, sync, account and confirm one batch; False when the writing failed."""
-        self._last_flush = monotonic_ns()
+    def _write_batch(self, chunks: list[list], items: list, callbacks: list[Callback], *, lazy: bool) -> bool:
+        """Write, sync, account and confirm one batch; False when the writing failed.  A ``lazy``
+        batch (nobody waits on it) is written but not synced."""
+        self._last_flush = now = monotonic_ns()
+        lazy = lazy and self.datasync
         try:
-            written, synced = self._write(chunks)
+            written, synced = self._write(chunks, lazy=lazy)
         except OSError as e:
             self._write_failed(chunks, items, callbacks, e)
             return False
+        if lazy:
+            if chunks:
+                self._lazy_chunks += chunks
+                if not self._unsynced_since:
+                    self._unsynced_since = now
+        else:
+            self._synced()
         if self.failure is not None:
             log.warning("journal %s writes again (%s is over)", self.layout.directory, self.failure,
                         extra={"event": "journal.write_resumed"})
@@ -376,9 +433,6 @@ class Writer:
             except BaseException as e:  # fatal (see before_durable): this batch is never confirmed
                 self.fail_waiters(callbacks, e)
                 raise
-        if chunks:
-            seg, off, data = chunks[-1]
-            self.durable = (seg, off + len(data))  # synced when ``datasync``
         stats = self.on_batch_stats
         if stats is not None:  # before the callbacks: whoever they wake sees this batch counted
             try:
@@ -397,12 +451,13 @@ class Writer:
                     log.exception("on_batch_durable failed")
         return True
 
-    def _write(self, chunks: list[list]) -> tuple[int, bool]:
-        """pwrite and fdatasync the chunks; (bytes written, whether they were synced)."""
+    def _write(self, chunks: list[list], *, lazy: bool) -> tuple[int, bool]:
+        """pwrite the chunks and fdatasync them, with what earlier lazy batches left unsynced,
+        unless ``lazy``; (bytes written, whether a sync ended it)."""
         f = self.file
         segments = self.ledger.segments
         written = 0
-        unsynced = False
+        unsynced = bool(self._unsynced_since)  # in the current file
         sync = self.datasync
         stream = self.layout.stream
         for seg, off, data in chunks:
@@ -422,8 +477,11 @@ class Writer:
             end = off + len(data)
             if end > state.used:
                 state.used = end
-        synced = bool(chunks) and sync
-        if unsynced and sync:
+        if chunks:
+            seg, off, data = chunks[-1]
+            self._written = (seg, off + len(data))
+        synced = unsynced and sync and not lazy
+        if synced:
             t0 = perf_counter_ns()
             _datasync(f.fd)
             self.last_sync_ns = perf_counter_ns() - t0
