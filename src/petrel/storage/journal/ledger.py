@@ -14,7 +14,7 @@ are then no longer needed to keep older records dead (or alive).
 
 from __future__ import annotations
 
-from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, HEADER_SIZE, ROLLBACK, UPDATE, UPDATE_TX
+from .records import ADD, ADD_TX, COMMIT, DELETE, DELETE_TX, HEADER_SIZE, PREPARE, ROLLBACK, UPDATE, UPDATE_TX
 
 __all__ = ["ADD_TX_RUN", "DELETE_RUN", "Ledger", "SegmentState"]
 
@@ -169,7 +169,13 @@ class Ledger:
         elif rtype == ROLLBACK:
             self.rollback(tx_id, state)
             return
-        else:  # PREPARE: the transaction stays open
+        elif rtype == PREPARE:  # the transaction stays open, and the PREPARE is live with its records
+            # (a restart must find it to keep the transaction prepared): it goes at the commit or rollback
+            recs = self.open_txs.get(tx_id)
+            if recs is None:
+                recs = self.open_txs[tx_id] = []
+            recs.append((PREPARE, 0, seg, size))
+        else:  # MARK
             return
         state.live += 1
         state.live_bytes += size
@@ -198,6 +204,8 @@ class Ledger:
                     live[rid] = entry + (seg, size)
                     if self.watched and entry[0] in self.watched:
                         self.touched.add(rid)
+            elif rtype == PREPARE:
+                self._uncount(seg, size)
             else:  # DELETE_TX
                 self._uncount(seg, size)
                 entry = live.pop(rid, None)

@@ -69,8 +69,11 @@ every kept hole (a rollover's first record is synced before anything older is
 reclaimed; compaction never takes the current segment).
 
 Transactions take effect at their COMMIT.  A COMMIT whose counts do not match the
-records found is dropped; a transaction left open (or only prepared) at the end
-is rolled back and reported, and the caller appends a ROLLBACK for it.
+records found is dropped; a transaction left open at the end is rolled back and
+reported, and the caller appends a ROLLBACK for it.  A prepared one (its PREPARE
+found) is rolled back the same way, unless the caller keeps prepared
+transactions (``keep_prepared``): then it is handed back, records and PREPARE
+data, still open, for its owner to commit or roll back later (XA).
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ from .records import (
 )
 from .segment import Layout, SegmentInfo, check_header, read_file
 
-__all__ = ["LoadedJournal", "LoadedRecord", "Replay", "Scan", "read_segments", "recover", "scan"]
+__all__ = ["LoadedJournal", "LoadedRecord", "PreparedTx", "Replay", "Scan", "read_segments", "recover", "scan"]
 
 log = logging.getLogger("petrel.storage.journal")
 
@@ -124,6 +127,17 @@ class LoadedJournal:
     rolled_back: list[int]  # tx ids rolled back on load
     skipped: list[str]  # damaged regions skipped (skip_damaged=True)
     max_id: int  # highest record id seen anywhere, even deleted
+    prepared: list[PreparedTx] = field(default_factory=list)  # kept open (``keep_prepared``), in order
+
+
+@dataclass(slots=True)
+class PreparedTx:
+    """A transaction found prepared and kept open: its records as written, its PREPARE's data."""
+
+    tx_id: int
+    data: bytes
+    records: list[tuple[int, int, int, bytes]]  # (type code, record id, user type, body), in order
+    found: dict[int, int]  # segment -> records of it there (what its COMMIT must count)
 
 
 # a decoded record: (offset, type code, user_type, id, tx_id, count, body, size)
@@ -196,12 +210,13 @@ def as_record(raw: Raw) -> Record:
 
 
 class _Tx:
-    __slots__ = ("records", "found", "prepared")
+    __slots__ = ("records", "found", "prepared", "data")
 
     def __init__(self) -> None:
         self.records: list[tuple[int, int, int, bytes]] = []  # (type, id, user_type, body)
         self.found: dict[int, int] = {}  # segment -> records of this tx there
         self.prepared = False
+        self.data = b""  # its PREPARE's
 
 
 class Replay:
@@ -242,6 +257,7 @@ class Replay:
                 if tx is None:
                     tx = self.txs[tx_id] = _Tx()
                 tx.prepared = True
+                tx.data = bytes(body)
             elif code == MARK:
                 pass
             elif code == COMMIT:
@@ -347,7 +363,8 @@ def _mark_at(path: Path, offset: int, sync: bool, stream: StoreStream, segment_i
         os.close(fd)
 
 
-def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -> Recovered:
+def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool,
+            keep_prepared: bool = False) -> Recovered:
     """Replay every data segment of ``layout`` into ``ledger``; see the module doc."""
     replay = Replay(ledger)
     skipped: list[str] = []
@@ -454,7 +471,9 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
             if find_candidate(buf, result.end, seg) >= 0:  # leftovers of an earlier torn tail
                 _zero_from(path, result.end, sync, layout.stream)
 
-    open_txs = [(tx_id, tx.prepared) for tx_id, tx in replay.txs.items()]
+    kept = [PreparedTx(tx_id, tx.data, tx.records, tx.found) for tx_id, tx in replay.txs.items()
+            if tx.prepared and keep_prepared]
+    open_txs = [(tx_id, tx.prepared) for tx_id, tx in replay.txs.items() if not (tx.prepared and keep_prepared)]
     for tx_id, prepared in open_txs:
         if prepared:
             log.warning("rolling back prepared transaction %d (no XA recovery)", tx_id,
@@ -462,7 +481,10 @@ def recover(layout: Layout, ledger: Ledger, *, skip_damaged: bool, sync: bool) -
         else:
             log.warning("rolling back unfinished transaction %d", tx_id,
                         extra={"event": "journal.tx_rolled_back"})
-    loaded = LoadedJournal(replay.records, [tx_id for tx_id, _ in open_txs], skipped, replay.max_id)
+    for tx in kept:
+        log.info("keeping prepared transaction %d (%d records) for its owner to finish", tx.tx_id,
+                 len(tx.records), extra={"event": "journal.tx_prepared_kept"})
+    loaded = LoadedJournal(replay.records, [tx_id for tx_id, _ in open_txs], skipped, replay.max_id, kept)
     holds = resume_exists and resume_offset > HEADER_SIZE  # a valid record lies before the offset
     return Recovered(loaded, resume_segment, resume_offset, resume_exists, max_segment, open_txs,
                      kept_older and not holds)
