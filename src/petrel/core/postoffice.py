@@ -22,6 +22,7 @@ from petrel.core.flow import FlowControl
 from petrel.core.errors import RoutingError
 from petrel.core.large_bodies import LargeBodies
 from petrel.core.paging import Paging
+from petrel.core.prepared import PreparedTransactions
 from petrel.core.recovery import SEQ_RESERVATION, Recovery
 from petrel.core.duplicates import DuplicateDetection, DuplicateIdCache
 from petrel.core.limits import AddressFull, MemoryLimits
@@ -30,6 +31,7 @@ from petrel.core.quotas import AutoCreateQuota
 from petrel.core.outcome import SendOutcome, SendResult
 from petrel.core.queue import Consumer, MessageReference, Queue
 from petrel.core.remote import RemoteBinding
+from petrel.core.send_run import send_run
 from petrel.core.settings import AddressSettings, AddressSettingsRepository
 from petrel.core.transaction import Transaction, TransactionRolledBack
 from petrel.core.wildcard_routing import WildcardRouting
@@ -57,7 +59,7 @@ def _records(stored: list[Queue], remote: list[RemoteBinding]) -> int:
 
 
 class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clustering, Redistributing, Endings, FlowControl,
-                 DuplicateDetection, SeqCursors, WildcardRouting):
+                 DuplicateDetection, SeqCursors, WildcardRouting, PreparedTransactions):
     def __init__(
         self,
         store: Store,
@@ -94,6 +96,7 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
         self.large_holders: dict[str, int] = {}
         self._large_in_tx: dict[int, list[LargeBody]] = {}
         self.init_cluster()
+        self.init_prepared()  # two-phase commit (prepared.py)
         self.init_wildcards()  # addresses named by a pattern (wildcard_routing.py)
         self.quota = AutoCreateQuota()  # max_auto_created_queues/addresses (set by the broker)
         self._names_from_elsewhere = 0  # inside `names_from_elsewhere`: names are not checked
@@ -158,6 +161,11 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
         if not blocked and self.limits.flow_control_bytes >= 0 and self.throttles(address):
             result.throttled = True
         return result
+
+    def send_run(self, messages: list[Message], routing_type: RoutingType | None) -> SendResult | None:
+        """`send` of each of `messages` (one address, no transaction) in one pass: the result that
+        stands for each, or None when they must be sent one by one (see `petrel.core.send_run`)."""
+        return send_run(self, messages, routing_type)
 
     def drop(self, address: str, message: Message) -> SendResult:
         """DROP policy: the message is counted and let go."""
@@ -323,7 +331,7 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
             message.ref_count -= 1
             if message.ref_count == 0:
                 self.store.delete_message(tx_id, message.id)
-            else:
+            elif not (self.acked_when_prepared and ref in self.acked_when_prepared):  # (its ACK: prepared.py)
                 self.store.ack(tx_id, message.id, ref.queue.id)
         if message.large is not None:
             self.release_large(message.large, tx_id)

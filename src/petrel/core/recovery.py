@@ -129,6 +129,8 @@ class Recovery:
         for body in dead_large:
             if body.name not in self.large_holders:  # no live message names the file
                 self._drop_large(body, 0)
+        # prepared transactions (prepared.py): what they acknowledge stays out of the queues' available messages
+        held = self.recover_prepared(recovered.prepared, per_queue) if recovered.prepared else ()
         for queue_id, refs in per_queue.items():
             if staged is not None and staged.takes(queue_id):
                 staged.add_built(queue_id, refs)
@@ -140,6 +142,8 @@ class Recovery:
             top = refs[-1].seq
             if top >= queue.next_seq:
                 queue.next_seq = top + 1
+        if held:
+            self.hold_recovered(held)
         if staged is not None and staged.seal():
             self.staged = staged
         for queue_id, (record_id, cursor) in recovered.page_cursors.items():

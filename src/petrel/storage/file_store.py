@@ -31,9 +31,9 @@ from pathlib import Path
 import msgspec
 
 from petrel.core.message import Message, decode_message, encode_message, peek_message
-from petrel.storage.journal import FileJournal
+from petrel.storage.journal import FileJournal, RecordType
 from petrel.storage.paging import PagedMessage, PagePosition, PageStore, remove
-from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered, RecoveredRef
+from petrel.storage.store import AddressRecord, DivertRecord, PreparedRecord, QueueRecord, Recovered, RecoveredRef
 from petrel.storage.stream import DurabilityGate, StoreStream
 from petrel.storage.sync_waiters import _DupIdsAfterPages, _PagesSynced, _Waiter
 
@@ -94,7 +94,8 @@ class FileStore:
         self.bindings = FileJournal(
             self.data_dir / "bindings", prefix="petrel-bindings", extension="bindings", **bindings_options
         )
-        self.messages = FileJournal(self.data_dir / "journal", prefix="petrel-data", extension="pj", **journal_options)
+        self.messages = FileJournal(self.data_dir / "journal", prefix="petrel-data", extension="pj",
+                                    keep_prepared=True, **journal_options)
         self.pages = PageStore(
             self.data_dir / "paging", page_size=page_size, datasync=journal_options.get("datasync", True),
             dispatch=self.dispatch, stream=self.stream,
@@ -192,6 +193,8 @@ class FileStore:
                     raise ValueError(f"sequence cursor record {r.id} has format version {version}; this broker "
                                      f"reads version {SEQ_CURSOR_VERSION}: start the version that wrote it")
                 rec.seq_cursors.append((r.id, queue_id, name, acked))
+        for tx in m.prepared:
+            rec.prepared.append(self._prepared(tx))
         self._next_id = top + 1
         self._reserved = 0
         self.rolled_back = rec.rolled_back
@@ -207,6 +210,26 @@ class FileStore:
             self._remove_when_durable(self.pages.release(qid, position))  # read before a crash
         self._dup_ids_from_pages(rec)
         return rec
+
+    def _prepared(self, tx) -> PreparedRecord:
+        """A transaction the message journal found prepared: its sends (MESSAGE records with
+        their delivery counts) and acknowledgements (ACK updates); it stays open here."""
+        self._tx_with_records.add(tx.tx_id)
+        prepared = PreparedRecord(tx.tx_id, tx.data)
+        sent: dict[int, tuple[Message, dict[int, RecoveredRef]]] = {}
+        for code, rid, kind, body in tx.records:
+            if kind == RecordKind.MESSAGE and code == RecordType.ADD_TX:
+                encoded, refs = _unpack_message_record(body)
+                sent[rid] = (decode_message(rid, encoded), {qid: RecoveredRef(qid, seq) for qid, seq in refs})
+            elif kind == RecordKind.DELIVERY and rid in sent:
+                qid, count = unpack(body)
+                ref = sent[rid][1].get(qid)
+                if ref is not None:
+                    ref.delivery_count = count
+            elif kind == RecordKind.ACK:
+                prepared.acks.append((rid, unpack(body)))
+        prepared.messages = [(message, list(refs.values())) for message, refs in sent.values()]
+        return prepared
 
     def _dup_ids_from_pages(self, rec: Recovered) -> None:
         """Duplicate IDs of paged sends whose page was durable and their ID record not yet
@@ -266,6 +289,12 @@ class FileStore:
         if tx_id in self._tx_with_records:
             self._tx_with_records.discard(tx_id)
             self.messages.rollback(tx_id)
+
+    def prepare(self, tx_id: int, data: bytes) -> None:
+        """Transaction `tx_id` is prepared (XA): its records and `data` survive a restart, where
+        `Recovered.prepared` hands them back, until its `commit` or `rollback`."""
+        self._tx_with_records.add(tx_id)
+        self.messages.prepare(tx_id, data)
 
     def sync(self, done: Callable[[], None], *, transactional: bool = False,
              failed: Callable[[BaseException], None] | None = None) -> None:

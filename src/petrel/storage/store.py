@@ -66,6 +66,18 @@ class DivertRecord:
 
 
 @dataclass(slots=True)
+class PreparedRecord:
+    """A transaction prepared before the restart (XA), still to be committed or rolled back: what
+    it sends (messages with their references, invisible until the commit) and acknowledges
+    (message id, queue id: held until then), under the data it was prepared with."""
+
+    tx_id: int
+    data: bytes
+    messages: list[tuple[Message, list[RecoveredRef]]] = field(default_factory=list)
+    acks: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Recovered:
     addresses: list[AddressRecord] = field(default_factory=list)
     queues: list[QueueRecord] = field(default_factory=list)
@@ -83,6 +95,8 @@ class Recovered:
     # unacknowledged, not large, as (record id, encoded message, queue id, seq, priority, scheduled);
     # the post office builds them as they are needed (core/staged.py)
     deferred: list[tuple] = field(default_factory=list)
+    # transactions found prepared (`Store.prepare`), oldest first
+    prepared: list[PreparedRecord] = field(default_factory=list)
 
 
 class Store(Protocol):
@@ -96,6 +110,7 @@ class Store(Protocol):
     def begin(self) -> int: ...
     def commit(self, tx_id: int) -> None: ...
     def rollback(self, tx_id: int) -> None: ...
+    def prepare(self, tx_id: int, data: bytes) -> None: ...
     def sync(self, done: Callable[[], None], *, transactional: bool = False,
              failed: Callable[[BaseException], None] | None = None) -> None: ...
     def add_address(self, record: AddressRecord) -> None: ...
@@ -203,7 +218,7 @@ class NullStore:
     def _ignore(self, *args, **kwargs) -> None:
         pass
 
-    commit = rollback = add_address = update_address = delete_address = _ignore
+    commit = rollback = prepare = add_address = update_address = delete_address = _ignore
     add_queue = reserve_queue_seq = delete_queue = add_divert = delete_divert = _ignore
     add_message = add_messages = ack = delete_message = update_delivery_count = _ignore
     add_duplicate_id = add_duplicate_ids = add_duplicate_id_after_pages = delete_duplicate_id = _ignore
