@@ -22,7 +22,8 @@ from petrel.codec.buffer import Buffer
 
 from .commands import DataType, WireFormatInfo
 from .errors import OpenWireLocalError, OpenWireProtocolError
-from .marshal import MAGIC, JavaLong, decode_command, encode_command
+from .loose import decode_command, encode_command
+from .marshal import MAGIC, JavaLong
 
 __all__ = ["OpenWireConnection", "NEED_DATA", "detect", "VERSION", "DEFAULT_MAX_FRAME_SIZE"]
 

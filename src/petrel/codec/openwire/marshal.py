@@ -1,4 +1,4 @@
-"""OpenWire's loose encoding: commands and data structures to and from bytes, no I/O.
+"""OpenWire's loose encoding: its primitives and primitive maps (commands: `loose`), no I/O.
 
 Big-endian integers; a boolean is one byte (0 or 1); a string is a presence boolean then
 Java's modified UTF-8 with a 2-byte length; a byte array or sequence a presence boolean, a
@@ -6,7 +6,7 @@ Java's modified UTF-8 with a 2-byte length; a byte array or sequence a presence 
 its fields (the cache, which would replace it by an index, is never negotiated here); an
 array of them a presence boolean, a 2-byte count and each nested structure; a throwable a
 presence boolean, class name and message (the stack trace only when StackTraceEnabled,
-which this codec never negotiates). Each command's fields follow `commands` (`WIRE`).
+which this codec never negotiates). Each command's fields follow `commands` (`WIRE`), read and written by `loose`.
 
 The message properties and WireFormatInfo's options are a primitive map: a 4-byte count
 (-1: none), then each key (modified UTF-8, 2-byte length) and its typed value.
@@ -16,23 +16,12 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import fields
 from typing import Any
 
-from .commands import (
-    BY_TYPE,
-    DESTINATION_TYPES,
-    MESSAGE_TYPES,
-    DataType,
-    Destination,
-    JavaThrowable,
-    Message,
-    WireFormatInfo,
-)
 from .errors import OpenWireLocalError, OpenWireProtocolError
 
-__all__ = ["JavaLong", "JavaShort", "JavaByte", "JavaFloat", "Reader", "Writer", "decode_command", "encode_command", "decode_map", "encode_map",
-           "mutf8_encode", "mutf8_decode", "MAGIC"]
+__all__ = ["JavaLong", "JavaShort", "JavaByte", "JavaFloat", "Reader", "Writer", "decode_map", "encode_map",
+           "mutf8_encode", "mutf8_decode", "MAGIC", "MAX_DEPTH"]
 
 MAGIC = b"ActiveMQ"
 MAX_DEPTH = 8  # nested structures (a message in a dispatch in...) and maps within maps
@@ -43,23 +32,6 @@ _H = struct.Struct(">h")
 _HU = struct.Struct(">H")
 _D = struct.Struct(">d")
 _F = struct.Struct(">f")
-
-# field names in wire order, per class (a message's and a destination's `kind` is its type byte)
-_NAMES: dict[type, tuple[str, ...]] = {}
-
-
-def _names(cls: type) -> tuple[str, ...]:
-    names = _NAMES.get(cls)
-    if names is None:
-        names = tuple(f.name for f in fields(cls) if f.name != "kind")
-        if len(names) != len(cls.WIRE):
-            raise AssertionError(f"{cls.__name__}: {len(names)} fields, WIRE has {len(cls.WIRE)}")
-        _NAMES[cls] = names
-    return names
-
-
-for _cls in (*BY_TYPE.values(), Message, Destination):
-    _names(_cls)
 
 class JavaLong(int):
     """An int a primitive map keeps as a Java long (type 6) even when it is small."""
@@ -160,82 +132,6 @@ class Reader:
         if n < 0:
             raise OpenWireProtocolError(f"a byte array of length {n}")
         return self.take(n)
-
-    def throwable(self) -> JavaThrowable | None:
-        if not self.boolean():
-            return None
-        return JavaThrowable(self.string(), self.string())
-
-    def nested(self, depth: int) -> Any:
-        if not self.boolean():
-            return None
-        return self.structure(self.byte(), depth + 1)
-
-    def array(self, depth: int) -> tuple | None:
-        if not self.boolean():
-            return None
-        n = self.short()
-        if n < 0:
-            raise OpenWireProtocolError(f"an array of {n} structures")
-        return tuple(self.nested(depth) for _ in range(n))
-
-    def structure(self, type_: int, depth: int = 0) -> Any:
-        """The fields of a data structure of type `type_` (its type byte already read)."""
-        if depth > MAX_DEPTH:
-            raise OpenWireProtocolError("data structures nested too deep")
-        if type_ == DataType.WIREFORMAT_INFO:
-            magic = self.take(8)
-            if magic != MAGIC:
-                raise OpenWireProtocolError(f"a WireFormatInfo without the magic 'ActiveMQ' ({magic!r})")
-            version = self.int()
-            props = self.blob()
-            return WireFormatInfo(version, None if props is None else decode_map(props))
-        cls = BY_TYPE.get(type_)
-        values: list[Any] = []
-        if cls is None:
-            if type_ in DESTINATION_TYPES:
-                return Destination(type_, self.string())
-            if type_ not in MESSAGE_TYPES:
-                raise OpenWireProtocolError(f"unknown or unsupported data structure type {type_}")
-            cls = Message
-        for kind in cls.WIRE:
-            if kind == "o":
-                values.append(self.nested(depth))
-            elif kind == "s":
-                values.append(self.string())
-            elif kind == "b":
-                values.append(self.boolean())
-            elif kind == "i":
-                values.append(self.int())
-            elif kind == "q":
-                values.append(self.long())
-            elif kind == "y":
-                b = self.byte()
-                values.append(b - 256 if b > 127 else b)
-            elif kind == "B":
-                values.append(self.blob())
-            elif kind == "P":
-                blob = self.blob()
-                values.append(None if blob is None else decode_map(blob, depth))
-            elif kind == "O":
-                values.append(self.array(depth))
-            else:  # "T"
-                values.append(self.throwable())
-        if cls is Message:
-            return Message(kind=type_, **dict(zip(_names(Message), values)))
-        return cls(*values)
-
-
-def decode_command(data: bytes, pos: int = 0, end: int | None = None) -> Any:
-    """One frame's command (after its size prefix): the type byte, then its fields, all of them."""
-    r = Reader(data, pos, end)
-    type_ = r.byte()
-    if type_ == 0:
-        raise OpenWireProtocolError("a null command")
-    command = r.structure(type_)
-    if r.pos != r.end:
-        raise OpenWireProtocolError(f"{r.end - r.pos} bytes after a {type(command).__name__} in its frame")
-    return command
 
 
 # -- primitive maps ----------------------------------------------------------------------
@@ -340,62 +236,6 @@ class Writer:
             self.out += _I.pack(len(v))
             self.out += v
 
-    def nested(self, v: Any) -> None:
-        if v is None:
-            self.out.append(0)
-            return
-        self.out.append(1)
-        self.structure(v)
-
-    def structure(self, v: Any) -> None:
-        out = self.out
-        if isinstance(v, WireFormatInfo):
-            out.append(DataType.WIREFORMAT_INFO)
-            out += MAGIC
-            out += _I.pack(v.version)
-            self.blob(None if v.properties is None else encode_map(v.properties))
-            return
-        cls = type(v)
-        if cls is Message or cls is Destination:
-            out.append(v.kind)
-        elif cls.TYPE:
-            out.append(cls.TYPE)
-        else:
-            raise OpenWireLocalError(f"cannot encode a {cls.__name__}")
-        for kind, name in zip(cls.WIRE, _names(cls)):
-            value = getattr(v, name)
-            if kind == "o":
-                self.nested(value)
-            elif kind == "s":
-                self.string(value)
-            elif kind == "b":
-                out.append(1 if value else 0)
-            elif kind == "i":
-                out += _I.pack(value)
-            elif kind == "q":
-                out += _Q.pack(value)
-            elif kind == "y":
-                out += struct.pack(">b", value)
-            elif kind == "B":
-                self.blob(value)
-            elif kind == "P":
-                self.blob(None if value is None else encode_map(value))
-            elif kind == "O":
-                if value is None:
-                    out.append(0)
-                else:
-                    out.append(1)
-                    out += _H.pack(len(value))
-                    for item in value:
-                        self.nested(item)
-            else:  # "T"
-                if value is None:
-                    out.append(0)
-                else:
-                    out.append(1)
-                    self.string(value.class_name)
-                    self.string(value.message)
-
     def map(self, values: dict[str, Any]) -> None:
         self.out += _I.pack(len(values))
         for key, value in values.items():
@@ -451,13 +291,3 @@ class Writer:
                 self.value(item)
         else:
             raise OpenWireLocalError(f"a map value of type {type(v).__name__}")
-
-
-def encode_command(command: Any) -> bytes:
-    """A command's type byte and fields (no size prefix)."""
-    w = Writer()
-    try:
-        w.structure(command)
-    except (struct.error, TypeError, AttributeError, ValueError) as exc:
-        raise OpenWireLocalError(f"cannot encode {type(command).__name__}: {exc}") from None
-    return bytes(w.out)
