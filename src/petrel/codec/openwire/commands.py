@@ -20,7 +20,7 @@ __all__ = [
     "DestinationInfo", "RemoveSubscriptionInfo", "KeepAliveInfo", "ShutdownInfo", "RemoveInfo",
     "ControlCommand", "FlushCommand", "ConnectionError", "ConsumerControl", "ConnectionControl",
     "ProducerAck", "MessagePull", "MessageDispatch", "MessageAck", "Message", "Response",
-    "ExceptionResponse", "JavaThrowable", "BY_TYPE", "MESSAGE_TYPES", "DESTINATION_TYPES",
+    "ExceptionResponse", "DataArrayResponse", "IntegerResponse", "JavaThrowable", "BY_TYPE", "MESSAGE_TYPES", "DESTINATION_TYPES",
 ]
 
 
@@ -56,6 +56,8 @@ class DataType(IntEnum):
     ACTIVEMQ_TEXT_MESSAGE = 28
     RESPONSE = 30
     EXCEPTION_RESPONSE = 31
+    DATA_ARRAY_RESPONSE = 33
+    INTEGER_RESPONSE = 34
     ACTIVEMQ_QUEUE = 100
     ACTIVEMQ_TOPIC = 101
     ACTIVEMQ_TEMP_QUEUE = 102
@@ -490,6 +492,26 @@ class ExceptionResponse(Command):
     exception: JavaThrowable | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class DataArrayResponse(Command):
+    """A response carrying data structures (the XA ids a TransactionInfo RECOVER asks for)."""
+
+    TYPE = DataType.DATA_ARRAY_RESPONSE
+    WIRE = "ibiO"
+    correlation_id: int = 0
+    data: tuple | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntegerResponse(Command):
+    """A response carrying an int (an XA prepare's vote: XA_OK 0, XA_RDONLY 3)."""
+
+    TYPE = DataType.INTEGER_RESPONSE
+    WIRE = "ibii"
+    correlation_id: int = 0
+    result: int = 0
+
+
 MESSAGE_TYPES = frozenset({DataType.ACTIVEMQ_MESSAGE, DataType.ACTIVEMQ_BYTES_MESSAGE, DataType.ACTIVEMQ_MAP_MESSAGE,
                            DataType.ACTIVEMQ_OBJECT_MESSAGE, DataType.ACTIVEMQ_STREAM_MESSAGE,
                            DataType.ACTIVEMQ_TEXT_MESSAGE})
@@ -503,5 +525,5 @@ BY_TYPE: dict[int, type] = {
         BrokerInfo, ConnectionInfo, SessionInfo, ConsumerInfo, ProducerInfo, TransactionInfo, DestinationInfo,
         RemoveSubscriptionInfo, KeepAliveInfo, ShutdownInfo, RemoveInfo, ControlCommand, FlushCommand,
         ConnectionError, ConsumerControl, ConnectionControl, ProducerAck, MessagePull, MessageDispatch, MessageAck,
-        Response, ExceptionResponse)
+        Response, ExceptionResponse, DataArrayResponse, IntegerResponse)
 }
