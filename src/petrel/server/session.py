@@ -290,6 +290,35 @@ class ServerSession:
             self.block(name, quiet=not result.blocked)
         return result
 
+    def send_run(self, messages: list[Message], routing_type: RoutingType | None) -> SendResult | None:
+        """`send` of each of `messages` (one address, in order, no transaction) in one pass
+        through the office (`PostOffice.send_run`): the result that stands for each of them, or
+        None when nothing was sent and the caller sends them one by one with `send` (anything
+        that could refuse, wait for or route one message differently from the others)."""
+        office = self.office
+        name = messages[0].address
+        if office.grouping is not None or name.startswith(INTERNAL_PREFIX):
+            return None
+        access = self.access
+        if access.enabled:
+            try:
+                access.send(office, name, routing_type)
+            except _SecurityNotAuthorized:
+                return None  # (refused one by one)
+        for message in messages:
+            props = message.properties
+            for key in props:
+                if key.startswith(RESERVED_PROPERTY_PREFIX):
+                    drop_reserved(self, props)  # _PETREL_*
+                    break
+        try:
+            result = office.send_run(messages, routing_type)
+        except (RoutingError, ValueError):
+            return None  # nothing was sent (the address could not be made): refused one by one
+        if result is not None and result.throttled:
+            self.block(name, quiet=True)
+        return result
+
     def _route(self, message: Message, routing_type: RoutingType | None, tx: Transaction | None,
                then: Callable[[SendResult], None] | None, block_reads: bool) -> SendResult:
         """The send after a grouping decision."""

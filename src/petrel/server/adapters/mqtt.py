@@ -7,8 +7,10 @@ and 2, retained, topic aliases), PINGREQ, DISCONNECT, will messages and errors.
 connection (sessions, retained messages, QoS 2 packet ids); `mqtt_messages` the conversion of
 PUBLISH to and from Petrel messages; `mqtt_topics` the topic <-> address mapping.
 
-A PUBACK or PUBREC goes out after the message is durable: the server session releases
-confirmations after one store sync per read, in read order. QoS 2 is exactly once: the
+A read's consecutive PUBLISHes for one topic (QoS 0 and 1, not retained) are routed together,
+in one pass through the post office (`publish_run`), before any other packet is handled: what
+clients see is what routing them one by one gives. A PUBACK or PUBREC goes out after the message
+is durable: the server session releases confirmations after one store sync per read, in read order. QoS 2 is exactly once: the
 PUBLISH is held in ``$.petrel.mqtt.qos2`` and routed at PUBREL, in the transaction that removes it.
 """
 
@@ -58,6 +60,7 @@ log = logging.getLogger("petrel.server.mqtt")
 
 TOPIC_ALIAS_MAXIMUM = 64
 PUBLISHER = "_MQTT_CLIENT"  # the publishing client's id (for No Local)
+RUN_MAX = 4096  # PUBLISHes routed together at most (`publish_run`)
 # What a refusal of the session's family is in MQTT 5.
 REFUSAL_CODES = {"not-authorized": R.NOT_AUTHORIZED, "address-full": R.QUOTA_EXCEEDED,
                  "routing": R.IMPLEMENTATION_SPECIFIC_ERROR, "not-durable": R.UNSPECIFIED_ERROR}
@@ -85,6 +88,8 @@ class MqttAdapter(MqttSubscriptions):
         self._keep_alive_timer: asyncio.TimerHandle | None = None
         self._aliases: dict[int, str] = {}
         self._addresses: dict[str, str] = {}  # topic -> address, for the topics this client publishes to
+        self._run_messages: list[Message] = []  # this read's last PUBLISHes for one address, not routed yet
+        self._run_publishes: list[Publish] = []  # ... and their packets
         self.problem_info = True  # 5.0 Request Problem Information
         self._login_task = None
         self.init_subscriptions()
@@ -107,12 +112,16 @@ class MqttAdapter(MqttSubscriptions):
                 if packet is NEED_DATA:
                     break
                 self.handle(packet)
+            if self._run_messages:
+                self.publish_run()
             if self._resume_due:
                 self.resume_deliveries()
         except MqttProtocolError as exc:
+            self._publish_run_before_error()
             self.fail(exc.reason, exc.message)
         except Exception as exc:  # never let one client take the broker down
             log.exception("internal error handling an MQTT packet from %s", self.conn.peer)
+            self._publish_run_before_error()
             self.fail(R.IMPLEMENTATION_SPECIFIC_ERROR, f"internal error: {exc}")
         finally:
             office.creator = creator
@@ -122,7 +131,10 @@ class MqttAdapter(MqttSubscriptions):
         t = packet.type
         if t == T.PUBLISH:
             self.on_publish(packet)
-        elif t == T.PUBACK or t == T.PUBREC or t == T.PUBCOMP:
+            return
+        if self._run_messages:  # the PUBLISHes before this packet are routed before it is handled
+            self.publish_run()
+        if t == T.PUBACK or t == T.PUBREC or t == T.PUBCOMP:
             self.on_delivery_ack(packet)
         elif t == T.PUBREL:
             self.on_pubrel(packet)
@@ -289,23 +301,67 @@ class MqttAdapter(MqttSubscriptions):
             except UnicodeDecodeError:
                 return self.refuse_publish(p, R.PAYLOAD_FORMAT_INVALID, "the payload is marked UTF-8 and is not")
         if p.qos == 2 and self.state.qos2_pending(self.client_id, p.packet_id):
+            if self._run_messages:
+                self.publish_run()
             self.confirm(Pubrec(p.packet_id), durable=True)  # a resend: held already
             return
         message = to_message(p, self.broker.store.next_id(), address, v5=self.v5)
         message.properties[PUBLISHER] = self.client_id
+        if p.qos < 2 and not p.retain and self.office.grouping is None:
+            run = self._run_messages  # routed together at the end of the run (`publish_run`)
+            if run and (run[0].address != address or len(run) >= RUN_MAX):
+                self.publish_run()
+                run = self._run_messages
+            run.append(message)
+            self._run_publishes.append(p)
+            return
+        if self._run_messages:
+            self.publish_run()
+        if p.qos != 2:
+            self._send_one(p, message)
+            return
         try:
-            if p.qos == 2:
-                self.hold_qos2(p, message)
-                return
+            self.hold_qos2(p, message)
+        except Refused as exc:
+            self.refuse_publish(p, REFUSAL_CODES.get(exc.kind, R.UNSPECIFIED_ERROR), str(exc))
+
+    def publish_run(self) -> None:
+        """Route the PUBLISHes (QoS 0 and 1, not retained) collected for one address, in order:
+        in one pass through the office when it can (`ServerSession.send_run`), else one by one.
+        Their PUBACKs are confirmed in order, after the read's sync, as one by one."""
+        messages, publishes = self._run_messages, self._run_publishes
+        self._run_messages, self._run_publishes = [], []
+        result = self.session.send_run(messages, None) if len(messages) > 1 else None
+        if result is not None:
+            for p in publishes:
+                if p.qos == 1:
+                    self._published(p, result, False)
+            return
+        for p, message in zip(publishes, messages):
+            if self._closing:  # a refusal closed the connection: the rest is not handled
+                break
+            self._send_one(p, message)
+
+    def _send_one(self, p: Publish, message: Message) -> None:
+        """Route one QoS 0 or 1 PUBLISH's message, then answer it."""
+        try:
             retain = p.retain
             if p.qos or retain:
-                self.session.send(message, None, then=lambda result: self._published(p, message, result, retain))
+                self.session.send(message, None, then=lambda result: self._published(p, result, retain, message))
             else:  # QoS 0, not retained: nothing follows the routing
                 self.session.send(message, None)
         except Refused as exc:
             self.refuse_publish(p, REFUSAL_CODES.get(exc.kind, R.UNSPECIFIED_ERROR), str(exc))
 
-    def _published(self, p: Publish, message: Message, result, retain: bool) -> None:
+    def _publish_run_before_error(self) -> None:
+        """The PUBLISHes read before a bad packet are routed, as they were handled before it."""
+        if self._run_messages:
+            try:
+                self.publish_run()
+            except Exception:
+                log.exception("internal error routing MQTT PUBLISHes from %s", self.conn.peer)
+
+    def _published(self, p: Publish, result, retain: bool, message: Message | None = None) -> None:
         if retain:
             self.state.retain(message)
         if p.qos == 1:
@@ -344,6 +400,8 @@ class MqttAdapter(MqttSubscriptions):
         self.session.confirm(self.codec.ack(T.PUBCOMP, pid), durable=True, transactional=True)
 
     def refuse_publish(self, p: Publish, reason: R, why: str) -> None:
+        if self._run_messages:  # the PUBLISHes before it first
+            self.publish_run()
         log.info("MQTT PUBLISH from %s to %r refused: %s", self.client_id, p.topic, why)
         if not self.v5:
             self.fail(reason, why)  # 3.1.1 cannot say no: the connection closes
