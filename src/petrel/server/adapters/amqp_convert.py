@@ -17,7 +17,10 @@ Mapping (AMQP -> Petrel; the way back is the reverse):
 - body: one data section -> body (several are joined); an amqp-value string -> its UTF-8 bytes
   (``_AMQP_BODY=text``), binary -> the bytes (``binary``); any other body -> its encoded
   sections kept as they came (``amqp``). A message from STOMP or CORE goes out as one data section;
-  one from MQTT 5 marked UTF-8 (payload format indicator 1) as an amqp-value string.
+  one from MQTT 5 marked UTF-8 (payload format indicator 1) as an amqp-value string; one from a
+  JMS client (OpenWire) as Qpid JMS sends that kind, with the ``x-opt-jms-msg-type``
+  annotation (`petrel.server.adapters.openwire_bodies`): a TextMessage as an amqp-value
+  string, a MapMessage or StreamMessage as an amqp-value map or list.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from petrel.codec.amqp.message import BODY_DATA, BODY_VALUE, AmqpMessage, decode
 from petrel.codec.amqp.performatives import (
     AmqpSequence, AmqpValue, ApplicationProperties, Header, MessageAnnotations, Properties,
 )
-from petrel.codec.amqp.types import Described, Symbol, Timestamp, UByte, UInt, ULong, encode
+from petrel.codec.amqp.types import Byte, Described, Symbol, Timestamp, UByte, UInt, ULong, encode
 from petrel.core.message import Message, RoutingType, now_ms
 from petrel.core.message_props import (
     CONTENT_TYPE,
@@ -41,6 +44,8 @@ from petrel.core.message_props import (
     REPLY_TO,
     SUBJECT,
 )
+from petrel.server.adapters.openwire_bodies import JMS_MSG_TYPE, amqp_body
+from petrel.server.adapters.openwire_bodies import KIND as JMS_KIND
 
 __all__ = ["parse_address", "to_petrel", "to_amqp", "RESERVED"]
 
@@ -264,6 +269,11 @@ def _bare(message: Message) -> tuple[bytes, bool]:
     message_id = props.get(MESSAGE_ID)
     correlation = props.get(TYPED_CORRELATION_ID)
     content_type = props.get(CONTENT_TYPE)
+    jms = amqp_body(props) if JMS_KIND in props and BODY not in props else None
+    if jms is not None:  # a JMS client's message: its kind noted as Qpid JMS notes it
+        annotations[Symbol(JMS_MSG_TYPE)] = Byte(jms[0])
+        if content_type is None:
+            content_type = jms[2]
     # the properties section's fields in order (as `Properties` encodes them, without building one)
     fields = [
         _untyped(message_id) if isinstance(message_id, str) else f"ID:{message.id}",
@@ -288,8 +298,11 @@ def _bare(message: Message) -> tuple[bytes, bool]:
     if app:
         parts.append(encode(Described(_APPLICATION_PROPERTIES, app)))
     kind = props.get(BODY)
-    if kind is None and props.get(MQTT_TEXT) == 1:  # MQTT 5 said UTF-8 text: an AMQP string
-        kind = "text"
+    if kind is None and (props.get(MQTT_TEXT) == 1 or (jms is not None and jms[0] == 5)):
+        kind = "text"  # MQTT 5 said UTF-8 text, or a JMS TextMessage: an AMQP string
+    if jms is not None and jms[1] is not None:
+        parts.append(jms[1])  # a JMS map, stream or plain message's amqp-value
+        return b"".join(parts), False
     if kind == "text":
         parts.append(encode(Described(_AMQP_VALUE, message.body.decode("utf-8", "replace"))))
     elif kind == "binary":

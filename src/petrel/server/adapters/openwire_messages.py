@@ -1,6 +1,6 @@
 """OpenWire messages to Petrel's and back: the JMS headers a message carries as fields, typed
-properties, and the kinds of body (a text message's text converted, the others' bodies kept
-as the client encoded them).
+properties, and the kinds of body (`petrel.server.adapters.openwire_bodies`: a text message's
+text in UTF-8, a map or stream as JSON for the other protocols, compressed bodies inflated).
 
 Petrel notes what only OpenWire can say under ``_OW_`` properties (see
 `petrel.core.message_props`): the JMS message kind (`KIND`), the Java types of properties a
@@ -16,33 +16,24 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from petrel.codec.openwire import (
-    DataType,
-    Destination,
-    Message as OwMessage,
-    MessageId,
-    ProducerId,
-    text_content,
-    text_of,
-)
+from petrel.codec.openwire import DataType, Destination, Message as OwMessage, MessageId, ProducerId
 from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
 from petrel.core.message import DUPLICATE_ID, ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message
-from petrel.core.message_props import CORRELATION_ID, GROUP_ID, GROUP_SEQ, REPLY_TO, public
+from petrel.core.message_props import CORRELATION_ID, GROUP_ID, GROUP_SEQ, REPLY_TO, public, text
+from petrel.server.adapters.openwire_bodies import KIND, BodyError, inflate, to_openwire_body, to_petrel_body
 from petrel.server.refusals import Refused
 from petrel.storage.large import LargeBodyMissing
 
 if TYPE_CHECKING:
     from petrel.storage.large import LargeMessageStore
 
-__all__ = ["KIND", "TYPES", "REPLY_KIND", "TEXT_KINDS", "to_message", "to_openwire", "with_whole_body"]
+__all__ = ["KIND", "TYPES", "REPLY_KIND", "to_message", "to_openwire", "with_whole_body"]
 
 log = logging.getLogger("petrel.server.openwire")
 
-KIND = "_OW_KIND"  # the JMS message kind (text, bytes...), for OpenWire consumers
 TYPES = "_OW_TYPES"  # the Java types of properties a plain int or float would lose: "l:name,s:name..."
 REPLY_KIND = "_OW_REPLY_KIND"  # the JMSReplyTo's kind (queue, topic, temporary queue or topic)
 JMS_TYPE = "JMSType"
-TEXT_KINDS = (DataType.ACTIVEMQ_TEXT_MESSAGE,)
 
 _CODES = {JavaLong: "l", JavaShort: "s", JavaByte: "b", JavaFloat: "f"}
 _JAVA = {code: cls for cls, code in _CODES.items()}
@@ -72,12 +63,11 @@ def to_message(m: OwMessage, address: str, message_id: int, *, user: str | None,
     """Petrel's message for an OpenWire one sent to `address` (`fault_tolerant`: the producer's
     message id is its duplicate id, as a failover client resends what had no response)."""
     props = _plain(m.properties) if m.properties else {}
-    body = m.content or b""
-    if m.compressed:
-        raise Refused("compressed messages are not supported yet (useCompression)")
-    if m.kind in TEXT_KINDS:
-        text = text_of(m.content)
-        body = b"" if text is None else text.encode("utf-8", "surrogatepass")
+    try:
+        content = inflate(m.kind, m.content) if m.compressed and m.content else m.content
+        body = to_petrel_body(m.kind, content, props)
+    except BodyError as exc:
+        raise Refused(str(exc)) from None
     props[KIND] = int(m.kind)
     if fault_tolerant and m.message_id is not None and DUPLICATE_ID not in props:
         props[DUPLICATE_ID] = str(m.message_id)
@@ -116,6 +106,20 @@ def with_whole_body(m: Message, large: LargeMessageStore) -> Message:
     return dataclasses.replace(m, body=body, large=None, wire_cache=None)
 
 
+def _correlation(value: object) -> str | None:
+    """A JMSCorrelationID: bytes (AMQP binary, MQTT correlation data, a CORE bytes property) as
+    the UTF-8 text they hold, as JMS's setJMSCorrelationIDAsBytes keeps them, or base64 text
+    when they are not UTF-8 (as STOMP gets them)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return text(value)
+    return str(value)
+
+
 def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter: int) -> OwMessage:
     """The OpenWire message a consumer of a destination of `kind` receives for `m` (which has
     been delivered `redelivery_counter` times before)."""
@@ -130,13 +134,7 @@ def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter:
                     props[name] = _JAVA[code](props[name])
                 except (TypeError, ValueError):
                     pass
-    body_kind = properties.get(KIND, DataType.ACTIVEMQ_BYTES_MESSAGE)
-    content: bytes | None = m.body
-    if body_kind in TEXT_KINDS:
-        try:
-            content = text_content(m.body.decode("utf-8", "surrogatepass"))
-        except UnicodeDecodeError:  # not text after all: the bytes as they are
-            body_kind = DataType.ACTIVEMQ_BYTES_MESSAGE
+    body_kind, content = to_openwire_body(properties, m.body)
     correlation = props.pop(CORRELATION_ID, None)
     jms_type = props.pop(JMS_TYPE, None)
     group = props.pop(GROUP_ID, None)
@@ -148,7 +146,7 @@ def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter:
         message_id=MessageId(producer_id=producer, producer_sequence_id=m.id, broker_sequence_id=m.id),
         persistent=m.durable, priority=m.priority, expiration=m.expiration, timestamp=m.timestamp,
         content=content, properties=props or None,
-        correlation_id=None if correlation is None else str(correlation),
+        correlation_id=_correlation(correlation),
         type=None if jms_type is None else str(jms_type),
         group_id=None if group is None else str(group), group_sequence=int(group_seq or 0),
         reply_to=None if reply_to is None else Destination(
