@@ -132,7 +132,7 @@ def _reader_lines(kind: str, var: str) -> list[str]:
             f"{var} = tuple(items)",
         ])
     if kind == "T":
-        return [f"{var}, p = _throwable(data, p)"]
+        return [f"if data[p] == 0:", f"    {var} = None", "    p += 1", "else:", f"    {var}, p = _throwable(data, p)"]
     raise AssertionError(f"unknown field kind {kind!r}")
 
 
@@ -153,9 +153,9 @@ def _wire_format_info(data: bytes, p: int, d: int) -> tuple[WireFormatInfo, int]
     return WireFormatInfo(version, None if props is None else decode_map(props)), r.pos
 
 
-def _args(cls: type, kind: int | None) -> str:
-    """The constructor's positional arguments: the fields in declaration order, a message's or
-    a destination's `kind` the type byte."""
+def _args(cls: type, kind: int | None) -> list[str]:
+    """The values of the fields in declaration order: the locals read, a message's or a
+    destination's `kind` the type byte."""
     out, i = [], 0
     for f in fields(cls):
         if f.name == "kind":
@@ -163,7 +163,7 @@ def _args(cls: type, kind: int | None) -> str:
         else:
             out.append(f"f{i}")
             i += 1
-    return ", ".join(out)
+    return out
 
 
 _NAMESPACE: dict[str, Any] = {
@@ -178,13 +178,61 @@ def _compile_reader(cls: type, kind: int | None = None) -> Callable:
     lines = ["def read(data, p, d):", "    end = len(data)"]
     for i, k in enumerate(cls.WIRE):
         lines += ["    " + line for line in _reader_lines(k, f"f{i}")]
-    lines.append(f"    return CLS({_args(cls, kind)}), p")
-    namespace = {**_NAMESPACE, "CLS": cls}
+    # the fields set through their slots' descriptors (a frozen dataclass's __init__ costs twice as much)
+    lines.append("    o = _new(CLS)")
+    setters = {}
+    for i, (name, arg) in enumerate(zip((f.name for f in fields(cls)), _args(cls, kind))):
+        setters[f"S{i}"] = getattr(cls, name).__set__
+        lines.append(f"    S{i}(o, {arg})")
+    lines.append("    return o, p")
+    namespace = {**_NAMESPACE, **setters, "CLS": cls, "_new": object.__new__}
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from WIRE, never from input)
-    return namespace["read"]
+    read = namespace["read"]
+    return _cached_reader(cls.WIRE, read) if _is_identity(cls.WIRE) else read
+
+
+_FIXED = {"b": 1, "y": 1, "i": 4, "q": 8}
+CACHE_SIZE = 4096  # identities per type remembered by their bytes (or objects) before starting afresh
+
+
+def _is_identity(wire: str) -> bool:
+    """An identity or a destination: one string and fixed-size fields, so the span of its bytes
+    is known from the string's length, and the same bytes always read as the same value."""
+    return wire.count("s") == 1 and all(k == "s" or k in _FIXED for k in wire)
+
+
+def _cached_reader(wire: str, read: Callable) -> Callable:
+    """`read` behind a cache keyed by the structure's bytes: the ids and destinations of a
+    connection's commands repeat, and a hit costs a slice and a lookup instead of a parse."""
+    before = sum(_FIXED[k] for k in wire[:wire.index("s")])
+    after = sum(_FIXED[k] for k in wire[wire.index("s") + 1:])
+    cache: dict[bytes, Any] = {}
+
+    def cached(data: bytes, p: int, d: int) -> tuple[Any, int]:
+        s = p + before
+        if data[s] == 1:
+            e = s + 3 + ((data[s + 1] << 8) | data[s + 2]) + after
+        else:
+            e = s + 1 + after
+        key = data[p:e]
+        hit = cache.get(key)
+        if hit is not None:
+            return hit, e
+        value, q = read(data, p, d)
+        if q == e:
+            if len(cache) >= CACHE_SIZE:
+                cache.clear()
+            cache[key] = value
+        return value, q
+
+    return cached
 
 
 # -- writers -------------------------------------------------------------------------------
+
+#: class -> writer
+WRITERS: dict[type, Callable] = {}
+
 
 def _write_string(var: str) -> list[str]:
     return [
@@ -205,7 +253,7 @@ def _write_nested(var: str) -> list[str]:
         "    out.append(0)",
         "else:",
         "    out.append(1)",
-        f"    _writer(type({var}))({var}, out)",
+        f"    WRITERS[type({var})]({var}, out)",
     ]
 
 
@@ -246,9 +294,29 @@ def _compile_writer(cls: type) -> Callable:
     for i, (k, name) in enumerate(zip(cls.WIRE, names)):
         lines.append(f"    f{i} = obj.{name}")
         lines += ["    " + line for line in _writer_lines(k, f"f{i}")]
-    namespace = {**_NAMESPACE, "_writer": _writer}
+    namespace = {**_NAMESPACE, "WRITERS": WRITERS}
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from WIRE, never from input)
-    return namespace["write"]
+    write = namespace["write"]
+    return _cached_writer(write) if _is_identity(cls.WIRE) else write
+
+
+def _cached_writer(write: Callable) -> Callable:
+    """`write` behind a cache of the bytes of the objects it wrote (by identity: the adapter
+    sends the same consumer id, destination and producer id objects again and again)."""
+    cache: dict[int, tuple[Any, bytes]] = {}
+
+    def cached(obj: Any, out: bytearray) -> None:
+        hit = cache.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            out += hit[1]
+            return
+        start = len(out)
+        write(obj, out)
+        if len(cache) >= CACHE_SIZE:
+            cache.clear()
+        cache[id(obj)] = (obj, bytes(out[start:]))  # (the object kept: its id is not reused meanwhile)
+
+    return cached
 
 
 def _write_wire_format_info(v: WireFormatInfo, out: bytearray) -> None:
@@ -264,17 +332,9 @@ def _write_wire_format_info(v: WireFormatInfo, out: bytearray) -> None:
         out += raw
 
 
-def _writer(cls: type) -> Callable:
-    write = WRITERS.get(cls)
-    if write is None:
-        raise OpenWireLocalError(f"cannot encode a {cls.__name__}")
-    return write
-
-
 #: type byte -> reader, for all 256 (unknown types raise a protocol error)
 READERS: list[Callable] = [_unknown(t) for t in range(256)]
-#: class -> writer
-WRITERS: dict[type, Callable] = {WireFormatInfo: _write_wire_format_info}
+WRITERS[WireFormatInfo] = _write_wire_format_info
 _NAMESPACE["READERS"] = READERS
 
 READERS[DataType.WIREFORMAT_INFO] = _wire_format_info
@@ -307,7 +367,9 @@ def encode_command(command: Any) -> bytes:
     """A command's type byte and fields (no size prefix)."""
     out = bytearray()
     try:
-        _writer(type(command))(command, out)
+        WRITERS[type(command)](command, out)
+    except KeyError as exc:  # (a type with no writer, at any depth)
+        raise OpenWireLocalError(f"cannot encode a {getattr(exc.args[0], '__name__', exc.args[0])}") from None
     except (struct.error, TypeError, AttributeError, ValueError) as exc:
         raise OpenWireLocalError(f"cannot encode {type(command).__name__}: {exc}") from None
     return bytes(out)
