@@ -247,3 +247,17 @@ def test_publish_head_and_ack_are_the_events_bytes(level):
     for event, ptype in ((Puback, T.PUBACK), (Pubrec, T.PUBREC), (Pubrel, T.PUBREL), (Pubcomp, T.PUBCOMP)):
         for pid in (1, 255, 256, 65535):
             assert server.ack(ptype, pid) == server.send(event(pid))
+
+
+def test_a_decoded_publish_is_a_frozen_publish_like_one_made_directly():
+    import dataclasses
+
+    from petrel.codec.mqtt.decode import decode_packet
+    from petrel.codec.mqtt.packets import publish
+
+    made = publish("a/b", b"body", 1, True, False, 7, {})
+    decoded = decode_packet(0x33, b"\x00\x03a/b\x00\x07body", 4)
+    for packet in (made, decoded):
+        assert type(packet) is Publish and packet == Publish("a/b", b"body", 1, True, False, 7, {})
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            packet.qos = 0  # type: ignore[misc]

@@ -25,6 +25,7 @@ from .packets import (
     Unsuback,
     Unsubscribe,
     Will,
+    publish,
 )
 from .wire import Reader, malformed
 
@@ -145,7 +146,7 @@ def _publish(flags: int, body: bytes, v5: bool) -> Publish:
             r = Reader(body, end)
             props = r.properties()
             end = r.pos
-    return Publish(topic, body[end:], qos, bool(flags & 1), dup, pid, props)
+    return publish(topic, body[end:], qos, bool(flags & 1), dup, pid, props)
 
 
 def _ack(r: Reader, ptype: PacketType, v5: bool):

@@ -20,6 +20,7 @@ import math
 
 from petrel.codec.mqtt import PropertyId as P
 from petrel.codec.mqtt import Publish
+from petrel.codec.mqtt.packets import publish
 from petrel.core.message import Message, now_ms
 from petrel.core.message_props import CONTENT_TYPE, CORRELATION_ID, INTERNAL_PREFIXES, REPLY_TO, text
 from petrel.server.adapters.mqtt_topics import TopicError, address_to_topic, topic_to_address
@@ -105,7 +106,7 @@ def to_publish(message: Message, qos: int, packet_id: int | None, *, retain: boo
                 properties[P.MESSAGE_EXPIRY_INTERVAL] = left
             if subscription_ids:
                 properties[P.SUBSCRIPTION_IDENTIFIER] = subscription_ids
-    return Publish(topic if topic is not None else address_to_topic(message.address), message.body, qos,
+    return publish(topic if topic is not None else address_to_topic(message.address), message.body, qos,
                    retain, dup and qos > 0, packet_id, properties)
 
 

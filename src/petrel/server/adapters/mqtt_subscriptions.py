@@ -59,6 +59,7 @@ class MqttSubscriptions:
         self._window_full = False
         self._resume_due = False  # the window opened during this read: resume at its end
         self._topics: dict[str, tuple[str, bytes]] = {}  # address -> topic and its encoding, for deliveries
+        self._head0: tuple = (None, 0, False, b"")  # the last QoS 0 delivery's: topic, payload size, retain, header
         self._held: deque[list] = deque()  # [chunks, ready, sync asked]: output waiting for a sync
 
     def configure_delivery(self: MqttAdapter, receive_max: int | None, max_packet: int | None) -> None:
@@ -260,7 +261,14 @@ class MqttSubscriptions:
             head, payload = self.codec.publish_parts(publish)
         else:  # no properties to send (3.1.1, most 5.0 deliveries): the header from the encoded topic
             payload = message.body
-            head = self.codec.publish_head(topic[1], len(payload), qos, pid, retain=retain, dup=dup)
+            size = len(payload)
+            if qos:
+                head = self.codec.publish_head(topic[1], size, qos, pid, retain=retain, dup=dup)
+            elif (last := self._head0)[0] is topic and last[1] == size and last[2] is retain:
+                head = last[3]  # the same as the last QoS 0 delivery's (a topic's run of messages)
+            else:
+                head = self.codec.publish_head(topic[1], size, 0, None, retain=retain, dup=False)
+                self._head0 = (topic, size, retain, head)
         if self.client_max_packet is not None and len(head) + len(payload) > self.client_max_packet:
             log.info("MQTT %s: a message of %d bytes over the client's maximum packet size is dropped",
                      self.client_id, len(head) + len(payload))
@@ -268,7 +276,11 @@ class MqttSubscriptions:
             return
         chunks = (head + payload,) if len(payload) < 4096 else (head, payload)
         if not qos:
-            self._write_out(chunks, False)
+            if self._held:
+                self._write_out(chunks, False)
+            else:
+                for chunk in chunks:
+                    self.conn.write(chunk)
             # done as written; the queue's dispatch that called this sink goes on by itself
             # (a sink runs only inside `Queue.deliver`), so the acknowledgement starts no other
             queue.acknowledge(ref, 0, consumer, deliver=False)
