@@ -158,3 +158,18 @@ def test_a_branch_without_work_is_read_only(tmp_path):
     office, store = restart(office, store, tmp_path)
     assert office.prepared == {}
     store.close()
+
+
+def test_an_auto_created_queue_a_prepared_branch_sends_to_is_not_auto_deleted(tmp_path):
+    office, store = open_file_office(tmp_path)
+    office.ensure_defaults()
+    tx = Transaction("branch")
+    office.send(durable(office, "auto.out", b"later"), ANY, tx)  # the queue is auto-created
+    assert office.queues["auto.out"].auto_created
+    assert office.prepare(tx, XID)
+    assert available(office, "auto.out") == []  # its consumer leaves an empty queue: it stays
+    office, store = restart(office, store, tmp_path)
+    assert available(office, "auto.out") == []
+    office.commit_prepared(XID)
+    assert available(office, "auto.out") == [(b"later", 0)]
+    store.close()

@@ -164,7 +164,8 @@ class Addressing:
             return
         if queue.temporary:
             self.delete_queue(queue.name)
-        elif queue.auto_created and queue.message_count == 0 and not self.has_seq_cursors(queue):
+        elif (queue.auto_created and queue.message_count == 0 and not self.has_seq_cursors(queue)
+              and not (self.prepared and self.prepared_sends_to(queue))):  # (they join it at their commit)
             if self.settings_for(queue.address).auto_delete_queues:
                 self.delete_queue(queue.name)
 

@@ -24,6 +24,7 @@ transaction acknowledged.
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING
 
 from petrel.core.consumer import DELIVERING, MessageReference
@@ -36,7 +37,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("petrel.core.prepared")
 
-__all__ = ["PreparedTransaction", "PreparedTransactions", "UnknownXid"]
+__all__ = ["PreparedTransaction", "PreparedTransactions", "UnknownXid", "xid_bytes", "xid_parts"]
+
+_XID_HEAD = struct.Struct(">iI")
+
+
+def xid_bytes(format_id: int, global_id: bytes, branch: bytes) -> bytes:
+    """An XA xid (format id, global transaction id, branch qualifier) as the one key every
+    protocol prepares it under: format id, the global id's length, the global id, the branch."""
+    return _XID_HEAD.pack(format_id, len(global_id)) + global_id + branch
+
+
+def xid_parts(key: bytes) -> tuple[int, bytes, bytes] | None:
+    """`xid_bytes` undone; None for a key that is not one (another encoding)."""
+    if len(key) < _XID_HEAD.size:
+        return None
+    format_id, n = _XID_HEAD.unpack_from(key)
+    if _XID_HEAD.size + n > len(key):
+        return None
+    return format_id, key[_XID_HEAD.size:_XID_HEAD.size + n], key[_XID_HEAD.size + n:]
 
 
 class UnknownXid(KeyError):
@@ -104,7 +123,10 @@ class PreparedTransactions:
                 ref.queue.acknowledge(ref, 0)  # (its ACK is committed: `reference_done` deletes at most)
             acked.discard(ref)
 
-    def rollback_prepared(self: PostOffice, xid: bytes) -> None:
+    def rollback_prepared(self: PostOffice, xid: bytes, *, to_consumer: bool = False) -> None:
+        """Undo what `prepare` did under `xid`. The acknowledged messages go back to their queues,
+        redelivered; with `to_consumer`, those whose consumer is still open go back to it instead,
+        unacknowledged (a JMS client redelivers a rolled-back transaction's messages itself)."""
         p = self.prepared.pop(xid, None)
         if p is None:
             raise UnknownXid(xid)
@@ -114,10 +136,24 @@ class PreparedTransactions:
                 self.release_large(ref.message.large)
         self._large_in_tx.pop(p.tx_id, None)  # files its acknowledgements would have let go: kept
         acked = self.acked_when_prepared
-        for ref in reversed(p.acks):
+        back = []
+        for ref in p.acks:
             acked.discard(ref)
-            if ref.state == DELIVERING and not ref.queue.deleted:
-                ref.queue.cancel(ref, redelivered=True)
+            if ref.state != DELIVERING or ref.queue.deleted:
+                continue
+            consumer = ref.consumer
+            if to_consumer and consumer is not None and not consumer.closed:
+                consumer.delivering[ref.seq] = ref
+                consumer.bytes_in_flight += ref.message.body_size
+            else:
+                back.append(ref)
+        for ref in reversed(back):
+            ref.queue.cancel(ref, redelivered=True)
+
+    def prepared_sends_to(self: PostOffice, queue: Queue) -> bool:
+        """Whether a prepared transaction sends to `queue` (it is not auto-deleted meanwhile)."""
+        held = self._held
+        return any(ref.queue is queue for p in self.prepared.values() for ref in held.get(p.tx_id, ()))
 
     # -- after a restart -------------------------------------------------------------------
 

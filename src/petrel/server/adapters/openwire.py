@@ -3,16 +3,15 @@
 The WireFormatInfo exchange (loose encoding: `petrel.codec.openwire`); ConnectionInfo (login
 when security is on), SessionInfo; producers, sends and their flow control (`openwire_producers`;
 messages: `openwire_messages`; destination names: `openwire_destinations`); consumers,
-dispatch and acks (`openwire_consumers`; browsers: `openwire_browsers`); local transactions (TransactionInfo begin,
-commit one phase, rollback: acks settle at the commit, a rollback leaves the messages with the
-client, which redelivers them itself); temporary queues and topics (DestinationInfo), living as
+dispatch and acks (`openwire_consumers`; browsers: `openwire_browsers`); transactions, local and
+XA with two-phase commit and recovery (`openwire_transactions`); temporary queues and topics (DestinationInfo), living as
 long as their connection; RemoveSubscriptionInfo; RemoveInfo, ShutdownInfo, KeepAliveInfo both
 ways with the negotiated inactivity duration. A command that asks for a response gets its
 Response in read order, a persistent message's only once it is durable (the session's
 confirmations); refusals are ExceptionResponses. A fault-tolerant (failover) client's messages
 carry their message id as the duplicate id, so its resends after a reconnect are not
 duplicated. A clustered broker's members go to failover clients (`openwire_cluster`). Not yet:
-XA, compressed bodies, tight encoding.
+compressed bodies, tight encoding.
 """
 
 from __future__ import annotations
@@ -55,12 +54,13 @@ from petrel.codec.openwire import (
     TransactionInfo,
     WireFormatInfo,
 )
-from petrel.codec.openwire.commands import JavaThrowable, LocalTransactionId
+from petrel.codec.openwire.commands import JavaThrowable
 from petrel.server.access import Access
 from petrel.server.adapters.openwire_browsers import OpenWireBrowsers
 from petrel.server.adapters.openwire_cluster import OpenWireCluster
 from petrel.server.adapters.openwire_consumers import OpenWireConsumers
 from petrel.server.adapters.openwire_producers import OpenWireProducers
+from petrel.server.adapters.openwire_transactions import OpenWireTransactions
 from petrel.server.login import OffLoopLogin
 from petrel.server.refusals import NotDurable, Refused
 from petrel.server.session import ServerSession
@@ -77,7 +77,7 @@ SECURITY_EXCEPTION = "javax.jms.JMSSecurityException"
 IGNORED = (ConnectionControl, ConsumerControl, FlushCommand, ControlCommand)
 
 
-class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers, OpenWireCluster):
+class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers, OpenWireCluster, OpenWireTransactions):
     protocol = "openwire"
 
     def __init__(self, broker: Broker, conn: Connection) -> None:
@@ -233,53 +233,6 @@ class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers, Op
             self._timer = self.conn.call_later(period, tick)
 
         self._timer = self.conn.call_later(period, tick)
-
-    # -- transactions ------------------------------------------------------------------------
-
-    @staticmethod
-    def tx_name(tid: Any) -> str | None:
-        """The server session's name of a local transaction; XA is refused."""
-        if tid is None:
-            return None
-        if isinstance(tid, LocalTransactionId):
-            conn = tid.connection_id.value if tid.connection_id is not None else ""
-            return f"{conn}:{tid.value}"
-        raise Refused("XA transactions are not supported by Petrel's OpenWire yet")
-
-    def on_transaction(self, c: TransactionInfo) -> None:
-        name = self.tx_name(c.transaction_id)
-        if name is None:
-            raise Refused("a TransactionInfo without a transaction id")
-        kind = c.type
-        if kind == 0:  # BEGIN
-            self.session.begin(name)
-            self.respond(c)
-        elif kind == 2:  # COMMIT_ONE_PHASE
-            seen: set[tuple[int, int]] = set()
-            for consumer, refs in self.tx_acks.pop(name, ()):
-                live = []
-                for ref in refs:  # still held by the consumer, once each
-                    key = (consumer.id, ref.seq)
-                    if key not in seen and consumer.delivering.get(ref.seq) is ref:
-                        seen.add(key)
-                        live.append(ref)
-                if live:
-                    self.session.acknowledge(consumer, live, name)
-            self.session.commit(name)
-            if c.response_required:
-                self.session.confirm(self.codec.send(Response(correlation_id=c.command_id)), durable=True,
-                                     transactional=True)
-            else:
-                self.session.need_sync(transactional=True)
-        elif kind == 4:  # ROLLBACK
-            self.tx_acks.pop(name, None)
-            if name in self.session.transactions:
-                self.session.rollback(name)
-            self.respond(c)
-        elif kind in (7, 6):  # END, FORGET: nothing to do for a local transaction
-            self.respond(c)
-        else:
-            raise Refused(f"transaction operation {kind} is not supported by Petrel's OpenWire yet (XA)")
 
     # -- temporary destinations ---------------------------------------------------------------
 
