@@ -288,6 +288,10 @@ class BrokerConfig(BaseModel):
         default_factory=list, description="UDP listeners that learn other nodes from their announcements")
     cluster_connections: list[ClusterConnectionModel] = Field(
         default_factory=list, description="at most one: how this node joins a cluster")
+    rebalance_cluster_clients: bool = Field(
+        False, description="OpenWire (ActiveMQ/Artemis rebalanceClusterClients): when a node joins the cluster, "
+        "ask a share of the failover clients of every node to reconnect to it (ConnectionControl "
+        "rebalanceConnection), so connections even out")
     grouping_handler: GroupingHandlerModel | None = Field(
         None, description="clustered message grouping: LOCAL on one node, REMOTE on the others")
     ha_policy: HaPolicyModel = Field(

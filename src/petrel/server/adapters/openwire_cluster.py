@@ -6,15 +6,35 @@ all-protocols URI (``tcp://host:port``, ``ssl://host:port`` for a TLS connector)
 first, as ActiveMQ's transport connectors do with ``updateClusterClients``. A failover client
 adds them to the URIs it reconnects to (its ``updateURIsSupported``, on by default), so a client
 given one node's address reaches the others when that node goes. The BrokerInfo names the same
-peers (peerBrokerInfos), as informational. ``rebalanceClusterClients`` is not offered: the
-control's rebalanceConnection is always false, so no client is moved off a healthy node.
+peers (peerBrokerInfos), as informational.
+
+``rebalance_cluster_clients`` (ActiveMQ's and Artemis's ``rebalanceClusterClients``): when a
+node joins the cluster (a new one, or one back after a restart, whose clients went to the
+others meanwhile), every node asks a share of its failover clients to move to it, as many as
+leave each member about as many as the newcomer gets (``clients * newcomers // members``, the
+newest connections first, dealt round-robin over the newcomers). Such a client gets two
+ConnectionControls: the members without the newcomer, then the newcomer first with
+rebalanceConnection (and reconnectTo naming it). ActiveMQ's failover transport acts on a
+rebalance only when the set of URIs it was given changes (``FailoverTransport.updateURIs``), and
+then reconnects to the first: the first control makes sure the second changes the set. A moving
+client's sends that wait for a response are neither stored nor answered here from then on: its
+transport replays them on the newcomer, so a send in flight at the move is stored once, there.
+A client still connected `MOVE_GRACE` seconds later (one that ignores the controls: its URL
+has ``updateURIsSupported=false``) is disconnected, and its transport replays them wherever it
+reconnects.
 """
 
 from __future__ import annotations
 
+import logging
+import weakref
 from typing import Any
 
 from petrel.codec.openwire import BrokerId, BrokerInfo, ConnectionControl
+
+log = logging.getLogger("petrel.server.openwire")
+
+MOVE_GRACE = 5.0  # seconds a client asked to move may stay before it is disconnected
 
 
 def member_uri(connector: str) -> str:
@@ -33,8 +53,57 @@ def member_uris(members: list[Any]) -> list[str]:
     return out
 
 
+class ClientBalance:
+    """One broker's view for ``rebalance_cluster_clients``: the members it last told its clients
+    of, and the moves planned for the change being announced."""
+
+    def __init__(self) -> None:
+        self.members: tuple[str, ...] = ()
+        self.moves: dict[int, str] = {}  # id(adapter) -> the URI it is asked to move to
+
+    def plan(self, broker: Any, uris: list[str]) -> None:
+        """A membership change: who moves where (nobody unless a member joined)."""
+        known, self.members, self.moves = self.members, tuple(uris), {}
+        newcomers = [u for u in uris[1:] if u not in known] if known else []
+        if not newcomers:
+            return
+        clients = [c.adapter for c in list(broker.connections)
+                   if getattr(c.adapter, "protocol", None) == "openwire" and c.adapter.movable()]
+        share = len(clients) * len(newcomers) // len(uris)
+        for n, adapter in enumerate(clients[len(clients) - share:]):
+            self.moves[id(adapter)] = newcomers[n % len(newcomers)]
+        if share:
+            log.info("rebalancing %d of %d OpenWire failover clients to %s", share, len(clients),
+                     ", ".join(newcomers), extra={"event": "openwire.rebalance"})
+
+
+_BALANCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def balance_of(broker: Any) -> ClientBalance:
+    balance = _BALANCES.get(broker)
+    if balance is None:
+        balance = _BALANCES[broker] = ClientBalance()
+    return balance
+
+
 class OpenWireCluster:
     """Mixed into the OpenWire adapter: what it tells failover clients of the cluster."""
+
+    moving_to: str | None = None  # asked to move to this member (rebalance_cluster_clients)
+
+    def rebalancing(self) -> bool:
+        return bool(getattr(self.broker.config, "rebalance_cluster_clients", False))
+
+    def movable(self) -> bool:
+        """A failover client, connected, not yet asked to move."""
+        return (self.fault_tolerant and self.connection_id is not None and self.moving_to is None
+                and not self._closing and not self.conn.closed)
+
+    def leaving(self, m: Any) -> bool:
+        """Drop this send, unanswered (`m` waits for a response, outside a transaction): the
+        client was asked to move, and its transport replays the send where it goes."""
+        return self.moving_to is not None and m.response_required and m.transaction_id is None
 
     def cluster_members(self) -> list[Any] | None:
         cluster = self.broker.cluster
@@ -56,6 +125,8 @@ class OpenWireCluster:
         members = self.cluster_members()
         uris = member_uris(members) if members else None
         if uris:
+            if self.rebalancing():
+                balance_of(self.broker).members = tuple(uris)  # what a later join is compared with
             self.session.confirm(self.codec.send(ConnectionControl(connected_brokers=",".join(uris))))
 
     def send_topology(self, members: list[Any]) -> None:
@@ -63,5 +134,27 @@ class OpenWireCluster:
         if self._closing or self.conn.closed or self.connection_id is None:
             return
         uris = member_uris(members)
-        if uris:
+        if not uris:
+            return
+        target = None
+        if self.rebalancing():
+            balance = balance_of(self.broker)
+            if tuple(uris) != balance.members:  # the first client told of this change plans the moves
+                balance.plan(self.broker, uris)
+            target = balance.moves.pop(id(self), None)
+        if target is None or not self.movable():
             self.write(ConnectionControl(connected_brokers=",".join(uris)))
+            return
+        others = [u for u in uris if u != target]
+        self.moving_to = target
+        log.info("asking OpenWire client %s to move to %s", self.client_id or self.conn.peer, target)
+        self.write(ConnectionControl(connected_brokers=",".join(others)))
+        self.write(ConnectionControl(connected_brokers=",".join([target, *others]), rebalance_connection=True,
+                                     reconnect_to=target))
+        self.conn.call_later(MOVE_GRACE, self._moved_or_closed)
+
+    def _moved_or_closed(self) -> None:
+        if not self._closing and not self.conn.closed:
+            log.info("OpenWire client %s did not move to %s: disconnected", self.client_id or self.conn.peer,
+                     self.moving_to)
+            self.close()

@@ -198,6 +198,11 @@ class OpenWireConsumers:
         if kind in (AckType.REDELIVERED, AckType.UNMATCHED) or a.last_message_id is None:
             self.respond(a)
             return
+        if a.last_message_id.producer_id != self.producer:
+            # another node's message (a failover client's ack replayed here after it moved): its
+            # id may be one of this node's, which the ack must not settle
+            self.respond(a)
+            return
         seq = sub.by_message.get(a.last_message_id.producer_sequence_id)
         if seq is None or seq not in consumer.delivering:
             self.respond(a)  # settled already (a repeated ack)

@@ -46,6 +46,8 @@ class OpenWireProducers:
         self.windows.pop(pid, None)
 
     def on_message(self: OpenWireAdapter, m: OwMessage) -> None:
+        if self.leaving(m):  # asked to move (`openwire_cluster`): its transport sends it again there
+            return
         dest = m.destination
         if dest is None or not dest.name:
             raise Refused("a message without a destination")
