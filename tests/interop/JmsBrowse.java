@@ -1,10 +1,11 @@
 import java.util.Enumeration;
 import javax.jms.*;
 
-/** A QueueBrowser: args url queue count. Sends count persistent text messages (property index),
+/** A QueueBrowser: args url queue count [batch [keep]]. Sends count persistent text messages
+ *  (property index; with batch, from a transacted session committing every batch messages),
  *  browses them all (BROWSED n, in order: ORDERED true|false), browses with a selector
- *  (SELECTED n for index < 3), receives them all (RECEIVED n: browsing consumed nothing), and
- *  browses the empty queue (EMPTY n). */
+ *  (SELECTED n for index < 3), then, unless keep, receives them all (RECEIVED n: browsing
+ *  consumed nothing) and browses the empty queue (EMPTY n). */
 public class JmsBrowse {
     public static void main(String[] args) {
         JmsProgram.main(args, JmsBrowse::run);
@@ -29,16 +30,24 @@ public class JmsBrowse {
         Connection connection = JmsProgram.connect(url);
         Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
         Queue queue = session.createQueue(name);
-        MessageProducer producer = session.createProducer(queue);
+        int batch = args.length > 3 ? Integer.parseInt(args[3]) : 0;
+        Session sending = batch > 0 ? connection.createSession(true, Session.SESSION_TRANSACTED) : session;
+        MessageProducer producer = sending.createProducer(queue);
         for (int i = 0; i < count; i++) {
-            TextMessage m = session.createTextMessage("browse " + i);
+            TextMessage m = sending.createTextMessage("browse " + i);
             m.setIntProperty("index", i);
             producer.send(m);
+            if (batch > 0 && (i + 1) % batch == 0) sending.commit();
         }
+        if (batch > 0) sending.commit();
         boolean[] ordered = {true};
         System.out.println("BROWSED " + browse(session, queue, null, ordered));
         System.out.println("ORDERED " + ordered[0]);
         System.out.println("SELECTED " + browse(session, queue, "index < 3", null));
+        if (args.length > 4 && args[4].equals("keep")) {
+            connection.close();
+            return;
+        }
         MessageConsumer consumer = session.createConsumer(queue);
         int got = 0;
         while (got < count && consumer.receive(10000) != null) got++;

@@ -1,10 +1,11 @@
 """OpenWire queue browsers (a JMS QueueBrowser: ConsumerInfo with browser=true). A mixin of
 `OpenWireAdapter`.
 
-A browser sees a snapshot of what its queue holds when it opens (the messages waiting, in
-dispatch order, that its selector matches; not those out with consumers, nor paged to disk),
-dispatched without being consumed, then a MessageDispatch without a message that ends the
-browse. Its prefetch bounds what is dispatched and not yet acknowledged (the client
+A browser sees what its queue holds when it opens (the messages waiting in memory, in
+dispatch order, then those paged to disk, in the order they were paged, read a chunk at a
+time: `petrel.core.browsing.QueueBrowse`; not those out with consumers), the ones its
+selector matches, dispatched without being consumed, then a MessageDispatch without a message
+that ends the browse. Its prefetch bounds what is dispatched and not yet acknowledged (the client
 acknowledges what it browsed; an ack only frees room here); a prefetch 0 browser gets one
 message, or the end, for each MessagePull. Browsing needs the ``browse`` permission.
 """
@@ -22,7 +23,7 @@ from petrel.codec.openwire import (
     MessagePull,
     OpenWireLocalError,
 )
-from petrel.core import operations
+from petrel.core.browsing import QueueBrowse
 from petrel.core.selector import SelectorError
 from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
 from petrel.server.adapters.openwire_messages import to_openwire, with_whole_body
@@ -33,19 +34,22 @@ if TYPE_CHECKING:
     from petrel.core.message import Message
     from petrel.server.adapters.openwire import OpenWireAdapter
 
-#: The most messages one browse shows (ActiveMQ's own is its maxBrowsePageSize, 400 by default).
-MAX_BROWSE = 10_000
+#: Messages taken from the queue's browse at a time (the page files are read in chunks anyway).
+BATCH = 256
+RETRY_MS = 20  # how soon to look again for paged records on their way to disk
 
 
 class Browse:
-    __slots__ = ("info", "waiting", "out", "pulls", "done")
+    __slots__ = ("info", "source", "waiting", "out", "pulls", "done", "retry")
 
-    def __init__(self, info: ConsumerInfo, waiting: deque) -> None:
+    def __init__(self, info: ConsumerInfo, source: QueueBrowse | None) -> None:
         self.info = info
-        self.waiting: deque[tuple[Message, int]] = waiting  # (message, delivery count) still to dispatch
+        self.source = source  # what is still to browse (None: nothing)
+        self.waiting: deque[tuple[Message, int]] = deque()  # (message, delivery count) taken, not dispatched
         self.out: dict[int, None] = {}  # message ids dispatched and not yet acknowledged, in order
         self.pulls = 0  # MessagePulls not yet answered (a prefetch 0 browser)
         self.done = False  # the end of the browse sent
+        self.retry = None  # a timer to look again while the source waits for page writes
 
 
 class OpenWireBrowsers:
@@ -62,11 +66,10 @@ class OpenWireBrowsers:
         except SecurityNotAuthorized as exc:
             raise NotAuthorized(str(exc)) from None
         try:
-            refs = [] if queue is None else operations.browse(queue, filter=c.selector or None, limit=MAX_BROWSE)
+            source = None if queue is None else QueueBrowse(self.office, queue, c.selector or None)
         except SelectorError as exc:
             raise SelectorRefused(str(exc)) from None
-        now = self.office.now()
-        browse = Browse(c, deque((r.message, r.delivery_count) for r in refs if not r.message.expired(now)))
+        browse = Browse(c, source)
         self.browsers[c.consumer_id] = browse
         self.respond(c)
         self.session.confirm(lambda: self.pump_browser(browse))  # after the response
@@ -78,7 +81,19 @@ class OpenWireBrowsers:
         info = browse.info
         prefetch = info.prefetch_size
         waiting, out = browse.waiting, browse.out
-        while waiting and (len(out) < prefetch or browse.pulls > 0):
+        while len(out) < prefetch or browse.pulls > 0:
+            if not waiting:
+                source = browse.source
+                if source is None:
+                    break
+                waiting.extend((h.message, h.delivery_count) for h in source.next(BATCH))
+                if source.finished:
+                    browse.source = None
+                if not waiting:
+                    if source.stalled and browse.retry is None:
+                        browse.retry = self.office.scheduler.call_at_ms(self.office.now() + RETRY_MS,
+                                                                        lambda: self._browse_again(browse))
+                    break
             message, count = waiting.popleft()
             if browse.pulls > 0:
                 browse.pulls -= 1
@@ -92,9 +107,14 @@ class OpenWireBrowsers:
             except OpenWireLocalError as exc:
                 self.fail(f"message {message.id} cannot be browsed: {exc}")
                 return
-        if not waiting and (prefetch > 0 or browse.pulls > 0):
+        if not waiting and browse.source is None and (prefetch > 0 or browse.pulls > 0):
             browse.done = True
             self.write(MessageDispatch(consumer_id=info.consumer_id, destination=info.destination))
+
+    def _browse_again(self: OpenWireAdapter, browse: Browse) -> None:
+        browse.retry = None
+        if self.browsers.get(browse.info.consumer_id) is browse:
+            self.pump_browser(browse)
 
     def browser_ack(self: OpenWireAdapter, browse: Browse, a: MessageAck) -> None:
         """An ack of browsed messages frees room for more (nothing is consumed)."""

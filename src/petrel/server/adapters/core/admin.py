@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from petrel.cluster.internal_names import internal_name_problem
@@ -17,7 +18,7 @@ from petrel.codec.core import (
     Query,
     Result,
 )
-from petrel.core import operations
+from petrel.core.browsing import QueueBrowse
 from petrel.core.message import RoutingType
 from petrel.core.queue import Queue
 from petrel.core.wildcard import compile_pattern
@@ -109,24 +110,55 @@ class AdminFrames:
         self.reply(Result(e.corr, 0, "", value))
 
     def on_browse(self, e: Browse) -> None:
+        """A page of a browse (offset, limit): paged messages included. The connection keeps
+        its last browse going, so a client asking for the page after the one it got continues
+        it (`QueueBrowse`: the page files are read once, a chunk at a time) instead of
+        starting over and skipping `offset` messages."""
         queue = self.office.queues.get(e.queue.rpartition("::")[2])
         if queue is None:
             raise RequestFailed(ErrorCode.NOT_FOUND, f"queue {e.queue!r} does not exist")
         self.access.check("browse", queue.address)
         limit = max(0, min(e.limit, 10_000))
-        refs = operations.browse(queue, filter=e.filter, limit=limit + 1, offset=max(e.offset, 0))
+        offset = max(e.offset, 0)
+        state = self.__dict__.get("_browse")
+        if state is None or state.queue is not queue or state.filter != e.filter or state.offset != offset:
+            state = self._browse = _BrowseState(queue, e.filter, QueueBrowse(self.office, queue, e.filter or None))
+            skip = offset
+            while skip > 0 and not state.source.finished:  # a page asked for out of turn: from the start
+                skip -= len(state.source.next(min(skip, 10_000)))
+            state.offset = offset
+        left = state.left
+        if len(left) < limit and not state.source.finished:
+            left.extend(state.source.next(limit - len(left)))
         budget = self.broker.config.max_frame_size // 2
         out = []
-        for ref in refs[:limit]:
-            m = ref.message
+        while left and len(out) < limit:
+            h = left[0]
+            m = h.message
             budget -= m.body_size + 256
             if out and budget < 0:
                 break
+            left.popleft()
             body = m.body if m.large is None else large.read_whole(self, m)
-            out.append(Browsed(ref.seq, m.id, m.address, m.durable, m.priority, m.expiration, m.timestamp,
-                               m.scheduled, ref.delivery_count, scalars(m.properties), body))
-        more = len(refs) > len(out)
+            out.append(Browsed(h.seq, m.id, m.address, m.durable, m.priority, m.expiration, m.timestamp,
+                               m.scheduled, h.delivery_count, scalars(m.properties), body))
+        state.offset += len(out)
+        more = bool(left) or not state.source.finished
         self._out.append(self.codec.send(BrowseResult(e.corr, out, more)))
+
+
+class _BrowseState:
+    """A CORE connection's browse in progress: the next offset it serves and what it has read
+    ahead."""
+
+    __slots__ = ("queue", "filter", "source", "offset", "left")
+
+    def __init__(self, queue: Queue, filter: str | None, source: QueueBrowse) -> None:
+        self.queue = queue
+        self.filter = filter
+        self.source = source
+        self.offset = 0
+        self.left: deque = deque()
 
 
 def queue_info(queue: Queue) -> dict[str, Any]:
