@@ -1,7 +1,7 @@
 """Browsing a paging queue (issue 15): 30,000 small messages in a queue whose address pages
 (max_size_bytes 64 KiB, so nearly all of them are in page files) are all shown, in order, to
-an OpenWire QueueBrowser (ActiveMQ Classic's JMS client) and to `petrel browser` (CORE), and
-none is consumed. `petrel.core.browsing.QueueBrowse` streams the page files a chunk at a time."""
+an OpenWire QueueBrowser (ActiveMQ Classic's JMS client), to `petrel browser` (CORE) and
+through the management API's browse, and none is consumed. `petrel.core.browsing.QueueBrowse` streams the page files a chunk at a time."""
 
 from __future__ import annotations
 
@@ -22,9 +22,13 @@ N = 30_000
 SETTINGS = '[address_settings."paged.#"]\nmax_size_bytes = 65536\n'
 
 
-def queue_stat(b: BrokerProcess, name: str) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{b.http_port}/api/v1/queues/{name}", timeout=10) as resp:
+def get(b: BrokerProcess, path: str) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{b.http_port}{path}", timeout=10) as resp:
         return json.loads(resp.read())
+
+
+def queue_stat(b: BrokerProcess, name: str) -> dict:
+    return get(b, f"/api/v1/queues/{name}")
 
 
 def test_openwire_and_core_browsers_see_every_paged_message_in_order(tmp_path):
@@ -49,6 +53,11 @@ def test_openwire_and_core_browsers_see_every_paged_message_in_order(tmp_path):
         index = [int(i) for i in re.findall(r"\bindex=(\d+)", out.stdout)]
         assert f"Browsed: {N} messages" in out.stdout, out.stdout[-500:]
         assert index == list(range(N))
+        # the management API's browse pages through the paged messages too
+        page = get(broker, "/api/v1/queues/paged.browse/messages?offset=25000&limit=5&body=none")
+        assert [m["properties"]["index"] for m in page["messages"]] == list(range(25000, 25005)) and page["more"]
+        last = get(broker, f"/api/v1/queues/paged.browse/messages?offset={N - 2}&limit=5&body=none")
+        assert [m["properties"]["index"] for m in last["messages"]] == [N - 2, N - 1] and not last["more"]
         assert queue_stat(broker, "paged.browse")["message_count"] == N
     finally:
         broker.stop()

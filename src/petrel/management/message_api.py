@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from petrel.core import operations
+from petrel.core.browsing import QueueBrowse
 from petrel.management.auth import permitted, require
 from petrel.management.errors import bad_request, not_found
 from petrel.management.keys import BROKER
@@ -24,8 +25,12 @@ async def browse_messages(request: web.Request) -> web.Response:
     offset = query_int(request, "offset", 0, 0, 1 << 62)
     limit = query_int(request, "limit", 100, 1, MAX_PAGE)
     body_mode = query_choice(request, "body", BODY_MODES)
-    refs = operations.browse(queue, filter=filter, limit=limit + 1, offset=offset)
-    more = len(refs) > limit
+    browse = QueueBrowse(request.app[BROKER].office, queue, filter)  # paged messages too, in bounded memory
+    skip = offset
+    while skip > 0 and not browse.finished and not browse.stalled:
+        skip -= len(browse.next(min(skip, 10_000)))
+    refs = browse.next(limit + 1) if skip <= 0 else []
+    more = len(refs) > limit or browse.stalled
     views = [message_view(ref, body_mode) for ref in refs[:limit]]
     return web.json_response({
         "queue": queue.name,
