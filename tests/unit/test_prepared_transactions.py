@@ -173,3 +173,15 @@ def test_an_auto_created_queue_a_prepared_branch_sends_to_is_not_auto_deleted(tm
     office.commit_prepared(XID)
     assert available(office, "auto.out") == [(b"later", 0)]
     store.close()
+
+
+def test_a_prepared_sends_large_file_is_not_an_orphan_at_start_up(tmp_path):
+    from petrel.storage.large import LargeMessageStore, reconcile
+    from petrel.storage.store import NullStore, PreparedRecord, Recovered, RecoveredRef
+
+    large = LargeMessageStore(tmp_path)
+    body = large.write(7, [b"big" * 10])
+    sent = Message(id=7, address="q", body=b"", durable=True, large=body)
+    recovered = Recovered(prepared=[PreparedRecord(3, XID, [(sent, [RecoveredRef(1, 1)])])])
+    assert reconcile(large, recovered, NullStore()) == 0
+    assert large.names() == ["7.msg"]

@@ -276,6 +276,8 @@ def reconcile(large: LargeMessageStore, recovered: Recovered, store: Store, extr
             live.add(body.name)
         keep.append((message, refs))
     recovered.messages = keep
+    for prepared in recovered.prepared:  # a prepared transaction's sends (core/prepared.py) keep theirs
+        live.update(message.large.name for message, _ in prepared.messages if message.large is not None)
     return large.remove_orphans(live)
 
 
