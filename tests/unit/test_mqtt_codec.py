@@ -261,3 +261,8 @@ def test_a_decoded_publish_is_a_frozen_publish_like_one_made_directly():
         assert type(packet) is Publish and packet == Publish("a/b", b"body", 1, True, False, 7, {})
         with pytest.raises(dataclasses.FrozenInstanceError):
             packet.qos = 0  # type: ignore[misc]
+    for first, ack in ((0x40, Puback), (0x50, Pubrec), (0x62, Pubrel), (0x70, Pubcomp)):
+        packet = decode_packet(first, b"\x01\x02", 5)
+        assert type(packet) is ack and packet == ack(0x102) and packet.reason is ReasonCode.SUCCESS
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            packet.packet_id = 1  # type: ignore[misc]

@@ -25,6 +25,7 @@ from .packets import (
     Unsuback,
     Unsubscribe,
     Will,
+    plain_ack,
     publish,
 )
 from .wire import Reader, malformed
@@ -43,7 +44,7 @@ def decode_packet(first: int, body: bytes, level: int) -> Packet:
         return _publish(first & 0x0F, body, level >= 5)
     ack = _PLAIN_ACKS.get(first)
     if ack is not None and len(body) == 2 and (body[0] or body[1]):  # an ack with its packet id alone
-        return ack(body[0] << 8 | body[1])
+        return plain_ack(ack, body[0] << 8 | body[1])
     try:
         ptype = PacketType(first >> 4)
     except ValueError:

@@ -135,6 +135,26 @@ ACKS = {PacketType.PUBACK: Puback, PacketType.PUBREC: Pubrec, PacketType.PUBREL:
         PacketType.PUBCOMP: Pubcomp}
 
 
+@dataclass(slots=True)
+class _AckUnfrozen:
+    """The acknowledgements' layout without the freezing, for `plain_ack` (as `_PublishUnfrozen`)."""
+
+    packet_id: int
+    reason: int
+    properties: Properties
+
+
+assert all(_AckUnfrozen.__slots__ == ack.__slots__ for ack in ACKS.values())
+
+
+def plain_ack(cls: type, packet_id: int):
+    """``cls(packet_id)`` for one of `ACKS` (reason SUCCESS, no properties), at half the cost
+    (one per QoS 1 or 2 message acknowledged): built unfrozen, then made a `cls` (same slots)."""
+    packet = _AckUnfrozen(packet_id, ReasonCode.SUCCESS, {})
+    packet.__class__ = cls
+    return packet
+
+
 @dataclass(frozen=True, slots=True)
 class Subscription:
     """One topic filter of a SUBSCRIBE with its options (the last three are 5.0's)."""

@@ -333,9 +333,15 @@ class MqttAdapter(MqttSubscriptions):
         self._run_messages, self._run_publishes = [], []
         result = self.session.send_run(messages, None) if len(messages) > 1 else None
         if result is not None:
+            if self.v5 and result.outcome == SendOutcome.UNROUTED:
+                for p in publishes:
+                    if p.qos == 1:
+                        self._published(p, result, False)
+                return
+            confirm, ack = self.session.confirmations.add, self.codec.ack  # (`_published`, inlined)
             for p in publishes:
                 if p.qos == 1:
-                    self._published(p, result, False)
+                    confirm(ack(T.PUBACK, p.packet_id), True)
             return
         for p, message in zip(publishes, messages):
             if self._closing:  # a refusal closed the connection: the rest is not handled
