@@ -344,12 +344,7 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
 
     def commit(self, tx: Transaction) -> None:
         """Route the transaction's sends and settle its acks, atomically in the store."""
-        if tx.rollback_only is None:
-            tx.rollback_only = self._seen_since_sent(tx)
-        if tx.rollback_only:
-            reason = tx.rollback_only
-            self.rollback(tx)
-            raise TransactionRolledBack(reason)
+        self.refuse_rollback_only(tx)
         tx_id = self.store.begin()
         for message, routing_type in tx.sends:
             self._route(message, routing_type, tx_id)
@@ -357,6 +352,15 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
             ref.queue.acknowledge(ref, tx_id)
         self.commit_store(tx_id)
         tx.close()
+
+    def refuse_rollback_only(self, tx: Transaction) -> None:
+        """Roll `tx` back and raise TransactionRolledBack when it may not commit (a duplicate)."""
+        if tx.rollback_only is None:
+            tx.rollback_only = self._seen_since_sent(tx)
+        if tx.rollback_only:
+            reason = tx.rollback_only
+            self.rollback(tx)
+            raise TransactionRolledBack(reason)
 
     def _seen_since_sent(self, tx: Transaction) -> str | None:
         """Why the transaction must roll back: a duplicate ID it holds was checked when its

@@ -86,12 +86,7 @@ class PreparedTransactions:
         if xid in self.prepared:
             self.rollback(tx)
             raise TransactionRolledBack("a transaction is already prepared under this xid")
-        if tx.rollback_only is None:
-            tx.rollback_only = self._seen_since_sent(tx)
-        if tx.rollback_only:
-            reason = tx.rollback_only
-            self.rollback(tx)
-            raise TransactionRolledBack(reason)
+        self.refuse_rollback_only(tx)
         if not tx.sends and not tx.acks:
             tx.close()
             return False
