@@ -8,6 +8,7 @@ Artemis so a user of Artemis recognises them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -81,6 +82,9 @@ class Message:
     wire_cache: tuple | None = None
     # Queues still holding a reference; when it falls to zero the stored message goes.
     ref_count: int = 0
+    # Called once every durable queue's reference was acknowledged by a consumer, outside a
+    # transaction, if that comes before the send's sync (`petrel.server.confirmations.Confirmations`).
+    confirm_hook: Callable[[Message], None] | None = None
     _size: int = 0
 
     @property

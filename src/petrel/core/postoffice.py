@@ -317,7 +317,9 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
 
     # -- the end of a reference -------------------------------------------------------------
 
-    def reference_done(self, ref: MessageReference, tx_id: int) -> None:
+    def reference_done(self, ref: MessageReference, tx_id: int, consumed: bool = False) -> None:
+        """`ref` has ended: acknowledged (``consumed``: by a consumer, explicitly), expired, moved,
+        dead-lettered, purged... outside or (``tx_id``) inside a store transaction."""
         message = ref.message
         queue = ref.queue
         size = message.size
@@ -335,6 +337,14 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
                 self.store.ack(tx_id, message.id, ref.queue.id)
         if message.large is not None:
             self.release_large(message.large, tx_id)
+        hook = message.confirm_hook
+        if hook is not None:
+            if consumed and not tx_id:
+                if message.ref_count == 0:  # every durable queue's copy is consumed
+                    message.confirm_hook = None
+                    hook(message)
+            else:  # another ending (a move may not be durable yet): only the sync confirms it
+                message.confirm_hook = None
 
     def delivery_count_changed(self, ref: MessageReference) -> None:
         if ref.message.durable and ref.queue.durable and ref.message.ref_count > 0:

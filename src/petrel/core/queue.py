@@ -478,10 +478,12 @@ class Queue:
     # -- acknowledgement -----------------------------------------------------------------
 
     def acknowledge(self, ref: MessageReference, tx_id: int = 0, consumer: Consumer | None = None, *,
-                    deliver: bool = True) -> None:
+                    deliver: bool = True, consumed: bool = False) -> None:
         """The consumer is done with the message: forget it here and in the store.
 
-        ``deliver=False``: the caller acknowledges several at once and calls `deliver` after."""
+        ``deliver=False``: the caller acknowledges several at once and calls `deliver` after.
+        ``consumed``: a consumer's own acknowledgement (not one at dispatch, as an auto-ack
+        consumer's): it may confirm the message's send before its sync (`reference_done`)."""
         if self.non_destructive:  # the message stays; only the consumer's credit comes back
             if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
                 consumer.bytes_in_flight -= ref.message.body_size
@@ -500,7 +502,7 @@ class Queue:
         ref.state = DONE
         ref.consumer = None
         self.messages_acked += 1
-        self.office.reference_done(ref, tx_id)
+        self.office.reference_done(ref, tx_id, consumed)
         if deliver and consumer is not None and not consumer.closed:
             self.deliver()
 

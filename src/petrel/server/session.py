@@ -18,6 +18,10 @@ Contract (what an adapter can rely on, and must do):
   wait for the disk without adding one (a durable send nobody asked a receipt for);
   ``confirmations.after_pending(items)`` pushes frames of the broker's own (a topology, a
   DISCONNECT) right after what earlier reads still wait for.
+  A confirmation of durable sends only, made with ``sent=<the messages>``, may go out before
+  the sync: once every durable queue's copy of each of them is acknowledged by a consumer
+  (`acknowledge`, outside a transaction). A consumed message cannot be lost any more; a read
+  with anything else durable (a commit, a subscription...) always waits for its sync.
 - **Sends.** `send(message, routing_type, tx, then=...)` checks the user may send to the
   address, refuses the cluster's internal names, drops the cluster's reserved properties,
   waits for a clustered grouping decision (holding the connection), routes through
@@ -59,7 +63,6 @@ which counts reasons, so a producer unblocked while a hold is on keeps the reads
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +81,7 @@ from petrel.core.transaction import Transaction
 from petrel.core.transaction import TransactionRolledBack as _CoreRolledBack
 from petrel.security.errors import NotAuthorized as _SecurityNotAuthorized
 from petrel.server.adapters.group_wait import wait_for_group
+from petrel.server.confirmations import Confirmations
 from petrel.server.flow import ReadFlow
 from petrel.server.refusals import (
     AddressFull,
@@ -98,99 +102,9 @@ if TYPE_CHECKING:
     from petrel.server.broker import Broker
     from petrel.storage.large import LargeWriter
 
-__all__ = ["Confirmations", "ServerSession"]
+__all__ = ["Confirmations", "ServerSession"]  # (Confirmations: petrel.server.confirmations)
 
 log = logging.getLogger("petrel.server.session")
-
-
-class Confirmations:
-    """Replies released after the disk, in read order (see the module's contract)."""
-
-    __slots__ = ("conn", "store", "on_failed", "out", "sync", "sync_tx", "_batches", "failed")
-
-    def __init__(self, conn: Any, store: Any, on_failed: Callable[[BaseException], None]) -> None:
-        self.conn = conn
-        self.store = store
-        self.on_failed = on_failed
-        self.out: list = []  # what the read being handled appended
-        self.sync = False
-        self.sync_tx = False
-        self._batches: deque[list] = deque()  # [items, ready], released in order
-        self.failed = False  # a sync failed: nothing more is confirmed
-
-    def add(self, item: bytes | Callable[[], None], durable: bool = False, transactional: bool = False) -> None:
-        self.out.append(item)
-        if durable:
-            self.sync = True
-            if transactional:
-                self.sync_tx = True
-
-    def need_sync(self, transactional: bool = False) -> None:
-        """This read's confirmations wait for the disk even if none of them asked."""
-        self.sync = True
-        if transactional:
-            self.sync_tx = True
-
-    @property
-    def pending(self) -> bool:
-        """Something appended or waiting for a sync."""
-        return bool(self.out or self._batches)
-
-    def after_pending(self, items: list) -> None:
-        """Write `items` (bytes or callables) right after what earlier reads still wait to
-        confirm, without waiting for a sync of their own (pushes: a topology, a DISCONNECT)."""
-        if self.failed:
-            return
-        self._batches.append([items, True])
-        self._release()
-
-    def flush(self) -> None:
-        out = self.out
-        if not out:
-            self.sync = self.sync_tx = False
-            return
-        self.out = []
-        sync, transactional = self.sync, self.sync_tx
-        self.sync = self.sync_tx = False
-        if self.failed:
-            return
-        if not sync and not self._batches:
-            self._emit(out)
-            return
-        batch = [out, not sync]
-        self._batches.append(batch)
-        if not sync:
-            self._release()
-            return
-
-        def durable() -> None:
-            batch[1] = True
-            self._release()
-
-        self.store.sync(durable, transactional=transactional, failed=self._sync_failed)
-
-    def _release(self) -> None:
-        batches = self._batches
-        while batches and batches[0][1]:
-            self._emit(batches.popleft()[0])
-
-    def _emit(self, items: list) -> None:
-        write = self.conn.write
-        for item in items:
-            if type(item) is bytes:
-                write(item)
-            elif callable(item):
-                item()
-            else:
-                write(item)
-
-    def _sync_failed(self, error: BaseException) -> None:
-        if self.failed:
-            return
-        self.failed = True
-        self._batches.clear()
-        self.out = []
-        self.on_failed(error)
 
 
 class ServerSession:
@@ -223,12 +137,14 @@ class ServerSession:
     # -- confirmations ------------------------------------------------------------------------
 
     def confirm(self, item: bytes | Callable[[], None], *, durable: bool = False,
-                transactional: bool = False) -> None:
-        """Write `item` (or call it) once this read is handled, after its sync if `durable`."""
-        self.confirmations.add(item, durable, transactional)
+                transactional: bool = False, sent: Message | list[Message] | None = None) -> None:
+        """Write `item` (or call it) once this read is handled, after its sync if `durable`;
+        ``sent``: `item` confirms the durable sends of these messages (nothing else), which lets
+        their consumption release it before the sync (`Confirmations`)."""
+        self.confirmations.add(item, durable, transactional, sent)
 
-    def need_sync(self, transactional: bool = False) -> None:
-        self.confirmations.need_sync(transactional)
+    def need_sync(self, transactional: bool = False, sent: Message | list[Message] | None = None) -> None:
+        self.confirmations.need_sync(transactional, sent)
 
     def flush(self) -> None:
         """The read is handled: one sync for what it appended, then its confirmations in order."""
@@ -387,7 +303,7 @@ class ServerSession:
         if tx is None:  # the common case: settled now, one by one (positional: ref, tx_id, consumer)
             acknowledge = queue.acknowledge
             for ref in refs:
-                acknowledge(ref, 0, consumer)
+                acknowledge(ref, 0, consumer, consumed=True)
             return
         if tx.__class__ is str:
             tx = self.transaction(tx)

@@ -34,7 +34,7 @@ from petrel.codec.amqp.performatives import (
 )
 from petrel.codec.amqp.sasl import ANONYMOUS, EXTERNAL, PLAIN, parse_plain
 from petrel.codec.roles import Role
-from petrel.core.message import now_ms
+from petrel.core.message import Message, now_ms
 from petrel.security.errors import AuthenticationFailed
 from petrel.server.access import Access
 from petrel.server.adapters.amqp_incoming import IncomingFrames
@@ -152,10 +152,11 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
         self.session.confirm(self.codec.send(channel, performative, payload), durable=durable,
                              transactional=transactional)
 
-    def accept(self, channel: int, delivery_id: int, durable: bool) -> None:
+    def accept(self, channel: int, delivery_id: int, durable: bool, sent: Message | None = None) -> None:
         """Accept and settle the client's transfer `delivery_id` once this read is handled (after
-        its sync when `durable`), like `reply` with a disposition; transfers accepted one after
-        another, with consecutive delivery ids, share one disposition (first..last)."""
+        its sync when `durable`; or once `sent`, the message it carried, is consumed, if that
+        comes first), like `reply` with a disposition; transfers accepted one after another,
+        with consecutive delivery ids, share one disposition (first..last)."""
         session = self.session
         out = session.confirmations.out
         run = self._accepting
@@ -163,12 +164,12 @@ class AmqpAdapter(LinkFrames, IncomingFrames):
                 and run.last + 1 == delivery_id):
             run.last = delivery_id
             if durable:
-                session.need_sync()
+                session.need_sync(sent=sent)
             return
         if run is not None:
             self._seal()
         self._accepting = run = _AcceptRun(self, out, len(out), channel, delivery_id)
-        session.confirm(run, durable=durable)
+        session.confirm(run, durable=durable, sent=sent if durable else None)
 
     def _seal(self) -> None:
         """The pending run of accepted deliveries can grow no more: its disposition is encoded in

@@ -23,7 +23,7 @@ from petrel.codec.amqp.message import decode_message
 from petrel.codec.amqp.performatives import (
     ROLE_RECEIVER, Accepted, Declare, Declared, Discharge, Disposition, Error, Rejected, TransactionalState,
 )
-from petrel.core.message import RoutingType
+from petrel.core.message import Message, RoutingType
 from petrel.server.adapters.amqp_convert import parse_address, to_petrel
 from petrel.server.adapters.amqp_links import CREDIT, Channel, Link, _condition
 from petrel.server.refusals import Refused, TransactionRolledBack, TransactionUnknown
@@ -91,7 +91,7 @@ class IncomingFrames:
     def _send(self: AmqpAdapter, ch: Channel, t, message, routing_type, tx, txn_id) -> None:
         try:
             self.session.send(message, routing_type, tx,  # (a settled transfer is not answered)
-                              then=None if t.settled else lambda result: self._accepted(ch, t, txn_id, message.durable))
+                              then=None if t.settled else lambda result: self._accepted(ch, t, txn_id, message))
         except Refused as exc:
             self._reject(ch, t, _condition(exc), str(exc))
 
@@ -131,11 +131,11 @@ class IncomingFrames:
 
         future.add_done_callback(finished)
 
-    def _accepted(self: AmqpAdapter, ch: Channel, t, txn_id: bytes | None, durable: bool) -> None:
+    def _accepted(self: AmqpAdapter, ch: Channel, t, txn_id: bytes | None, message: Message) -> None:
         if t.settled:
             return
         if txn_id is None:
-            self.accept(ch.number, int(t.delivery_id), durable)
+            self.accept(ch.number, int(t.delivery_id), message.durable, message)
             return
         self.reply(ch.number, Disposition(role=ROLE_RECEIVER, first=t.delivery_id, settled=True,
                                           state=TransactionalState(txn_id=txn_id, outcome=Accepted())))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from petrel.codec.openwire import Message as OwMessage, ProducerAck, ProducerId, ProducerInfo, encode_map
+from petrel.codec.openwire import Message as OwMessage, ProducerAck, ProducerId, ProducerInfo, Response, encode_map
 from petrel.server.adapters.openwire_destinations import send_targets
 from petrel.server.adapters.openwire_messages import to_message
 from petrel.server.refusals import Refused
@@ -53,14 +53,20 @@ class OpenWireProducers:
             raise Refused("a message without a destination")
         tx = self.tx_name(m.transaction_id)
         store, user, fault_tolerant = self.broker.store, self.access.user, self.fault_tolerant
+        sent = []
         for address, routing in send_targets(dest):
             message = to_message(m, address, store.next_id(), user=user, fault_tolerant=fault_tolerant)
             self.session.send(message, routing, tx)
+            sent.append(message)
         durable = m.persistent and tx is None
         if m.response_required:
-            self.respond(m, durable=durable)
+            if durable:  # (its consumption may confirm it before the sync: `Confirmations`)
+                self.session.confirm(self.codec.send(Response(correlation_id=m.command_id)), durable=True,
+                                     sent=sent)
+            else:
+                self.respond(m)
         elif self.windows and m.producer_id in self.windows:
             self.session.confirm(self.codec.send(ProducerAck(producer_id=m.producer_id, size=message_size(m))),
-                                 durable=durable)
+                                 durable=durable, sent=sent if durable else None)
         elif durable:
-            self.session.need_sync()
+            self.session.need_sync(sent=sent)

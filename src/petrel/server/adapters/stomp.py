@@ -233,12 +233,13 @@ class StompAdapter(SubscriptionFrames):
             message.large = large[1]
             self._large_taken = True
         durable = message.durable
+        sent = message if tx is None else None  # (its consumption may confirm it: `Confirmations`)
         if self.office.grouping is None:  # routed now (no grouping decision to wait for)
             self.session.send(message, routing_type, tx)
             if durable or "receipt" in headers:
-                self.receipt(frame, durable=durable)
+                self.receipt(frame, durable=durable, sent=sent)
             return
-        self.session.send(message, routing_type, tx, lambda result: self.receipt(frame, durable=durable))
+        self.session.send(message, routing_type, tx, lambda result: self.receipt(frame, durable=durable, sent=sent))
 
     def send_large(self, headers: dict[str, str], message_id: int, body: LargeBody) -> None:
         """A SEND whose body is already in its file, named for `message_id`."""
@@ -262,15 +263,16 @@ class StompAdapter(SubscriptionFrames):
     def _receipt_frame(self, receipt_id: str) -> bytes:
         return receipt_bytes(self.codec, receipt_id)
 
-    def receipt(self, frame: Frame, *, durable: bool = False, transactional: bool = False) -> None:
+    def receipt(self, frame: Frame, *, durable: bool = False, transactional: bool = False,
+                sent: Message | None = None) -> None:
         """The frame's RECEIPT, if it asked for one, once this read is handled (after its sync
-        when `durable`); a durable frame without a receipt still makes the read's later
-        receipts wait for the sync."""
+        when `durable`, or once `sent`, the message a SEND carried, is consumed); a durable
+        frame without a receipt still makes the read's later receipts wait for the sync."""
         receipt_id = frame.headers.get("receipt")
         if receipt_id is not None:
-            self.session.confirmations.add(receipt_bytes(self.codec, receipt_id), durable, transactional)
+            self.session.confirmations.add(receipt_bytes(self.codec, receipt_id), durable, transactional, sent)
         elif durable:
-            self.session.need_sync(transactional)
+            self.session.need_sync(transactional, sent)
 
     def _sync_failed(self, error: NotDurable) -> None:
         """The store could not make this connection's frames durable: an ERROR naming the cause

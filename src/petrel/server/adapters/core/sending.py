@@ -101,8 +101,8 @@ class SendFrames:
             self._out.append(self.codec.send(SendFailed(session.id, session.sent,
                                                         SEND_CODES.get(exc.kind, ErrorCode.ROUTING), str(exc))))
             return
-        if e.durable and tx is None:
-            self._confirmations.sync = True  # the confirmation waits for the disk
+        if e.durable and tx is None:  # the confirmation waits for the disk, or for its consumption
+            self._confirmations.need_sync(sent=message)
         if result is not None and (result.blocked or result.throttled):
             self._block(session, message.address, quiet=not result.blocked)
 
