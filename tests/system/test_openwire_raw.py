@@ -44,6 +44,8 @@ class Client:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.codec = OpenWireConnection()
         self.sock.sendall(self.codec.send(WireFormatInfo(12, {"TightEncodingEnabled": True, "CacheEnabled": True})))
+        # the broker's first (as the JMS client, nothing more before it): tight encoding from then on
+        assert isinstance(self.next(skip=(KeepAliveInfo, BrokerInfo)), WireFormatInfo) and self.codec.tight
 
     def send(self, command) -> None:
         self.sock.sendall(self.codec.send(command))

@@ -1,4 +1,4 @@
-"""The OpenWire codec (loose encoding): frames whole, byte by byte and with trailing bytes,
+"""The OpenWire codec (loose encoding; tight: test_openwire_tight.py): frames whole, byte by byte and with trailing bytes,
 round trips of every command a JMS client uses, negotiation, and fuzzing."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ COMMANDS = [
 
 def client_wire(commands) -> bytes:
     c = OpenWireConnection()
-    return c.send(WireFormatInfo(12, {"TightEncodingEnabled": True, "MaxInactivityDuration": JavaLong(30000)})) \
+    return c.send(WireFormatInfo(12, {"TightEncodingEnabled": False, "MaxInactivityDuration": JavaLong(30000)})) \
         + b"".join(c.send(x) for x in commands)
 
 
@@ -136,9 +136,10 @@ def test_text_body_and_properties_keep_java_types():
 
 
 def test_negotiation_answers_loose():
-    codec = OpenWireConnection(max_frame_size=1000)
+    codec = OpenWireConnection(max_frame_size=1000, tight_encoding=False)
     info = codec.wire_format_info()
     assert info.properties["TightEncodingEnabled"] is False and info.properties["CacheEnabled"] is False
+    assert OpenWireConnection().wire_format_info().properties["TightEncodingEnabled"] is True  # (test_openwire_tight)
     assert type(info.properties["MaxInactivityDuration"]) is JavaLong  # the Java client casts it to Long
     assert detect(codec.send(info)[:13]) is True
     assert detect(b"\x00\x00") is None and detect(b"CONNECT\n") is False and detect(b"\x00\x01\x02") is False

@@ -1,4 +1,4 @@
-"""OpenWire (ActiveMQ Classic's protocol), sans-IO, loose encoding.
+"""OpenWire (ActiveMQ Classic's protocol), sans-IO, loose and tight encoding.
 
 :class:`OpenWireConnection` turns received bytes into command events (frozen dataclasses in
 `commands`) and commands into bytes; `detect` recognises a client's WireFormatInfo for the

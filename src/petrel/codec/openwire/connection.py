@@ -1,4 +1,4 @@
-"""`OpenWireConnection`: the sans-IO OpenWire connection (h11 shape), loose encoding.
+"""`OpenWireConnection`: the sans-IO OpenWire connection (h11 shape), loose or tight encoding.
 
     conn = OpenWireConnection(max_frame_size=...)
     conn.receive_data(data)
@@ -6,10 +6,12 @@
     wire = conn.send(command)
 
 Every frame is a 4-byte size, then the command (its type byte and fields). The first
-command each way is a WireFormatInfo. The peer's is answered by `wire_format_info()`, this
-side's: version 12 at most, TightEncodingEnabled, CacheEnabled, SizePrefixDisabled and
-StackTraceEnabled false. Each option is on only when both sides say so, so a client that
-prefers tight encoding (the JMS client's default) speaks loose after the exchange. A
+command each way is a WireFormatInfo, always in loose encoding. The peer's is answered by
+`wire_format_info()`, this side's: version 12 at most, TightEncodingEnabled (unless made with
+``tight_encoding=False``), CacheEnabled, SizePrefixDisabled and StackTraceEnabled false. Each
+option is on only when both sides say so (the options of the WireFormatInfo this side sent,
+when it sent its own, as a client does), so a client that prefers tight encoding (the JMS
+client's default) speaks it after the exchange (`tight`), one that does not speaks loose. A
 frame larger than the negotiated MaxFrameSize, a command before the WireFormatInfo or any
 malformed field raises `OpenWireProtocolError`; the connection is broken from then on.
 """
@@ -23,6 +25,7 @@ from petrel.codec.buffer import Buffer
 from .commands import DataType, WireFormatInfo
 from .errors import OpenWireLocalError, OpenWireProtocolError
 from .loose import decode_command, encode_command
+from .tight import decode_tight, encode_tight
 from .marshal import MAGIC, JavaLong
 
 __all__ = ["OpenWireConnection", "NEED_DATA", "detect", "VERSION", "DEFAULT_MAX_FRAME_SIZE"]
@@ -41,8 +44,12 @@ NEED_DATA = _NeedData()
 
 
 class OpenWireConnection:
-    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, max_inactivity_ms: int = 30_000) -> None:
+    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, max_inactivity_ms: int = 30_000,
+                 tight_encoding: bool = True) -> None:
         self.max_frame_size = max_frame_size
+        self.tight_encoding = tight_encoding  # this side's preference
+        self.tight = False  # negotiated: both sides said TightEncodingEnabled
+        self._sent: dict[str, Any] | None = None  # the options of the WireFormatInfo this side sent
         self.max_inactivity_ms = max_inactivity_ms
         self.version: int | None = None  # negotiated, once the peer's WireFormatInfo is read
         self.peer_options: dict[str, Any] = {}
@@ -55,7 +62,7 @@ class OpenWireConnection:
     def options(self) -> dict[str, Any]:
         """This side's WireFormatInfo options."""
         return {
-            "TightEncodingEnabled": False,
+            "TightEncodingEnabled": self.tight_encoding,
             "SizePrefixDisabled": False,
             "CacheEnabled": False,
             "CacheSize": 0,
@@ -77,6 +84,8 @@ class OpenWireConnection:
         props = info.properties or {}
         self.peer_options = props
         self.version = min(VERSION, info.version)
+        own = self._sent if self._sent is not None else self.options()
+        self.tight = props.get("TightEncodingEnabled") is True and own.get("TightEncodingEnabled") is True
         peer_frame = props.get("MaxFrameSize")
         if isinstance(peer_frame, int) and not isinstance(peer_frame, bool) and 0 < peer_frame:
             self.max_frame_size = min(self.max_frame_size, peer_frame)
@@ -118,7 +127,10 @@ class OpenWireConnection:
             raise OpenWireProtocolError(f"a command of type {data[pos + 4]} before the WireFormatInfo")
         frame = bytes(data[pos + 4:pos + 4 + size])
         buf.consume_to(pos + 4 + size)
-        command = decode_command(frame)
+        if self.tight and frame[0] != DataType.WIREFORMAT_INFO:  # (a WireFormatInfo is always loose)
+            command = decode_tight(frame)
+        else:
+            command = decode_command(frame)
         if isinstance(command, WireFormatInfo):
             if self.version is not None:
                 raise OpenWireProtocolError("a second WireFormatInfo")
@@ -138,7 +150,11 @@ class OpenWireConnection:
     # -- output ------------------------------------------------------------------------------
 
     def send(self, command: Any) -> bytes:
-        body = encode_command(command)
+        if isinstance(command, WireFormatInfo):
+            self._sent = command.properties or {}
+            body = encode_command(command)
+        else:
+            body = encode_tight(command) if self.tight else encode_command(command)
         if len(body) > self.max_frame_size:
             raise OpenWireLocalError(f"a frame of {len(body)} bytes, over the maximum frame size "
                                      f"{self.max_frame_size}")
