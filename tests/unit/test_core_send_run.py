@@ -129,3 +129,19 @@ def test_what_could_go_differently_is_left_to_separate_sends():
     assert pattern.send_run([msg(pattern, "news"), msg(pattern, "news", properties={"region": "eu"})],
                             MULTI) is None
     assert office.messages_routed == filtered.messages_routed == pattern.messages_routed == 0
+
+
+def test_sequence_numbers_of_a_durable_queue_stay_reserved_ahead_of_a_run():
+    from petrel.core.recovery import SEQ_RESERVATION
+
+    office, _ = make_office()
+    office.store = store = Journal()
+    reserved = []
+    store.reserve_queue_seq = lambda queue_id, upto: reserved.append(upto)
+    office.ensure_address_for("d", MULTI)
+    queue = office.create_queue("d.sub", "d", MULTI, durable=True)
+    for size in (3, SEQ_RESERVATION, 5):  # the second run crosses the reservation
+        office.send_run([msg(office, "d", durable=True) for _ in range(size)], MULTI)
+    seqs = [refs[0][1] for _, _, refs in store.added]
+    assert seqs == list(range(seqs[0], seqs[0] + SEQ_RESERVATION + 8))
+    assert reserved and queue.seq_reserved == reserved[-1] >= seqs[-1]

@@ -83,13 +83,18 @@ def send_run(office: PostOffice, messages: list[Message], routing_type: RoutingT
     if len(targets) == 1:
         queue = targets[0]
         qid = queue.id
-        refs = []
-        for message in messages:
-            seq = take_seq(queue)
-            refs.append(MessageReference(message, queue, seq, 0))
-            if durable and message.durable:
-                message.ref_count = 1
-                store.add_message(0, message, [(qid, seq)])
+        first_seq = queue.next_seq
+        if durable and first_seq + n - 1 > queue.seq_reserved:  # a reservation on the way: one by one
+            seqs = [take_seq(queue) for _ in range(n)]
+        else:  # (`_take_seq` of each, at once)
+            seqs = range(first_seq, first_seq + n)
+            queue.next_seq = first_seq + n
+        refs = [MessageReference(message, queue, seq, 0) for message, seq in zip(messages, seqs)]
+        if durable:
+            for message, seq in zip(messages, seqs):
+                if message.durable:
+                    message.ref_count = 1
+                    store.add_message(0, message, [(qid, seq)])
         admitted = [(queue, refs)]
     else:
         admitted = []

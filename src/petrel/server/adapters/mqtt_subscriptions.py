@@ -381,7 +381,7 @@ class MqttSubscriptions:
             else:  # PUBACK, or a PUBREC refusing the message: not sent again either
                 if session.persistent:  # the record first: never one left for an acknowledged message
                     self.state.sent_done(self.client_id, pid)
-                self.session.acknowledge(consumer, [ref])
+                consumer.queue.acknowledge(ref, 0, consumer)  # (`ServerSession.acknowledge` of one)
         if self._window_full and len(self.inflight) + len(session.pubrel_pending) < self.receive_max:
             self._window_full = False
             self._resume_due = True  # once the read's packets are handled (`resume_deliveries`)
