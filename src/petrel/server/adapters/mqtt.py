@@ -339,9 +339,9 @@ class MqttAdapter(MqttSubscriptions):
                         self._published(p, result, False)
                 return
             confirm, ack = self.session.confirmations.add, self.codec.ack  # (`_published`, inlined)
-            for p in publishes:
-                if p.qos == 1:
-                    confirm(ack(T.PUBACK, p.packet_id), True)
+            for p, message in zip(publishes, messages):
+                if p.qos == 1:  # (its consumption may confirm it before the sync: `Confirmations`)
+                    confirm(ack(T.PUBACK, p.packet_id), True, False, message)
             return
         for p, message in zip(publishes, messages):
             if self._closing:  # a refusal closed the connection: the rest is not handled
@@ -373,8 +373,9 @@ class MqttAdapter(MqttSubscriptions):
         if p.qos == 1:
             if self.v5 and result.outcome == SendOutcome.UNROUTED:
                 self.confirm(Puback(p.packet_id, R.NO_MATCHING_SUBSCRIBERS), durable=True)
-            else:
-                self.session.confirm(self.codec.ack(T.PUBACK, p.packet_id), durable=True)
+            else:  # (a retained one waits for its retained record's sync)
+                self.session.confirm(self.codec.ack(T.PUBACK, p.packet_id), durable=True,
+                                     sent=None if retain else message)
 
     def hold_qos2(self, p: Publish, message: Message) -> None:
         """QoS 2, step one: checked and held durably, answered with PUBREC (routed at PUBREL)."""
