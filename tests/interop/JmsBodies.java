@@ -3,7 +3,8 @@ import javax.jms.*;
 
 /** JMS message bodies for the cross-protocol tests: args url send|receive destination [n].
  *  A destination is queue:NAME or topic:NAME. send: one message of each kind (text, bytes, map,
- *  stream, object, plain), each with the property kind, a JMSType and a JMSCorrelationID; prints
+ *  stream, object, plain), each with the property kind, a JMSType, a JMSCorrelationID and a
+ *  JMSXUserID; prints
  *  SENT 6. receive: READY once its consumer is open, then n messages, one line each describing what arrived (its class, its body, its
  *  JMSType, correlation id and JMSXUserID), then RECEIVED n. */
 public class JmsBodies {
@@ -45,6 +46,7 @@ public class JmsBodies {
                 all[i].setStringProperty("kind", kinds[i]);
                 all[i].setJMSType("type-" + kinds[i]);
                 all[i].setJMSCorrelationID("corr-" + kinds[i]);
+                all[i].setStringProperty("JMSXUserID", "user-" + kinds[i]);
                 producer.send(all[i]);
             }
             System.out.println("SENT " + all.length);

@@ -2,7 +2,8 @@
 (text, bytes, map, stream, object and plain messages, compressed or not) as STOMP (stomp.py),
 MQTT 5 (paho-mqtt), AMQP 1.0 (python-qpid-proton) and CORE (Petrel's client) receive it, and
 what those clients send as the JMS client receives it; the mapping is
-`petrel.server.adapters.openwire_bodies`'s. Real Java programs (tests/interop/JmsBodies.java)
+`petrel.server.adapters.openwire_bodies`'s; JMSType, JMSCorrelationID and JMSXUserID go with
+them (to AMQP as subject, correlation-id and user-id). Real Java programs (tests/interop/JmsBodies.java)
 against a real `petrel run`."""
 
 from __future__ import annotations
@@ -79,14 +80,29 @@ def test_each_jms_kind_reaches_stomp_mqtt_amqp_and_core(broker, classpath, compr
     amqp_rx = amqp.create_receiver("topic://bodies")
     core = CoreConnection(f"tcp://127.0.0.1:{broker.port}")
     core_rx = core.session().consumer("topic://bodies")
+    jms_rx = JmsReceiver(classpath, url, "topic:bodies", 6)
     try:
+        assert jms_rx.line() == "READY"
         assert run(classpath, "JmsBodies", url, "send", "topic:bodies") == ["SENT 6"]
+        jms_lines = [jms_rx.line() for _ in range(7)]
+        assert jms_lines[-1] == "RECEIVED 6"
+        assert sorted(jms_lines[:-1]) == sorted([  # JMS to JMS: each kind whole, its JMS headers kept
+            f"TEXT {TEXT} type=type-text corr=corr-text user=user-text kind=text",
+            "BYTES [0, 1, 2, -1, 101, 110, 100] type=type-bytes corr=corr-bytes user=user-bytes kind=bytes",
+            "MAP big=1099511627776:Long flag=true:Boolean n=42:Integer name=petrel:String ratio=2.5:Double "
+            "raw=[1, 2, 3]:byte[] type=type-map corr=corr-map user=user-map kind=map",
+            "STREAM s:String 7:Long -3:Integer false:Boolean type=type-stream corr=corr-stream user=user-stream "
+            "kind=stream",
+            "OBJECT an object type=type-object corr=corr-object user=user-object kind=object",
+            "PLAIN type=type-plain corr=corr-plain user=user-plain kind=plain",
+        ]), jms_lines
 
         frames = by_kind([listener.get() for _ in KINDS], lambda f: f.headers["kind"])
         for kind, frame in frames.items():
             check_plain_body(kind, frame.body)
             assert frame.headers["JMSType"] == f"type-{kind}"
             assert frame.headers["correlation-id"] == f"corr-{kind}"
+            assert frame.headers["JMSXUserID"] == f"user-{kind}"
             assert not [h for h in frame.headers if h.startswith("_")], frame.headers
 
         got = by_kind([mqtt.messages.get(timeout=10) for _ in KINDS],
@@ -94,6 +110,7 @@ def test_each_jms_kind_reaches_stomp_mqtt_amqp_and_core(broker, classpath, compr
         for kind, m in got.items():
             check_plain_body(kind, m.payload)
             assert m.properties.CorrelationData == f"corr-{kind}".encode()
+            # (the MQTT adapter sends no JMS* property as a user property: JMSType, JMSXUserID stay out)
 
         core_got = []
         for _ in KINDS:
@@ -112,6 +129,8 @@ def test_each_jms_kind_reaches_stomp_mqtt_amqp_and_core(broker, classpath, compr
         for kind, m in got.items():
             assert m.annotations["x-opt-jms-msg-type"] == JMS_TYPES[kind], (kind, m.annotations)
             assert m.correlation_id == f"corr-{kind}"
+            assert m.subject == f"type-{kind}" and "JMSType" not in m.properties  # JMSType: the subject
+            assert bytes(m.user_id) == f"user-{kind}".encode() and "JMSXUserID" not in m.properties  # user-id
         assert got["text"].body == TEXT
         assert bytes(got["bytes"].body) == BYTES
         assert got["map"].body == {**MAP, "raw": b"\x01\x02\x03"}
@@ -121,6 +140,7 @@ def test_each_jms_kind_reaches_stomp_mqtt_amqp_and_core(broker, classpath, compr
         assert str(got["object"].content_type) == "application/x-java-serialized-object"
         assert got["plain"].body is None
     finally:
+        jms_rx.stop()
         st.disconnect()
         mqtt.client.disconnect()
         amqp.close()
@@ -149,6 +169,10 @@ class JmsReceiver:
         for line in self.proc.stdout:
             self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
 
     def line(self, timeout: float = 60) -> str:
         line = self.lines.get(timeout=timeout)
@@ -193,8 +217,7 @@ def test_each_protocols_bodies_reach_jms_as_their_kind(broker, classpath):
         amqp.close()
         lines = [rx.line() for _ in range(10)]
     finally:
-        rx.proc.kill()
-        rx.proc.wait(timeout=10)
+        rx.stop()
     assert lines[-1] == "RECEIVED 9"
     got = {line.rsplit(" kind=", 1)[1]: line.rsplit(" type=", 1)[0] for line in lines[:-1]}
     meta = {line.rsplit(" kind=", 1)[1]: line.rsplit(" kind=", 1)[0].split(" type=", 1)[1] for line in lines[:-1]}
@@ -213,3 +236,4 @@ def test_each_protocols_bodies_reach_jms_as_their_kind(broker, classpath):
     assert meta["stomp-bytes"].startswith("t-stomp corr=c-stomp ")
     assert " corr=c-mqtt " in meta["mqtt-bytes"] and " corr=c-core " in meta["core-bytes"]
     assert " corr=c-amqp " in meta["amqp-data"]
+    assert meta["amqp-text"].startswith("t-amqp ")  # an AMQP subject: the JMSType

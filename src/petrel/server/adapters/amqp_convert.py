@@ -9,8 +9,11 @@ Mapping (AMQP -> Petrel; the way back is the reverse):
   ``correlation-id`` property when it is a string (STOMP's name) or binary (bytes, as MQTT's
   correlation data; bytes go out as binary), else typed in ``_AMQP_CORRELATION_ID`` and as text
   in ``correlation-id``; ``reply-to`` -> ``reply-to``; ``content-type`` -> ``content-type``;
-  ``subject`` -> ``subject``; ``group-id`` -> ``JMSXGroupID``; ``group-sequence`` ->
+  ``subject`` -> ``subject`` (out, a JMS client's ``JMSType`` when there is no subject, as Qpid
+  JMS maps it; in, a JMS consumer gets the subject as its JMSType); ``group-id`` -> ``JMSXGroupID``; ``group-sequence`` ->
   ``JMSXGroupSeq``; ``creation-time`` -> timestamp.
+- out, the properties' ``user-id`` is the sending OpenWire connection's authenticated user when
+  the broker knows it, else a ``JMSXUserID`` property (UTF-8; then not an application property).
 - application-properties -> properties (simple values; other types as text).
 - message-annotations with scalar values -> ``_AMQP_MA_<key>``; ``x-opt-delivery-time`` and
   ``x-opt-delivery-delay`` schedule the message.
@@ -46,6 +49,9 @@ from petrel.core.message_props import (
 )
 from petrel.server.adapters.openwire_bodies import JMS_MSG_TYPE, amqp_body
 from petrel.server.adapters.openwire_bodies import KIND as JMS_KIND
+
+JMS_TYPE = "JMSType"  # a JMS client's JMSType, as the OpenWire adapter keeps it
+JMS_USER = "JMSXUserID"  # the property a JMS client names its user with
 
 __all__ = ["parse_address", "to_petrel", "to_amqp", "RESERVED"]
 
@@ -253,14 +259,21 @@ def _bare(message: Message) -> tuple[bytes, bool]:
     """The sections after the header, and whether a data section with the body follows them
     (then they stop before it; else they hold the body too)."""
     props = message.properties
-    if not props:  # the common case, written directly
+    if not props and message.user_id is None:  # the common case, written directly
         plain = _plain_properties(message)
         if plain is not None:
             return plain, True
     app: dict[str, Any] = {}
     annotations: dict[Any, Any] = {}
+    subject = props.get(SUBJECT)
+    jms_type = None
+    if subject is None:  # a JMS client's JMSType is the AMQP subject (as Qpid JMS maps it)
+        subject = jms_type = props.get(JMS_TYPE)
+    user, user_prop = message.user_id, None
+    if user is None:  # a JMS client's JMSXUserID property is the AMQP user-id (as Qpid JMS maps it)
+        user = user_prop = props.get(JMS_USER)
     for k, v in props.items():
-        if k in RESERVED:
+        if k in RESERVED or (jms_type is not None and k == JMS_TYPE) or (user_prop is not None and k == JMS_USER):
             continue
         if k.startswith(ANNOTATION):
             annotations[Symbol(k[len(ANNOTATION):])] = _wire_value(v)
@@ -277,9 +290,9 @@ def _bare(message: Message) -> tuple[bytes, bool]:
     # the properties section's fields in order (as `Properties` encodes them, without building one)
     fields = [
         _untyped(message_id) if isinstance(message_id, str) else f"ID:{message.id}",
-        None,  # user-id
+        None if user is None else str(user).encode("utf-8"),
         str(message.address),
-        _str(props.get(SUBJECT)),
+        _str(subject),
         _str(props.get(REPLY_TO)),
         _untyped(correlation) if isinstance(correlation, str) else _correlation(props.get(CORRELATION_ID)),
         None if content_type is None else Symbol(str(content_type)),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from petrel.codec.openwire import DataType, Destination, Message as OwMessage, MessageId, ProducerId
 from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
 from petrel.core.message import DUPLICATE_ID, ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message
-from petrel.core.message_props import CORRELATION_ID, GROUP_ID, GROUP_SEQ, REPLY_TO, public, text
+from petrel.core.message_props import CORRELATION_ID, GROUP_ID, GROUP_SEQ, REPLY_TO, SUBJECT, public, text
 from petrel.server.adapters.openwire_bodies import KIND, BodyError, inflate, to_openwire_body, to_petrel_body
 from petrel.server.refusals import Refused
 from petrel.storage.large import LargeBodyMissing
@@ -61,7 +61,9 @@ def _plain(properties: dict[str, Any]) -> dict[str, Any]:
 def to_message(m: OwMessage, address: str, message_id: int, *, user: str | None,
                fault_tolerant: bool) -> Message:
     """Petrel's message for an OpenWire one sent to `address` (`fault_tolerant`: the producer's
-    message id is its duplicate id, as a failover client resends what had no response)."""
+    message id is its duplicate id, as a failover client resends what had no response). Its user
+    (JMSXUserID) is the connection's authenticated `user`; without one (security off, anonymous)
+    the client's own JMSXUserID, as ActiveMQ keeps it when it does not populate it."""
     props = _plain(m.properties) if m.properties else {}
     try:
         content = inflate(m.kind, m.content) if m.compressed and m.content else m.content
@@ -84,7 +86,7 @@ def to_message(m: OwMessage, address: str, message_id: int, *, user: str | None,
             props[REPLY_KIND] = int(m.reply_to.kind)
     return Message(id=message_id, address=address, body=body, properties=props,
                    durable=m.persistent, priority=max(0, min(9, m.priority)), expiration=max(0, m.expiration),
-                   timestamp=m.timestamp, user_id=user)
+                   timestamp=m.timestamp, user_id=user if user is not None else m.user_id)
 
 
 def _original(address: str, properties: dict) -> Destination:
@@ -137,6 +139,8 @@ def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter:
     body_kind, content = to_openwire_body(properties, m.body)
     correlation = props.pop(CORRELATION_ID, None)
     jms_type = props.pop(JMS_TYPE, None)
+    if jms_type is None:  # an AMQP subject is a JMSType (as Qpid JMS and Artemis map it)
+        jms_type = props.pop(SUBJECT, None)
     group = props.pop(GROUP_ID, None)
     group_seq = props.pop(GROUP_SEQ, 0)
     reply_to = props.pop(REPLY_TO, None)
