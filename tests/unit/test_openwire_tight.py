@@ -116,7 +116,7 @@ def test_strings_ascii_flag_and_limits():
 @pytest.mark.parametrize("wire, why", [
     (b"\x0c\x05\x00", "boolean stream runs past"),
     (b"\x0c\x80\xff\xff", "boolean stream of -1"),
-    (b"\x0c\x00\x00\x00\x00\x01", "bits of a 0-bit"),
+    (b"\x0c\x00\x00\x00\x00\x01", "runs past the end"),  # (no bits for its response-required flag)
     (b"\x63\x00", "unknown or unsupported data structure type 99"),
     (b"\x0a\x01\x00\x00\x00\x00\x01\x00", "bytes after"),
     (b"\x00", "null command"),

@@ -20,19 +20,17 @@ preceded by its length in bytes: one byte under 64, else 0xC0 and one byte, else
   traces are never negotiated here).
 
 Bits and data are written in one pass here (both follow the fields in order) and joined at
-the end. Readers take `(data, pos, depth, bits, bit)` and return `(value, pos, bit)`.
+the end. Readers take `(data, pos, depth, flags, bit)` and return `(value, pos, bit)`.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import fields
 from typing import Any, Callable
 
-from .commands import BY_TYPE, DESTINATION_TYPES, MESSAGE_TYPES, DataType, Destination, JavaThrowable, Message, \
-    WireFormatInfo
+from .codegen import CACHE_SIZE, compile_reader, compile_writer, fill_tables, is_identity, local_error, reader_lines, writer_lines, fail
+from .commands import MESSAGE_TYPES, DataType, JavaThrowable, Message, WireFormatInfo
 from .errors import OpenWireLocalError, OpenWireProtocolError
-from .loose import _args
 from .marshal import MAGIC, MAX_DEPTH, decode_map, encode_map, mutf8_decode, mutf8_encode
 
 __all__ = ["decode_tight", "encode_tight", "bool_stream"]
@@ -48,22 +46,12 @@ AWARE = frozenset({*MESSAGE_TYPES, DataType.WIREFORMAT_INFO})
 MAX_STRING = 0x7FFE  # the longest string the reference client encodes in tight form
 
 
-def _fail(why: str) -> None:
-    raise OpenWireProtocolError(why)
-
-
-def _unknown(type_: int) -> Callable:
-    def read(data: bytes, p: int, d: int, bits: int, bi: int) -> Any:
-        raise OpenWireProtocolError(f"unknown or unsupported data structure type {type_}")
-    return read
-
-
 # -- readers -------------------------------------------------------------------------------
 
 def _present(var: str, body: list[str]) -> list[str]:
     """`var` from a presence bit, then `body` when set."""
     return [
-        "if (bits >> bi) & 1:",
+        "if flags[bi]:",
         "    bi += 1",
         *("    " + line for line in body),
         "else:",
@@ -77,9 +65,9 @@ def _read_nested(var: str) -> list[str]:
         "if d >= MAX_DEPTH: _fail('data structures nested too deep')",
         "t = data[p]",
         "if t in AWARE:",
-        "    if (bits >> bi) & 1: _fail('a nested structure in its cached marshalled form')",
+        "    if flags[bi]: _fail('a nested structure in its cached marshalled form')",
         "    bi += 1",
-        f"{var}, p, bi = READERS[t](data, p + 1, d + 1, bits, bi)",
+        f"{var}, p, bi = READERS[t](data, p + 1, d + 1, flags, bi)",
     ]
 
 
@@ -91,7 +79,7 @@ def _read_string(var: str) -> list[str]:
         "if e > end: _fail('a field runs past the end of its frame')",
         "raw = data[p:e]",
         "p = e",
-        "if (bits >> bi) & 1:",  # ASCII only (as the client writes it: one byte a character)
+        "if flags[bi]:",  # ASCII only (as the client writes it: one byte a character)
         "    if n > 0x7FFF: _fail(f'a string of length {n - 0x10000}')",
         f"    {var} = raw.decode('latin-1')",
         "else:",
@@ -114,74 +102,81 @@ def _read_blob(var: str) -> list[str]:
 
 def _reader_lines(kind: str, var: str) -> list[str]:
     if kind == "b":
-        return [f"{var} = (bits >> bi) & 1 == 1", "bi += 1"]
-    if kind == "y":
-        return [f"{var} = data[p]", "p += 1", f"if {var} > 127: {var} -= 256"]
-    if kind == "i":
-        return [f"{var}, = _I.unpack_from(data, p)", "p += 4"]
+        return [f"{var} = flags[bi] == 1", "bi += 1"]
     if kind == "q":
         return [
-            "if (bits >> bi) & 1:",
-            "    if (bits >> (bi + 1)) & 1:",
+            "if flags[bi]:",
+            "    if flags[bi + 1]:",
             f"        {var}, = _Q.unpack_from(data, p)",
             "        p += 8",
             "    else:",
             f"        {var}, = _IU.unpack_from(data, p)",
             "        p += 4",
-            "elif (bits >> (bi + 1)) & 1:",
+            "elif flags[bi + 1]:",
             f"    {var}, = _HU.unpack_from(data, p)",
             "    p += 2",
             "else:",
             f"    {var} = 0",
             "bi += 2",
         ]
-    if kind == "s":
-        return _present(var, _read_string(var))
-    if kind == "B":
-        return _present(var, _read_blob(var))
-    if kind == "P":
-        return _present(var, [*_read_blob(var), f"{var} = decode_map({var}, d)"])
-    if kind == "o":
-        return _present(var, _read_nested(var))
-    if kind == "O":
-        return _present(var, [
-            "n, = _H.unpack_from(data, p)",
-            "if n < 0: _fail(f'an array of {n} structures')",
-            "p += 2",
-            "items = []",
-            "for _ in range(n):",
-            *("    " + line for line in _present("v", _read_nested("v"))),
-            "    items.append(v)",
-            f"{var} = tuple(items)",
-        ])
     if kind == "T":
         return _present(var, [*_present("c", _read_string("c")), *_present("m", _read_string("m")),
                               f"{var} = JavaThrowable(c, m)"])
-    raise AssertionError(f"unknown field kind {kind!r}")
+    return reader_lines(kind, var, _present, _read_string, _read_blob, _read_nested)
 
 
-def _compile_reader(cls: type, kind: int | None = None) -> Callable:
-    lines = ["def read(data, p, d, bits, bi):", "    end = len(data)"]
-    for i, k in enumerate(cls.WIRE):
-        lines += ["    " + line for line in _reader_lines(k, f"f{i}")]
-    lines.append("    o = _new(CLS)")
-    setters = {}
-    for i, (name, arg) in enumerate(zip((f.name for f in fields(cls)), _args(cls, kind))):
-        setters[f"S{i}"] = getattr(cls, name).__set__
-        lines.append(f"    S{i}(o, {arg})")
-    lines.append("    return o, p, bi")
-    namespace = {**_NAMESPACE, **setters, "CLS": cls, "_new": object.__new__}
+def _compile_reader(cls: type, kind: int | None) -> Callable:
+    read = compile_reader(cls, kind, "data, p, d, flags, bi", "p, bi", _reader_lines, _NAMESPACE)
+    return _cached_reader(cls.WIRE, read) if is_identity(cls.WIRE) else read
+
+
+_QSIZE = (0, 4, 2, 8)  # a long's data by its two bits (first bit the low one)
+
+
+def _cached_reader(wire: str, read: Callable) -> Callable:
+    """`read` behind a cache keyed by the structure's bytes and bits (see `loose._cached_reader`):
+    a scan finds where they end (a string's length, a long's size bits), and a hit costs the
+    scan and a lookup instead of a parse."""
+    lines = ["def span(data, p, flags, bi):", "    e, b = p, bi"]
+    for k in wire:
+        if k == "b":
+            lines.append("    b += 1")
+        elif k in "yi":
+            lines.append(f"    e += {1 if k == 'y' else 4}")
+        elif k == "q":
+            lines += ["    e += _QSIZE[flags[b] | (flags[b + 1] << 1)]", "    b += 2"]
+        else:  # "s"
+            lines += ["    if flags[b]:", "        b += 2", "        e += 2 + ((data[e] << 8) | data[e + 1])",
+                      "    else:", "        b += 1"]
+    lines.append("    return e, b")
+    namespace = {"_QSIZE": _QSIZE}
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from WIRE, never from input)
-    return namespace["read"]
+    span = namespace["span"]
+    cache: dict[tuple, Any] = {}
+
+    def cached(data: bytes, p: int, d: int, flags: bytes, bi: int) -> tuple[Any, int, int]:
+        e, b = span(data, p, flags, bi)
+        key = (data[p:e], flags[bi:b])
+        hit = cache.get(key)
+        if hit is not None:
+            return hit, e, b
+        value, q, used = read(data, p, d, flags, bi)
+        if q == e and used == b:
+            if len(cache) >= CACHE_SIZE:
+                cache.clear()
+            cache[key] = value
+        return value, q, used
+
+    return cached
 
 
-def _read_wire_format_info(data: bytes, p: int, d: int, bits: int, bi: int) -> tuple[WireFormatInfo, int, int]:
+def _read_wire_format_info(data: bytes, p: int, d: int, flags: bytes, bi: int) -> tuple[WireFormatInfo, int, int]:
     if data[p:p + 8] != MAGIC:
         raise OpenWireProtocolError(f"a WireFormatInfo without the magic 'ActiveMQ' ({bytes(data[p:p + 8])!r})")
     version, = _I.unpack_from(data, p + 8)
     p += 12
     props = None
-    if (bits >> bi) & 1:
+    if flags[bi]:
         n, = _I.unpack_from(data, p)
         if n < 0 or p + 4 + n > len(data):
             raise OpenWireProtocolError(f"a byte array of length {n}")
@@ -225,10 +220,6 @@ def _write_nested(var: str) -> list[str]:
 def _writer_lines(kind: str, var: str) -> list[str]:
     if kind == "b":
         return [f"bs.append(1 if {var} else 0)"]
-    if kind == "y":
-        return [f"out += _B.pack({var})"]
-    if kind == "i":
-        return [f"out += _I.pack({var})"]
     if kind == "q":
         return [
             f"if {var} == 0:",
@@ -243,35 +234,11 @@ def _writer_lines(kind: str, var: str) -> list[str]:
             "    bs += b'\\x01\\x01'",
             f"    out += _Q.pack({var})",
         ]
-    if kind == "s":
-        return _write_string(var)
-    if kind in "BP":
-        value = var if kind == "B" else f"encode_map({var})"
-        return [f"if {var} is None:", "    bs.append(0)", "else:", f"    raw = {value}", "    bs.append(1)",
-                "    out += _I.pack(len(raw))", "    out += raw"]
-    if kind == "o":
-        return _write_nested(var)
-    if kind == "O":
-        return [f"if {var} is None:", "    bs.append(0)", "else:", "    bs.append(1)",
-                f"    out += _H.pack(len({var}))", f"    for v in {var}:",
-                *("        " + line for line in _write_nested("v"))]
-    if kind == "T":
-        return [f"if {var} is None:", "    bs.append(0)", "else:", "    bs.append(1)",
-                *("    " + line for line in _write_string(f"{var}.class_name")),
-                *("    " + line for line in _write_string(f"{var}.message"))]
-    raise AssertionError(f"unknown field kind {kind!r}")
+    return writer_lines(kind, var, "bs", _write_string, _write_nested)
 
 
 def _compile_writer(cls: type) -> Callable:
-    names = [f.name for f in fields(cls) if f.name != "kind"]
-    type_byte = "obj.kind" if cls is Message or cls is Destination else str(int(cls.TYPE))
-    lines = ["def write(obj, out, bs):", f"    out.append({type_byte})"]
-    for i, (k, name) in enumerate(zip(cls.WIRE, names)):
-        lines.append(f"    f{i} = obj.{name}")
-        lines += ["    " + line for line in _writer_lines(k, f"f{i}")]
-    namespace = {**_NAMESPACE, "WRITERS": WRITERS}
-    exec("\n".join(lines), namespace)  # noqa: S102 (source made here from WIRE, never from input)
-    return namespace["write"]
+    return compile_writer(cls, "out, bs", _writer_lines, _NAMESPACE)
 
 
 def _write_wire_format_info(v: WireFormatInfo, out: bytearray, bs: bytearray) -> None:
@@ -292,28 +259,19 @@ def _too_long(n: int) -> None:
 
 
 _NAMESPACE: dict[str, Any] = {
-    "_I": _I, "_IU": _IU, "_Q": _Q, "_H": _H, "_HU": _HU, "_B": _B, "_fail": _fail, "_too_long": _too_long,
+    "_I": _I, "_IU": _IU, "_Q": _Q, "_H": _H, "_HU": _HU, "_B": _B, "_fail": fail, "_too_long": _too_long,
     "_mutf8": mutf8_decode, "_mutf8_encode": mutf8_encode, "decode_map": decode_map, "encode_map": encode_map,
     "MAX_DEPTH": MAX_DEPTH, "MAX_STRING": MAX_STRING, "AWARE": AWARE, "AWARE_CLASSES": frozenset({Message, WireFormatInfo}),
     "JavaThrowable": JavaThrowable,
 }
 
 #: type byte -> reader, for all 256 (unknown types raise a protocol error)
-READERS: list[Callable] = [_unknown(t) for t in range(256)]
+READERS: list[Callable] = []
 #: class -> writer
-WRITERS: dict[type, Callable] = {WireFormatInfo: _write_wire_format_info}
+WRITERS: dict[type, Callable] = {}
 _NAMESPACE["READERS"] = READERS
-
-READERS[DataType.WIREFORMAT_INFO] = _read_wire_format_info
-for _type, _cls in BY_TYPE.items():
-    READERS[_type] = _compile_reader(_cls)
-    WRITERS[_cls] = _compile_writer(_cls)
-for _type in DESTINATION_TYPES:
-    READERS[_type] = _compile_reader(Destination, _type)
-for _type in MESSAGE_TYPES:
-    READERS[_type] = _compile_reader(Message, _type)
-WRITERS[Destination] = _compile_writer(Destination)
-WRITERS[Message] = _compile_writer(Message)
+_NAMESPACE["WRITERS"] = WRITERS
+fill_tables(READERS, WRITERS, _compile_reader, _compile_writer, _read_wire_format_info, _write_wire_format_info)
 
 _BITS = bytes.maketrans(b"\x00\x01", b"01")
 
@@ -328,6 +286,16 @@ def bool_stream(bs: bytes | bytearray) -> bytes:
     if n < 256:
         return bytes((0xC0, n)) + packed
     return b"\x80" + _H.pack(n) + packed
+
+
+_UNBITS = bytes.maketrans(b"01", b"\x00\x01")
+
+
+def _flags(packed: bytes) -> bytes:
+    """The bits of a boolean stream one a byte, in order."""
+    if not packed:
+        return b""
+    return format(int.from_bytes(packed, "little"), f"0{8 * len(packed)}b")[::-1].encode().translate(_UNBITS)
 
 
 def decode_tight(data: bytes) -> Any:
@@ -347,12 +315,10 @@ def decode_tight(data: bytes) -> Any:
                 raise OpenWireProtocolError(f"a boolean stream of {n} bytes")
         if p + n > end:
             raise OpenWireProtocolError("a boolean stream runs past the end of its frame")
-        bits = int.from_bytes(data[p:p + n], "little")
-        command, pos, used = READERS[type_](data, p + n, 0, bits, 0)
+        flags = _flags(data[p:p + n])
+        command, pos, _ = READERS[type_](data, p + n, 0, flags, 0)
     except (IndexError, struct.error):
         raise OpenWireProtocolError("a field runs past the end of its frame") from None
-    if used > 8 * n:
-        raise OpenWireProtocolError(f"a {type(command).__name__} reads {used} bits of a {8 * n}-bit boolean stream")
     if pos != end:
         raise OpenWireProtocolError(f"{end - pos} bytes after a {type(command).__name__} in its frame")
     return command
@@ -363,8 +329,6 @@ def encode_tight(command: Any) -> bytes:
     out, bs = bytearray(), bytearray()
     try:
         WRITERS[type(command)](command, out, bs)
-    except KeyError as exc:  # (a type with no writer, at any depth)
-        raise OpenWireLocalError(f"cannot encode a {getattr(exc.args[0], '__name__', exc.args[0])}") from None
-    except (struct.error, TypeError, AttributeError, ValueError) as exc:
-        raise OpenWireLocalError(f"cannot encode {type(command).__name__}: {exc}") from None
+    except (KeyError, struct.error, TypeError, AttributeError, ValueError) as exc:
+        raise local_error(command, exc) from None
     return bytes(out[:1]) + bool_stream(bs) + bytes(out[1:])
