@@ -6,7 +6,7 @@ S2, without the sockets): QoS 0, and QoS 1 with the subscriber PUBACKing what it
 read (its window is 1,000, as the codec's client would keep it full). Only the broker's work is
 timed (the adapters' `data_received`, the store's syncs, the deliveries); decoding what the
 subscriber got and encoding its PUBACKs is not. Prints CPU microseconds per message:
-    .venv/bin/python bench/mqtt_cpu.py [--n 50000] [--runs 3] [--qos 0,1] [--profile]
+    .venv/bin/python bench/mqtt_cpu.py [--n 50000] [--runs 3] [--qos 0,1] [--read 65536] [--profile]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Capture(FakeConn):
         return data
 
 
-async def run(qos: int, n: int, size: int = 100) -> float:
+async def run(qos: int, n: int, size: int = 100, read: int = 65536) -> float:
     """CPU microseconds per message of the broker's part of sending `n` messages through."""
     async with bench_broker() as broker:
         sub_conn, pub_conn = Capture(), FakeConn()
@@ -57,7 +57,7 @@ async def run(qos: int, n: int, size: int = 100) -> float:
         body = b"x" * size
         packets = b"".join(producer.send(Publish(TOPIC, body, qos, packet_id=(i % 65535) + 1 if qos else None))
                            for i in range(n))
-        chunks = [packets[i: i + 65536] for i in range(0, len(packets), 65536)]
+        chunks = [packets[i: i + read] for i in range(0, len(packets), read)]
         got = 0
         spent = 0.0
 
@@ -106,6 +106,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--qos", default="0,1")
+    parser.add_argument("--read", type=int, default=65536, help="bytes the producer's reads hold")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     levels = [int(q) for q in args.qos.split(",")]
@@ -114,12 +115,12 @@ def main() -> None:
         import pstats
 
         for qos in levels:
-            cProfile.runctx("asyncio.run(run(qos, args.n))", globals(), {"qos": qos, "args": args}, "/tmp/mqtt.prof")
+            cProfile.runctx("asyncio.run(run(qos, args.n, read=args.read))", globals(), {"qos": qos, "args": args}, "/tmp/mqtt.prof")
             print(f"--- QoS {qos}")
             pstats.Stats("/tmp/mqtt.prof").sort_stats("tottime").print_stats(30)
         return
     for qos in levels:
-        figures = [asyncio.run(run(qos, args.n)) for _ in range(args.runs)]
+        figures = [asyncio.run(run(qos, args.n, read=args.read)) for _ in range(args.runs)]
         print(f"QoS {qos}: {min(figures):6.2f} CPU us/msg (min of {args.runs}: "
               + ", ".join(f"{f:.2f}" for f in figures) + ")")
 
