@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from mqtt_clients import Raw, mqtt_broker
+from conftest import module_broker
+from mqtt_clients import Raw, mqtt_settings
 from petrel.codec.mqtt import Connect, Puback, Publish, ReasonCode, Suback, Subscribe, Subscription
+from petrel.testing.process import free_port
 
 pytestmark = pytest.mark.system
 
 
-@pytest.fixture
-def b(tmp_path):
-    broker = mqtt_broker(tmp_path / "b").start()
-    yield broker
-    broker.kill9()
+@pytest.fixture(scope="module")
+def b(tmp_path_factory):
+    """One broker for the module's tests (their topics and client ids differ)."""
+    port = free_port()
+    for broker in module_broker(tmp_path_factory, "mqtt-runs", settings=mqtt_settings(port)):
+        broker.mqtt_port = port  # type: ignore[attr-defined]
+        yield broker
 
 
 def _subscriber(port: int, client_id: str, topic: str) -> Raw:
