@@ -284,7 +284,8 @@ def _bare(message: Message) -> tuple[bytes, bool]:
     content_type = props.get(CONTENT_TYPE)
     jms = amqp_body(props) if JMS_KIND in props and BODY not in props else None
     if jms is not None:  # a JMS client's message: its kind noted as Qpid JMS notes it
-        annotations[Symbol(JMS_MSG_TYPE)] = Byte(jms[0])
+        if annotations:
+            annotations[Symbol(JMS_MSG_TYPE)] = Byte(jms[0])
         if content_type is None:
             content_type = jms[2]
     # the properties section's fields in order (as `Properties` encodes them, without building one)
@@ -307,6 +308,8 @@ def _bare(message: Message) -> tuple[bytes, bool]:
     parts = []
     if annotations:
         parts.append(encode(Described(_MESSAGE_ANNOTATIONS, annotations)))
+    elif jms is not None:
+        parts.append(_JMS_ANNOTATIONS[jms[0]])
     parts.append(encode(Described(_PROPERTIES, fields)))
     if app:
         parts.append(encode(Described(_APPLICATION_PROPERTIES, app)))
@@ -317,7 +320,7 @@ def _bare(message: Message) -> tuple[bytes, bool]:
         parts.append(jms[1])  # a JMS map, stream or plain message's amqp-value
         return b"".join(parts), False
     if kind == "text":
-        parts.append(encode(Described(_AMQP_VALUE, message.body.decode("utf-8", "replace"))))
+        parts.append(_string_value(message.body))
     elif kind == "binary":
         parts.append(encode(Described(_AMQP_VALUE, bytes(message.body))))
     elif kind == "amqp":
@@ -329,6 +332,19 @@ def _bare(message: Message) -> tuple[bytes, bool]:
 
 _MESSAGE_ANNOTATIONS, _PROPERTIES = ULong(MessageAnnotations), ULong(Properties.CODE)
 _APPLICATION_PROPERTIES, _AMQP_VALUE = ULong(ApplicationProperties), ULong(AmqpValue)
+#: The message-annotations section of a JMS client's message with no other annotation, by its kind.
+_JMS_ANNOTATIONS = {t: encode(Described(_MESSAGE_ANNOTATIONS, {Symbol(JMS_MSG_TYPE): Byte(t)})) for t in range(6)}
+
+
+def _string_value(body: bytes) -> bytes:
+    """An amqp-value string section of a UTF-8 body, written directly (its bytes are the
+    string's; a body that is not UTF-8 has its bad bytes replaced)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        body = body.decode("utf-8", "replace").encode("utf-8")
+    n = len(body)
+    return b"".join((b"\x00\x53\x77", bytes((0xa1, n)) if n < 256 else b"\xb1" + n.to_bytes(4, "big"), body))
 
 
 def _plain_properties(message: Message) -> bytes | None:
