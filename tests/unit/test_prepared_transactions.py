@@ -185,3 +185,36 @@ def test_a_prepared_sends_large_file_is_not_an_orphan_at_start_up(tmp_path):
     recovered = Recovered(prepared=[PreparedRecord(3, XID, [(sent, [RecoveredRef(1, 1)])])])
     assert reconcile(large, recovered, NullStore()) == 0
     assert large.names() == ["7.msg"]
+
+
+def test_a_send_that_cannot_be_routed_rolls_the_branch_back_and_keeps_nothing(tmp_path, monkeypatch):
+    from petrel.core.errors import RoutingError
+    from petrel.core.transaction import TransactionRolledBack
+
+    office, store = open_file_office(tmp_path)
+    office.ensure_defaults()
+    office.create_queue("in", "in", ANY)
+    office.send(durable(office, "in", b"taken"), ANY)
+    consumer, sink = take_all(office, "in")
+    tx = Transaction("branch")
+    tx.hold_ack(sink.got[0])
+    office.queues["in"].remove_consumer(consumer)
+    office.send(durable(office, "out", b"fine"), ANY, tx)
+    office.send(durable(office, "out", b"broken"), ANY, tx)
+    route = office._route
+
+    def fails_on_broken(message, *args, **kwargs):
+        if message.body == b"broken":
+            raise RoutingError("cannot copy its body")
+        return route(message, *args, **kwargs)
+
+    monkeypatch.setattr(office, "_route", fails_on_broken)
+    with pytest.raises(TransactionRolledBack):
+        office.prepare(tx, XID)
+    monkeypatch.undo()
+    assert office.prepared == {} and office._held == {}
+    assert available(office, "out") == [] and available(office, "in") == [(b"taken", 1)]
+    office, store = restart(office, store, tmp_path)
+    assert office.prepared == {} and "out" not in office.queues  # (auto-deleted, empty)
+    assert [body for body, _ in available(office, "in")] == [b"taken"]
+    store.close()

@@ -92,8 +92,16 @@ class PreparedTransactions:
             return False
         store = self.store
         tx_id = store.begin()
-        for message, routing_type in tx.sends:
-            self._route(message, routing_type, tx_id)
+        try:
+            for message, routing_type in tx.sends:
+                self._route(message, routing_type, tx_id)
+        except Exception as exc:  # (a large body that cannot be copied...): nothing of it is kept
+            log.warning("transaction %d not prepared: %s", tx_id, exc)
+            store.rollback(tx_id)
+            self._held.pop(tx_id, None)
+            self._large_in_tx.pop(tx_id, None)
+            self.rollback(tx)
+            raise TransactionRolledBack(f"not prepared: {exc}") from None
         acks = list(tx.acks)
         acked = self.acked_when_prepared
         for ref in acks:
