@@ -100,7 +100,10 @@ def to_petrel_body(kind: int, content: bytes | None, props: dict[str, Any]) -> b
     if content is None:
         return b""
     if kind == TEXT:
-        text = text_of(content)
+        try:
+            text = text_of(content)
+        except Exception as exc:  # noqa: BLE001 - the codec's protocol error, said as ours
+            raise BodyError(f"a text message body that does not decode: {exc}") from None
         return b"" if text is None else text.encode("utf-8", "surrogatepass")
     if kind == MAP:
         try:
