@@ -4,33 +4,17 @@ consumers draining the queue (depaging past the browse) during the browse."""
 
 from __future__ import annotations
 
-import threading
-
 from petrel.core.browsing import QueueBrowse
 from petrel.core.message import Message, RoutingType
-from petrel.core.postoffice import PostOffice
 from petrel.core.queue import Consumer
-from petrel.core.settings import AddressSettingsRepository
-from petrel.storage.file_store import FileStore
 
-from office_harness import ManualClock, Sink
+from office_harness import Sink, flush, open_file_office
 
 ANY = RoutingType.ANYCAST
 
 
 def open_office(path):
-    store = FileStore(path, file_size=256 * 1024, datasync=False)
-    clock = ManualClock()
-    office = PostOffice(store, AddressSettingsRepository({"q": {"max_size_bytes": 16 * 1024}}), clock, clock=clock)
-    office.recover(store.recover())
-    office.ensure_defaults()
-    return office, store
-
-
-def flush(store):
-    done = threading.Event()
-    store.sync(done.set)
-    assert done.wait(10)
+    return open_file_office(path, {"q": {"max_size_bytes": 16 * 1024}})
 
 
 def fill(office, store, n):
