@@ -107,7 +107,7 @@ def test_a_protocol_option_draws_the_rest_of_the_plan_as_without_it_but_what_the
 
 def test_the_protocol_seeds_cover_both_protocols_on_a_cluster_and_a_drain():
     plans = [make_plan(seed, topology=topology, protocol=protocol) for seed, topology, protocol in PROTOCOL_SEEDS]
-    assert {p.protocol for p in plans} == set(EXTRA_PROTOCOLS)
+    assert {p.protocol for p in plans} == set(EXTRA_PROTOCOLS) - {"OPENWIRE"}  # (its seeds: test_chaos_openwire.py)
     assert {(p.protocol, p.topology) for p in plans} >= {("AMQP", "cluster"), ("AMQP", "drain"), ("MQTT", "drain")}
     assert any(p.protocol == "AMQP" and p.ack == "transacted" for p in plans)
 

@@ -180,3 +180,24 @@ def test_a_dropped_auto_ack_stomp_consumer_may_lose_what_was_on_the_wire():
     ledger.at_most_once("q")
     v = ledger.check()
     assert v.ok and v.in_flight == 1
+
+
+def test_a_send_that_may_be_stored_twice_has_one_allowed_copy_and_no_more():
+    """An OpenWire failover client's send replayed on another node (`Ledger.may_repeat`): one
+    copy after the acknowledgement is counted as repeated; a second is a DUPLICATE, and so is any
+    copy of a send not so marked."""
+    ledger = Ledger()
+    for mid in ("p0-0", "p0-1", "p0-2"):
+        ledger.sent(mid, ("q",))
+    ledger.confirmed(["p0-0", "p0-1", "p0-2"])
+    ledger.may_repeat(["p0-0", "p0-1"])
+    for mid in ("p0-0", "p0-1", "p0-2"):
+        ledger.delivered("q", mid)
+    ledger.ack_confirmed("q", ["p0-0", "p0-1", "p0-2"])
+    ledger.drained("q", "p0-0")  # the allowed copy
+    ledger.drained("q", "p0-1")
+    ledger.drained("q", "p0-1")  # one too many
+    ledger.drained("q", "p0-2")  # never marked
+    v = ledger.check()
+    assert (v.repeated, v.duplicated) == (1, 3)
+    assert v.examples["duplicated"] == ["q:p0-1", "q:p0-2"]

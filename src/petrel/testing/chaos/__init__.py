@@ -1,9 +1,10 @@
 """A seeded, randomized fault-injection harness with exactly-once accounting.
 
 `plan` turns a seed into a frozen Plan (workload dimensions and a fault schedule), `workload`
-runs producers and consumers over STOMP and CORE, `faults` injects the faults, `ledger` keeps
-the accounts, `runner` runs one seed end to end (heal, restart, drain, check) and `report`
-prints the table. ``python -m petrel.testing.chaos --seed N`` replays one run.
+runs producers and consumers over STOMP and CORE (AMQP, MQTT and OpenWire on request), `faults`
+injects the faults, `ledger` keeps the accounts, `runner` runs one seed end to end (heal,
+restart, drain, check) and `report` prints the table. ``python -m petrel.testing.chaos --seed N``
+replays one run.
 """
 
 from petrel.testing.chaos.ledger import Ledger, Verdict

@@ -29,11 +29,19 @@ def main(argv: list[str] | None = None) -> int:
                              "a Spark streaming query for the consumer, killed and restarted)")
     parser.add_argument("--protocol", choices=PROTOCOLS + EXTRA_PROTOCOLS,
                         help="replace the drawn client protocol (AMQP: python-qpid-proton; MQTT: paho-mqtt, on the "
-                             "durable topic, one persistent session per subscription)")
+                             "durable topic, one persistent session per subscription; OPENWIRE: ActiveMQ's JMS client "
+                             "over failover URLs, needs Java)")
     parser.add_argument("--workdir", type=Path, help="where the brokers' directories go (default: a temp dir)")
     parser.add_argument("--plan", action="store_true", help="print the plan(s) only, run nothing")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every run's report, not only failures'")
     args = parser.parse_args(argv)
+    if args.protocol == "OPENWIRE" and not args.plan:
+        from petrel.testing.chaos.openwire_channels import java_missing
+
+        missing = java_missing()
+        if missing:
+            print(f"OPENWIRE runs skipped: {missing}", file=sys.stderr)
+            return 2
     if args.seed is not None:
         seeds = iter([args.seed])
     else:

@@ -20,6 +20,10 @@ Clients record, as it happens (any thread):
   later one of the same producer, before any redelivery on that stream;
 - UNKNOWN: a message nobody sent.
 
+A send the client's protocol may have stored twice (``may_repeat(mids)``: an OpenWire failover
+client's send replayed on another node of a cluster) may have a second copy: its copies after
+the acknowledgement are REPEATED (allowed, counted), not DUPLICATE.
+
 Every event carries a number from one clock, so "after" is well defined across threads.
 """
 
@@ -62,6 +66,7 @@ class Verdict:
     unknown: int = 0
     dropped_non_durable: int = 0  # non-durable messages gone after a broker restart (allowed)
     in_flight: int = 0  # gone on the wire to an auto-acknowledging STOMP consumer that dropped (allowed)
+    repeated: int = 0  # copies of a send that may have been stored twice (`Ledger.may_repeat`; allowed)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -86,6 +91,7 @@ class Ledger:
         self._ack_sent: set[tuple[str, str]] = set()
         self._ack_confirmed: dict[tuple[str, str], int] = {}
         self._resent: set[str] = set()
+        self._may_repeat: set[str] = set()
         self._at_most_once: set[str] = set()
         self._by_stream: dict[str, list[tuple[str, bool]]] = defaultdict(list)  # (mid, redelivered) in order
 
@@ -103,6 +109,12 @@ class Ledger:
     def resent(self, mids) -> None:
         """These in-doubt sends went again (same id): they are no longer in their producer's order."""
         with self._lock:
+            self._resent.update(mids)
+
+    def may_repeat(self, mids) -> None:
+        """These sends may have been stored twice, by the protocol's contract (see the module)."""
+        with self._lock:
+            self._may_repeat.update(mids)
             self._resent.update(mids)
 
     def confirmed(self, mids) -> None:
@@ -194,7 +206,9 @@ class Ledger:
                 copies = sorted(deliveries + drains)
                 if acked_at is not None:
                     after = [c for c in copies if c > acked_at]
-                    if after:
+                    if after and mid in self._may_repeat and len(after) == 1:  # one copy more, at most
+                        v.repeated += len(after)
+                    elif after:
                         v.duplicated += len(after)
                         flag("duplicated", f"{stream}:{mid}")
                     v.redelivered += max(len([c for c in copies if c < acked_at]) - 1, 0)

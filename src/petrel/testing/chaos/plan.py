@@ -18,8 +18,10 @@ PROTOCOLS = ("STOMP", "CORE")
 #: seeds drawn before them keep their plans. AMQP 1.0 (python-qpid-proton) does everything the
 #: plan draws; MQTT 5 (paho-mqtt) speaks topics only, so its runs use the durable topic (one
 #: persistent session per subscription), acknowledge transacted batches one by one, and send
-#: without priority or delay (MQTT has neither).
-EXTRA_PROTOCOLS = ("AMQP", "MQTT")
+#: without priority or delay (MQTT has neither). OPENWIRE: ActiveMQ Classic's JMS client in one
+#: JVM (`openwire_channels`, needs Java), over failover URLs; it sends without delay (scheduled
+#: delivery is not offered over OpenWire).
+EXTRA_PROTOCOLS = ("AMQP", "MQTT", "OPENWIRE")
 ACK_MODES = ("auto", "client", "client-individual", "transacted")
 SIZES = ("small", "large")
 LIMITS = ("none", "PAGE", "BLOCK")

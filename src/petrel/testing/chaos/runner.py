@@ -64,7 +64,8 @@ class RunResult:
         v = self.verdict
         state = "ok" if self.ok else "FAILED"
         return (f"seed {self.plan.seed}: {state} in {self.elapsed:.0f}s: confirmed {v.confirmed}, in doubt {v.in_doubt}, "
-                f"lost {v.lost}, duplicated {v.duplicated}, redelivered {v.redelivered}, reordered {v.reordered}")
+                f"lost {v.lost}, duplicated {v.duplicated}, redelivered {v.redelivered}, reordered {v.reordered}"
+                + (f", repeated {v.repeated} (allowed)" if v.repeated else ""))
 
     def report(self) -> str:
         """What a failing run prints: the verdict, the seed's replay command, the plan and the timeline."""
@@ -326,6 +327,10 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
     ledger = Ledger()
     workdir = Path(workdir)
     problems: list[str] = []
+    if plan.protocol == "OPENWIRE":  # the JMS process compiled and started (or why not) before the brokers
+        from petrel.testing.chaos.openwire_channels import start_jvm
+
+        start_jvm()
     brokers = _Brokers(plan, workdir, timeline)
     injector = query = None
     try:

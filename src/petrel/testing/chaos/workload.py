@@ -25,6 +25,7 @@ from petrel.testing.chaos.channels import (
     stomp_producer,
 )
 from petrel.testing.chaos.mqtt_channels import mqtt_consumer, mqtt_producer, subscription_queue
+from petrel.testing.chaos.openwire_channels import OpenWireTarget, openwire_consumer, openwire_producer
 from petrel.testing.chaos import security
 from petrel.testing.chaos.ledger import Ledger, message_id
 from petrel.testing.chaos.plan import Plan
@@ -48,6 +49,7 @@ CHANNELS = {
     "CORE": (core_producer, core_consumer),
     "AMQP": (amqp_producer, amqp_consumer),
     "MQTT": (mqtt_producer, mqtt_consumer),
+    "OPENWIRE": (openwire_producer, openwire_consumer),
 }
 
 
@@ -55,12 +57,17 @@ def _login(plan: Plan):
     """What a channel of this run's protocol logs in with (`security`)."""
     if plan.protocol == "CORE":
         return security.core_login(plan)
-    if plan.protocol in ("AMQP", "MQTT"):  # SASL PLAIN / CONNECT's user name, or anonymous
+    if plan.protocol in ("AMQP", "MQTT", "OPENWIRE"):  # SASL PLAIN / CONNECT's user name, or anonymous
         return security.stomp_login(plan) if security.secured(plan) else None
     return security.stomp_login(plan)
 
 
-def _port(plan: Plan, ports: Ports) -> int:
+def _port(plan: Plan, ports: Ports, peers: tuple[int, ...] = (), anchored: bool = False) -> int | OpenWireTarget:
+    """Where a channel connects: a port, or (OpenWire) the failover URL's ports, this node's first,
+    then its other process's (a pair) and the other nodes' (`peers`); `anchored`: this node only."""
+    if plan.protocol == "OPENWIRE":
+        return OpenWireTarget((ports.core, *(core for _, core in ports.others), *peers),
+                              repeats=plan.topology == "cluster", anchored=anchored)
     return ports.stomp if plan.protocol == "STOMP" else ports.core
 
 
@@ -94,6 +101,7 @@ class _Worker(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.plan, self.ledger, self.timeline, self.ports, self.rng = plan, ledger, timeline, ports, rng
         self.stopping = threading.Event()
+        self.peers: tuple[int, ...] = ()  # the other nodes' all-protocols ports (OpenWire's failover URL)
         self.failures = 0
         self.error: BaseException | None = None
 
@@ -154,8 +162,9 @@ class Producer(_Worker):
         if not self.started:
             self.started = time.monotonic()
         open_ = CHANNELS[plan.protocol][0]
-        channel = open_(_port(plan, self.ports), self.destination,
-                        plan.ack == "transacted", self.ledger.confirmed, login=_login(plan))
+        extra = {"may_repeat": self.ledger.may_repeat} if plan.protocol == "OPENWIRE" else {}
+        channel = open_(_port(plan, self.ports, self.peers), self.destination,
+                        plan.ack == "transacted", self.ledger.confirmed, login=_login(plan), **extra)
         streams = streams_of(plan)
         try:
             while not self.stopping.is_set():
@@ -163,6 +172,10 @@ class Producer(_Worker):
                 if resending:
                     batch, self.resend = self.resend, []
                     self.timeline.note(f"{self.name} resends {len(batch)} in doubt")
+                    if plan.protocol == "OPENWIRE" and plan.topology == "cluster":
+                        # its failover URL may have taken it to another node, which does not
+                        # know the duplicate ids the first node saw
+                        self.ledger.may_repeat([s.mid for s in batch])
                 elif self.next < plan.messages:
                     self.pace()
                     size = min(self.rng.randint(1, 16), plan.messages - self.next)
@@ -231,7 +244,9 @@ class Consumer(_Worker):
     def session(self) -> bool:
         plan = self.plan
         open_ = CHANNELS[plan.protocol][1]
-        channel = open_(_port(plan, self.ports), self.destination, plan.ack,
+        # a durable subscriber stays with its node: its subscription lives there
+        channel = open_(_port(plan, self.ports, self.peers, anchored=self.subscription is not None),
+                        self.destination, plan.ack,
                         client_id=self.client_id, subscription=self.subscription,
                         on_delivery=self._delivered, on_ack_confirmed=self._ack_confirmed, login=_login(plan))
         self.subscribed.set()
@@ -300,6 +315,11 @@ class Workload:
             for k in range(plan.consumers):
                 self.consumers.append(Consumer(k, dest, QUEUE, None, None, plan, ledger, timeline,
                                                cports[(m - 1 - k) % m], random.Random(rng.random())))
+
+        for w in self.producers:
+            w.peers = tuple(p.core for p in ports if p.node != w.ports.node)
+        for w in self.consumers:
+            w.peers = tuple(p.core for p in cports if p.node != w.ports.node)
 
     def start_consumers(self, timeout: float = 60) -> None:
         for c in self.consumers:
