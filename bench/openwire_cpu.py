@@ -52,7 +52,7 @@ def handshake(adapter, conn: FakeConn, client: OpenWireConnection, conn_id: str,
     adapter.data_received(client.send(WireFormatInfo(12, options)))
     client.receive_data(bytes(conn.kept))
     conn.kept = bytearray()
-    assert isinstance(client.next_event(), WireFormatInfo) and client.tight == tight
+    assert isinstance(client.next_event(), WireFormatInfo) and getattr(client, "tight", False) == tight
     cid = ConnectionId(conn_id)
     return b"".join(client.send(c) for c in (
         ConnectionInfo(command_id=1, response_required=True, connection_id=cid, client_id=conn_id),

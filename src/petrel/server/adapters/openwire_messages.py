@@ -12,6 +12,7 @@ on the way in and never sent on the way out (`public`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ JMS_TYPE = "JMSType"
 
 _CODES = {JavaLong: "l", JavaShort: "s", JavaByte: "b", JavaFloat: "f"}
 _JAVA = {code: cls for cls, code in _CODES.items()}
+#: the destination of a dispatched message, one object a name (the codec caches its bytes by object)
+_destination = functools.lru_cache(maxsize=4096)(Destination)
 
 
 def _plain(properties: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +149,7 @@ def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter:
     reply_to = props.pop(REPLY_TO, None)
     original = properties.get(ORIGINAL_ADDRESS)  # a dead letter's or an expired message's origin
     return OwMessage(
-        kind=body_kind, producer_id=producer, destination=Destination(kind, m.address),
+        kind=body_kind, producer_id=producer, destination=_destination(kind, m.address),
         message_id=MessageId(producer_id=producer, producer_sequence_id=m.id, broker_sequence_id=m.id),
         persistent=m.durable, priority=m.priority, expiration=m.expiration, timestamp=m.timestamp,
         content=content, properties=props or None,
