@@ -61,3 +61,17 @@ def test_openwire_and_core_browsers_see_every_paged_message_in_order(tmp_path):
         assert queue_stat(broker, "paged.browse")["message_count"] == N
     finally:
         broker.stop()
+
+
+def test_a_prefetch_0_browser_pulls_every_paged_message(tmp_path):
+    """With prefetch 0 each message of the browse comes for a MessagePull, from the page files too."""
+    classpath = compile_program("JmsBrowse", tmp_path / "classes")
+    broker = BrokerProcess(tmp_path / "b", settings=SETTINGS).start()
+    try:
+        url = f"tcp://127.0.0.1:{broker.port}?jms.useAsyncSend=true&jms.prefetchPolicy.all=0"
+        lines = run(classpath, "JmsBrowse", url, "paged.pulled", "3000", "0", "keep", timeout=600)
+        assert lines == ["BROWSED 3000", "ORDERED true", "SELECTED 3"]
+        assert any((broker.data_dir / "paging").rglob("*.page"))  # (still paging: nothing was consumed)
+    finally:
+        broker.stop()
+

@@ -144,6 +144,8 @@ class AdminFrames:
                                m.scheduled, h.delivery_count, scalars(m.properties), body))
         state.offset += len(out)
         more = bool(left) or not state.source.finished
+        if not more:
+            self._browse = None  # (what it held goes)
         self._out.append(self.codec.send(BrowseResult(e.corr, out, more)))
 
 
