@@ -30,8 +30,8 @@ from .marshal import MAGIC, JavaLong
 
 __all__ = ["OpenWireConnection", "NEED_DATA", "detect", "VERSION", "DEFAULT_MAX_FRAME_SIZE"]
 
-VERSION = 12  # the newest the codec speaks (and the only one: the field lists are version 12's)
-MIN_VERSION = 12
+VERSION = 12  # the newest the codec speaks
+MIN_VERSION = 10  # (versions 10 and 11 marshal the commands here as 12 does: test_openwire_tight)
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
 
 
