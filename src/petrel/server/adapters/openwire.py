@@ -1,6 +1,6 @@
 """OpenWire (ActiveMQ Classic's JMS client) on the post office, through the server session.
 
-The WireFormatInfo exchange (loose encoding: `petrel.codec.openwire`); ConnectionInfo (login
+The WireFormatInfo exchange (tight or loose encoding, versions 10-12: `petrel.codec.openwire`); ConnectionInfo (login
 when security is on), SessionInfo; producers, sends and their flow control (`openwire_producers`;
 messages: `openwire_messages`; destination names: `openwire_destinations`); consumers,
 dispatch and acks (`openwire_consumers`; browsers: `openwire_browsers`); transactions, local and
@@ -11,7 +11,7 @@ Response in read order, a persistent message's only once it is durable (the sess
 confirmations); refusals are ExceptionResponses. A fault-tolerant (failover) client's messages
 carry their message id as the duplicate id, so its resends after a reconnect are not
 duplicated. A clustered broker's members go to failover clients (`openwire_cluster`). Not yet:
-compressed bodies, tight encoding.
+compressed bodies.
 """
 
 from __future__ import annotations
