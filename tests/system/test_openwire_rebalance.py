@@ -76,13 +76,16 @@ def run_rebalance(tmp_path, rebalance: bool, seconds: int) -> tuple[Program, lis
 
 
 def test_a_joining_node_gets_a_share_of_the_failover_clients_and_nothing_is_lost_or_duplicated(tmp_path):
-    program, _, port2 = run_rebalance(tmp_path, rebalance=True, seconds=90)
+    program, nodes, port2 = run_rebalance(tmp_path, rebalance=True, seconds=90)
     lines = program.lines
     assert not [line for line in lines if "FAILED" in line], lines[-30:]
     final = {int(m.group(1)): int(m.group(2)) for line in lines if (m := re.match(r"FINAL (\d+) (\d+)$", line))}
     on2 = sum(port == port2 for port in final.values())
     print(f"clients on the new node: {on2} of {CLIENTS}; final {final}")
-    assert on2 == CLIENTS // 2, final  # 6 clients, 2 members: 3 asked to move
+    assert 0 < on2 < CLIENTS, final
+    # 6 clients, 2 members: 3 asked to move when node2 joined (a cluster link that drops and comes
+    # back on a loaded machine is a join too, and moves more, either way)
+    assert "rebalancing 3 of 6 OpenWire failover clients" in nodes[0].log_path.read_text(errors="replace")
     sent = int(next(line.split()[1] for line in lines if line.startswith("SENT ")))
     got = [line.split() for line in lines if line.startswith("GOT ")]
     counts = Counter(g[1] for g in got)
