@@ -152,6 +152,24 @@ def test_bad_requests_get_clear_errors_and_the_connection_stays(shared):
         assert len(conn.browse_range("bad", 0, tail).messages) == 2  # still connected and serving
 
 
+def test_the_clusters_internal_queues_get_no_ranges_or_cursors(shared):
+    """$.petrel.* (store-and-forward) is the cluster's own: a cursor there would hold messages in
+    transit back, an ack_upto would remove them; refused as a send there is, naming the queue."""
+    internal = "$.petrel.sf.petrel-cluster.some-node"
+    with Connection(url(shared)) as conn:
+        for name in (internal, f"$.petrel.sf.petrel-cluster::{internal}"):
+            for call in (lambda: conn.queue_seqs(name), lambda: conn.browse_range(name, 0, 10),
+                         lambda: conn.ack_upto(name, "spark", 5), lambda: conn.create_cursor(name, "spark"),
+                         lambda: conn.cursor(name, "spark"), lambda: conn.cursors(name),
+                         lambda: conn.delete_cursor(name, "spark")):
+                with pytest.raises(RequestFailed, match=r"internal to the cluster") as refused:
+                    call()
+                assert internal in str(refused.value) and "cursors" in str(refused.value)
+        conn.create_queue("not-internal")
+        send(conn, "not-internal", 1)
+        assert conn.ack_upto("not-internal", "spark", conn.tail_seq("not-internal") - 1).name == "spark"
+
+
 def test_large_bodies_and_bodies_cut_to_fit_an_answer(tmp_path):
     b = BrokerProcess(tmp_path / "b", settings="max_frame_size = 65536\nmin_large_message_size = 16384\n").start()
     try:

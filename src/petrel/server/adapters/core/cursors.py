@@ -7,6 +7,10 @@ sequence number below a tail the broker has reported is durable and readable, an
 below it reads the same each time (unless something is acknowledged or expires). The range
 asked for is cut at the tail of the moment of the request. Cursor moves are answered once they
 are durable.
+
+The cluster's internal queues (``$.petrel.*``: store-and-forward) are refused to every frame
+here, as sends to them are (`petrel.cluster.internal_names`): a cursor on one would hold the
+messages in transit back, an ``ack_upto`` would remove them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from petrel.cluster.internal_names import internal_name_problem
 from petrel.codec.core import ErrorCode, Result
 from petrel.codec.core.cursors import (
     BodyRead,
@@ -44,7 +49,7 @@ MAX_RANGE = 10_000  # messages in one RANGE_RESULT at most
 
 class CursorFrames:
     def cursor_handlers(self: CoreAdapter) -> dict[type, Callable[[Any], None]]:
-        return {
+        handlers = {
             QueueSeqs: self.on_queue_seqs,
             BrowseRange: self.on_browse_range,
             CursorAck: self.on_cursor_ack,
@@ -53,6 +58,18 @@ class CursorFrames:
             CursorDelete: self.on_cursor_delete,
             BodyRead: self.on_body_read,
         }
+        return {kind: self._not_internal(handle) for kind, handle in handlers.items()}
+
+    def _not_internal(self: CoreAdapter, handle: Callable[[Any], None]) -> Callable[[Any], None]:
+        """`handle`, refusing a frame that names one of the cluster's internal queues."""
+
+        def checked(e: Any) -> None:
+            refused = internal_name_problem(self, e.queue.rpartition("::")[2])
+            if refused is not None:
+                raise RequestFailed(ErrorCode.UNAUTHORIZED, f"no sequence ranges or named cursors here: {refused}")
+            handle(e)
+
+        return checked
 
     # -- what a queue holds (answered after the disk) ----------------------------------------
 
