@@ -38,6 +38,9 @@ import org.apache.activemq.transport.TransportListener;
  *   CLOSE              -> the connection closed
  *   ABORT              -> the connection's transport stopped at once (no goodbye), answered at once
  *
+ * Unasked, a channel says "CHANNEL * FAILOVER interrupted" and "CHANNEL * FAILOVER resumed to
+ * ADDRESS" as its failover transport loses its broker and reconnects.
+ *
  * A URL is a failover: URL. Sends are synchronous (alwaysSyncSend) and acknowledgements too
  * (sendAcksAsync off), so an OK is the broker's response. A failover in the middle of a send
  * makes the transport replay it: its answer says RESENT (on another node it may be a copy). An
@@ -314,11 +317,18 @@ public final class ChaosJms {
         public void transportInterupted() { // (sic: ActiveMQ's spelling)
             interrupted = true;
             failovers.incrementAndGet();
+            if (!aborted) {
+                answer(id, "*", "FAILOVER interrupted");
+            }
         }
 
         @Override
         public void transportResumed() {
             interrupted = false;
+            ActiveMQConnection c = connection;
+            if (!aborted && c != null) {
+                answer(id, "*", "FAILOVER resumed to " + c.getTransport().getRemoteAddress());
+            }
         }
     }
 }

@@ -99,6 +99,7 @@ class _Jvm:
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
         self.lock = threading.Lock()
         self.waiting: dict[tuple[str, str], queue.Queue] = {}
+        self.listeners: dict[str, object] = {}  # channel -> what it says unasked (its failovers)
         self.reader = threading.Thread(target=self._read, name="chaos-jms-reader", daemon=True)
         self.reader.start()
 
@@ -109,8 +110,11 @@ class _Jvm:
                 continue
             with self.lock:
                 box = self.waiting.pop((parts[0], parts[1]), None)
+                listener = self.listeners.get(parts[0]) if parts[1] == "*" else None
             if box is not None:
                 box.put(parts[2])
+            elif listener is not None:
+                listener(parts[2])
         with self.lock:
             boxes, self.waiting = list(self.waiting.values()), {}
         for box in boxes:
@@ -172,9 +176,12 @@ def _the_jvm() -> _Jvm:
 
 class _Channel:
     def __init__(self, target: OpenWireTarget, role: str, destination: str, mode: str, client_id: str | None,
-                 subscription: str | None, login: tuple[str, str] | None) -> None:
+                 subscription: str | None, login: tuple[str, str] | None, note=None) -> None:
         self.jvm = _the_jvm()
         self.id = f"c{next(_ids)}"
+        if note is not None:  # (the worker's timeline, with its name)
+            with self.jvm.lock:
+                self.jvm.listeners[self.id] = note
         user, password = login if login is not None else ("-", "-")
         try:
             self.jvm.call(self.id, f"OPEN {role} {target.url()} {destination} {mode} {client_id or '-'} "
@@ -184,12 +191,16 @@ class _Channel:
             raise ChannelError(f"cannot connect: {exc}") from None
 
     def abort(self) -> None:
+        with self.jvm.lock:
+            self.jvm.listeners.pop(self.id, None)
         try:
             self.jvm.call(self.id, "ABORT", timeout=15)
         except ChannelError:
             pass
 
     def close(self) -> None:
+        with self.jvm.lock:
+            self.jvm.listeners.pop(self.id, None)
         try:
             self.jvm.call(self.id, "CLOSE", timeout=20)
         except ChannelError:
@@ -198,18 +209,22 @@ class _Channel:
 
 class openwire_producer(_Channel):
     def __init__(self, target: OpenWireTarget, destination: str, transacted: bool, confirmed, *,
-                 login: tuple[str, str] | None = None, may_repeat=None) -> None:
-        super().__init__(target, "P", destination, "transacted" if transacted else "auto", None, None, login)
+                 login: tuple[str, str] | None = None, may_repeat=None, note=None) -> None:
+        super().__init__(target, "P", destination, "transacted" if transacted else "auto", None, None, login, note)
         self.confirmed = confirmed
         self.may_repeat = may_repeat if target.repeats else None
+        self.note = note
 
     def send(self, batch: list[Spec]) -> None:
         specs = ";".join(f"{s.mid},{len(s.body)},{int(s.durable)},{'-' if s.priority is None else s.priority},"
                          f"{s.group or '-'},{s.duplicate_id or '-'}" for s in batch)  # (no delay: not over OpenWire)
         answer = self.jvm.call(self.id, f"SEND {specs}")
         mids = [s.mid for s in batch]
-        if answer == "RESENT" and self.may_repeat is not None:
-            self.may_repeat(mids)
+        if answer == "RESENT":
+            if self.note is not None:
+                self.note(f"a batch of {len(batch)} confirmed across a failover (replayed by the transport)")
+            if self.may_repeat is not None:
+                self.may_repeat(mids)
         self.confirmed(mids)
 
 
@@ -219,8 +234,8 @@ class openwire_consumer(_Channel):
 
     def __init__(self, target: OpenWireTarget, destination: str, mode: str, *, client_id: str | None,
                  subscription: str | None, on_delivery, on_ack_confirmed,
-                 login: tuple[str, str] | None = None) -> None:
-        super().__init__(target, "C", destination, mode, client_id, subscription, login)
+                 login: tuple[str, str] | None = None, note=None) -> None:
+        super().__init__(target, "C", destination, mode, client_id, subscription, login, note)
         self.mode = mode
         self.on_delivery = on_delivery
         self.on_ack_confirmed = on_ack_confirmed

@@ -129,6 +129,10 @@ class _Worker(threading.Thread):
     def failed(self) -> None:
         """The connection failed (after the timeline has it)."""
 
+    def note(self, text: str) -> None:
+        """What the channel says of itself (an OpenWire client's failovers), in the timeline."""
+        self.timeline.note(f"{self.name}: {text}")
+
 
 class Producer(_Worker):
     def __init__(self, index: int, destination: str, *args) -> None:
@@ -162,7 +166,7 @@ class Producer(_Worker):
         if not self.started:
             self.started = time.monotonic()
         open_ = CHANNELS[plan.protocol][0]
-        extra = {"may_repeat": self.ledger.may_repeat} if plan.protocol == "OPENWIRE" else {}
+        extra = {"may_repeat": self.ledger.may_repeat, "note": self.note} if plan.protocol == "OPENWIRE" else {}
         channel = open_(_port(plan, self.ports, self.peers), self.destination,
                         plan.ack == "transacted", self.ledger.confirmed, login=_login(plan), **extra)
         streams = streams_of(plan)
@@ -244,11 +248,13 @@ class Consumer(_Worker):
     def session(self) -> bool:
         plan = self.plan
         open_ = CHANNELS[plan.protocol][1]
+        extra = {"note": self.note} if plan.protocol == "OPENWIRE" else {}
         # a durable subscriber stays with its node: its subscription lives there
         channel = open_(_port(plan, self.ports, self.peers, anchored=self.subscription is not None),
                         self.destination, plan.ack,
                         client_id=self.client_id, subscription=self.subscription,
-                        on_delivery=self._delivered, on_ack_confirmed=self._ack_confirmed, login=_login(plan))
+                        on_delivery=self._delivered, on_ack_confirmed=self._ack_confirmed, login=_login(plan),
+                        **extra)
         self.subscribed.set()
         leave_at = time.monotonic() + self.rng.uniform(1.0, 4.0) if plan.churn else float("inf")
         batch: list = []
