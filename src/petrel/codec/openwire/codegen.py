@@ -18,7 +18,7 @@ from .commands import BY_TYPE, DESTINATION_TYPES, MESSAGE_TYPES, DataType, Desti
 from .errors import OpenWireLocalError, OpenWireProtocolError
 
 __all__ = ["CACHE_SIZE", "FIXED", "is_identity", "compile_reader", "compile_writer", "reader_lines", "writer_lines", "fail", "cached_writer", "fill_tables",
-           "local_error"]
+           "local_error", "fast_constructor", "new_message"]
 
 FIXED = {"b": 1, "y": 1, "i": 4, "q": 8}  # (loose sizes)
 CACHE_SIZE = 4096  # identities per type remembered before a cache starts afresh
@@ -192,6 +192,23 @@ def _unknown(type_: int) -> Callable:
     def read(*_: Any) -> Any:
         raise OpenWireProtocolError(f"unknown or unsupported data structure type {type_}")
     return read
+
+
+def fast_constructor(cls: type) -> Callable:
+    """A constructor taking the same keywords as `cls` (all with their defaults) that sets the
+    fields through their slots (twice as fast as a frozen dataclass's own, for what is built
+    per message)."""
+    fs = fields(cls)
+    params = ", ".join(f"{f.name}=D{i}" for i, f in enumerate(fs))
+    lines = [f"def make(*, {params}):", "    o = _new(CLS)", *(f"    S{i}(o, {f.name})" for i, f in enumerate(fs)),
+             "    return o"]
+    namespace = {"_new": object.__new__, "CLS": cls, **{f"D{i}": f.default for i, f in enumerate(fs)},
+                 **{f"S{i}": getattr(cls, f.name).__set__ for i, f in enumerate(fs)}}
+    return _run(lines, namespace, "make")
+
+
+#: Message(...) for the broker's dispatches
+new_message = fast_constructor(Message)
 
 
 def local_error(command: Any, exc: Exception) -> OpenWireLocalError:

@@ -11,6 +11,8 @@ consumers and sends to a wildcard destination are refused with a clear error.
 
 from __future__ import annotations
 
+import functools
+
 from petrel.codec.openwire import Destination
 from petrel.core.message import RoutingType
 from petrel.core.names import name_problem
@@ -44,9 +46,10 @@ def consumer_address(dest: Destination) -> tuple[str, bool]:
     return ".".join("#" if w == _ANY_WORDS else w for w in words), True
 
 
+@functools.lru_cache(maxsize=1024)
 def send_targets(dest: Destination) -> list[tuple[str, RoutingType]]:
     """The addresses (and routing types) a message sent to `dest` goes to: one, or each of a
-    composite destination's."""
+    composite destination's (remembered per destination: the same list, not to be changed)."""
     name = dest.name or ""
     default = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
     if "," not in name:

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from petrel.codec.openwire import DataType, Destination, Message as OwMessage, MessageId, ProducerId
+from petrel.codec.openwire import DataType, Destination, Message as OwMessage, MessageId, ProducerId, new_message
 from petrel.codec.openwire.marshal import JavaByte, JavaFloat, JavaLong, JavaShort
 from petrel.core.message import DUPLICATE_ID, ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message
 from petrel.core.message_props import CORRELATION_ID, GROUP_ID, GROUP_SEQ, REPLY_TO, SUBJECT, public, text
@@ -148,7 +148,7 @@ def to_openwire(m: Message, kind: int, producer: ProducerId, redelivery_counter:
     group_seq = props.pop(GROUP_SEQ, 0)
     reply_to = props.pop(REPLY_TO, None)
     original = properties.get(ORIGINAL_ADDRESS)  # a dead letter's or an expired message's origin
-    return OwMessage(
+    return new_message(  # (OwMessage's fields, built faster)
         kind=body_kind, producer_id=producer, destination=_destination(kind, m.address),
         message_id=MessageId(producer_id=producer, producer_sequence_id=m.id, broker_sequence_id=m.id),
         persistent=m.durable, priority=m.priority, expiration=m.expiration, timestamp=m.timestamp,
