@@ -30,7 +30,7 @@ def test_nobody_moves_until_a_member_joins():
     assert balance.moves == {}
 
 
-def test_a_joining_member_gets_its_share_the_newest_clients_first():
+def test_a_joining_member_gets_its_share():
     clients = [Client() for _ in range(6)]
     balance = ClientBalance()
     balance.members = ("tcp://a",)

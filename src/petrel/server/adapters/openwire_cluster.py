@@ -11,8 +11,8 @@ peers (peerBrokerInfos), as informational.
 ``rebalance_cluster_clients`` (ActiveMQ's and Artemis's ``rebalanceClusterClients``): when a
 node joins the cluster (a new one, or one back after a restart, whose clients went to the
 others meanwhile), every node asks a share of its failover clients to move to it, as many as
-leave each member about as many as the newcomer gets (``clients * newcomers // members``, the
-newest connections first, dealt round-robin over the newcomers). Such a client gets two
+leave each member about as many as the newcomer gets (``clients * newcomers // members``, any
+of them, dealt round-robin over the newcomers). Such a client gets two
 ConnectionControls: the members without the newcomer, then the newcomer first with
 rebalanceConnection (and reconnectTo naming it). ActiveMQ's failover transport acts on a
 rebalance only when the set of URIs it was given changes (``FailoverTransport.updateURIs``), and
