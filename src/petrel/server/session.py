@@ -221,10 +221,11 @@ class ServerSession:
                 access.send(office, name, routing_type)
             except _SecurityNotAuthorized:
                 return None  # (refused one by one)
+        reserved = RESERVED_PROPERTY_PREFIX
         for message in messages:
             props = message.properties
             for key in props:
-                if key.startswith(RESERVED_PROPERTY_PREFIX):
+                if key.startswith(reserved):
                     drop_reserved(self, props)  # _PETREL_*
                     break
         try:

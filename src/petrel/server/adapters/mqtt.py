@@ -46,7 +46,7 @@ from petrel.security.errors import NotAuthorized as SecurityNotAuthorized
 from petrel.server.access import Access
 from petrel.server.adapters.mqtt_messages import to_message
 from petrel.server.adapters.mqtt_state import NEVER, MqttSession, MqttState
-from petrel.server.adapters.mqtt_subscriptions import MqttSubscriptions
+from petrel.server.adapters.mqtt_subscriptions import PUBACK, PUBCOMP, PUBLISH, PUBREC, PUBREL, MqttSubscriptions
 from petrel.server.adapters.mqtt_topics import TopicError, topic_to_address
 from petrel.server.login import OffLoopLogin
 from petrel.server.refusals import NotDurable, Refused
@@ -129,14 +129,14 @@ class MqttAdapter(MqttSubscriptions):
 
     def handle(self, packet) -> None:
         t = packet.type
-        if t == T.PUBLISH:
+        if t == PUBLISH:
             self.on_publish(packet)
             return
         if self._run_messages:  # the PUBLISHes before this packet are routed before it is handled
             self.publish_run()
-        if t == T.PUBACK or t == T.PUBREC or t == T.PUBCOMP:
+        if t == PUBACK or t == PUBREC or t == PUBCOMP:
             self.on_delivery_ack(packet)
-        elif t == T.PUBREL:
+        elif t == PUBREL:
             self.on_pubrel(packet)
         elif t == T.SUBSCRIBE:
             self.on_subscribe(packet)
@@ -341,7 +341,7 @@ class MqttAdapter(MqttSubscriptions):
             confirm, ack = self.session.confirmations.add, self.codec.ack  # (`_published`, inlined)
             for p, message in zip(publishes, messages):
                 if p.qos == 1:  # (its consumption may confirm it before the sync: `Confirmations`)
-                    confirm(ack(T.PUBACK, p.packet_id), True, False, message)
+                    confirm(ack(PUBACK, p.packet_id), True, False, message)
             return
         for p, message in zip(publishes, messages):
             if self._closing:  # a refusal closed the connection: the rest is not handled
@@ -374,7 +374,7 @@ class MqttAdapter(MqttSubscriptions):
             if self.v5 and result.outcome == SendOutcome.UNROUTED:
                 self.confirm(Puback(p.packet_id, R.NO_MATCHING_SUBSCRIBERS), durable=True)
             else:  # (a retained one waits for its retained record's sync)
-                self.session.confirm(self.codec.ack(T.PUBACK, p.packet_id), durable=True,
+                self.session.confirm(self.codec.ack(PUBACK, p.packet_id), durable=True,
                                      sent=None if retain else message)
 
     def hold_qos2(self, p: Publish, message: Message) -> None:

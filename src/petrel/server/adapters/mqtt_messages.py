@@ -17,6 +17,7 @@ key "mqtt5").
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 from petrel.codec.mqtt import PropertyId as P
 from petrel.codec.mqtt import Publish
@@ -70,8 +71,13 @@ def to_message(publish: Publish, message_id: int, address: str, *, v5: bool) -> 
             props[FORMAT] = 1
         if P.MESSAGE_EXPIRY_INTERVAL in pp:
             expiration = now + pp[P.MESSAGE_EXPIRY_INTERVAL] * 1000
-    return Message(id=message_id, address=address, body=publish.payload, properties=props,
-                   durable=publish.qos > 0, expiration=expiration, timestamp=now)
+    # (positional: half the cost of keywords, one message per PUBLISH; the order is checked below)
+    return Message(message_id, address, publish.payload, props, publish.qos > 0, 4, expiration, now)
+
+
+assert [f.name for f in fields(Message)][:8] == ["id", "address", "body", "properties", "durable", "priority",
+                                                "expiration", "timestamp"]
+assert Message.__dataclass_fields__["priority"].default == 4  # (to_message's priority)
 
 
 def message_qos(message: Message) -> int:
