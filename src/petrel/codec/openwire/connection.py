@@ -18,6 +18,7 @@ malformed field raises `OpenWireProtocolError`; the connection is broken from th
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from petrel.codec.buffer import Buffer
@@ -33,6 +34,7 @@ __all__ = ["OpenWireConnection", "NEED_DATA", "detect", "VERSION", "DEFAULT_MAX_
 VERSION = 12  # the newest the codec speaks
 MIN_VERSION = 10  # (versions 10 and 11 marshal the commands here as 12 does: test_openwire_tight)
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
+_SIZE = struct.Struct(">i")
 
 
 class _NeedData:
@@ -116,7 +118,7 @@ class OpenWireConnection:
         data, pos = buf.data, buf.pos
         if len(data) - pos < 4:
             return NEED_DATA
-        size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+        size, = _SIZE.unpack_from(data, pos)
         if size < 1:
             raise OpenWireProtocolError(f"a frame of size {size}")
         if size > self.max_frame_size:
@@ -125,7 +127,7 @@ class OpenWireConnection:
             return NEED_DATA
         if self.version is None and data[pos + 4] != DataType.WIREFORMAT_INFO:
             raise OpenWireProtocolError(f"a command of type {data[pos + 4]} before the WireFormatInfo")
-        frame = bytes(data[pos + 4:pos + 4 + size])
+        frame = bytes(memoryview(data)[pos + 4:pos + 4 + size])
         buf.consume_to(pos + 4 + size)
         if self.tight and frame[0] != DataType.WIREFORMAT_INFO:  # (a WireFormatInfo is always loose)
             command = decode_tight(frame)

@@ -291,11 +291,20 @@ def bool_stream(bs: bytes | bytearray) -> bytes:
 _UNBITS = bytes.maketrans(b"01", b"\x00\x01")
 
 
+_FLAGS: dict[bytes, bytes] = {}  # boolean streams seen (a client's commands of one shape repeat theirs)
+
+
 def _flags(packed: bytes) -> bytes:
     """The bits of a boolean stream one a byte, in order."""
-    if not packed:
-        return b""
-    return format(int.from_bytes(packed, "little"), f"0{8 * len(packed)}b")[::-1].encode().translate(_UNBITS)
+    flags = _FLAGS.get(packed)
+    if flags is None:
+        flags = format(int.from_bytes(packed, "little"), f"0{8 * len(packed)}b")[::-1].encode().translate(_UNBITS) \
+            if packed else b""
+        if len(packed) <= 16:  # (short ones only, and not too many)
+            if len(_FLAGS) >= CACHE_SIZE:
+                _FLAGS.clear()
+            _FLAGS[packed] = flags
+    return flags
 
 
 def decode_tight(data: bytes) -> Any:
