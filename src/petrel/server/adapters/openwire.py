@@ -200,7 +200,7 @@ class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers, Op
         self.fault_tolerant = c.fault_tolerant  # a failover client: its resends must not duplicate
         self.write(self.broker_info())
         self.respond(c)
-        self.send_cluster()  # a failover client learns the cluster's other members
+        self.send_cluster(new=not c.failover_reconnect)  # a failover client learns the cluster's other members
 
     def _log_in(self, c: ConnectionInfo) -> None:
         self._login_task = OffLoopLogin(

@@ -14,7 +14,8 @@ others meanwhile), every node asks a share of its failover clients to move to it
 leave each member about as many as the newcomer gets (``clients * newcomers // members``, any
 of them, dealt round-robin over the newcomers). Such a client gets two
 ConnectionControls: the members without the newcomer, then the newcomer first with
-rebalanceConnection (and reconnectTo naming it). ActiveMQ's failover transport acts on a
+rebalanceConnection (and reconnectTo naming it), both after the responses still owed to it.
+ActiveMQ's failover transport acts on a
 rebalance only when the set of URIs it was given changes (``FailoverTransport.updateURIs``), and
 then reconnects to the first: the first control makes sure the second changes the set. A moving
 client's sends that wait for a response are neither stored nor answered here from then on: its
@@ -22,6 +23,11 @@ transport replays them on the newcomer, so a send in flight at the move is store
 A client still connected `MOVE_GRACE` seconds later (one that ignores the controls: its URL
 has ``updateURIsSupported=false``) is disconnected, and its transport replays them wherever it
 reconnects.
+
+New failover clients are spread too, as ActiveMQ does: a node sends the k-th new one (a
+ConnectionInfo that is not a failover reconnect) the members rotated by k, with
+rebalanceConnection, so it goes to member ``k % members`` (its transport's URI set was empty, so
+it changes): clients that all name the same node first end up even.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ class ClientBalance:
     def __init__(self) -> None:
         self.members: tuple[str, ...] = ()
         self.moves: dict[int, str] = {}  # id(adapter) -> the URI it is asked to move to
+        self.turn = 0  # new failover clients so far: the k-th goes to member k % members
 
     def plan(self, broker: Any, uris: list[str]) -> None:
         """A membership change: who moves where (nobody unless a member joined)."""
@@ -119,15 +126,25 @@ class OpenWireCluster:
                           broker_url=uris[0] if uris else None, peer_broker_infos=peers or None,
                           fault_tolerant_configuration=bool(peers))
 
-    def send_cluster(self) -> None:
+    def send_cluster(self, new: bool = False) -> None:
         """The ConnectionControl naming the cluster's members (clustered brokers only), after the
-        ConnectionInfo's response."""
+        ConnectionInfo's response; `new`: the client's first connection, not a failover reconnect."""
         members = self.cluster_members()
         uris = member_uris(members) if members else None
-        if uris:
-            if self.rebalancing():
-                balance_of(self.broker).members = tuple(uris)  # what a later join is compared with
-            self.session.confirm(self.codec.send(ConnectionControl(connected_brokers=",".join(uris))))
+        if not uris:
+            return
+        k = 0
+        if self.rebalancing():
+            balance = balance_of(self.broker)
+            balance.members = tuple(uris)  # what a later join is compared with
+            if new and self.fault_tolerant and len(uris) > 1:
+                k, balance.turn = balance.turn % len(uris), balance.turn + 1
+        if k:
+            self.moving_to = uris[k]
+            log.info("asking new OpenWire client %s to move to %s", self.client_id or self.conn.peer, uris[k])
+            self.conn.call_later(MOVE_GRACE, self._moved_or_closed)
+        control = ConnectionControl(connected_brokers=",".join(uris[k:] + uris[:k]), rebalance_connection=bool(k))
+        self.session.confirm(self.codec.send(control))
 
     def send_topology(self, members: list[Any]) -> None:
         """Push the members to this client (the cluster calls this as nodes come and go)."""
@@ -148,9 +165,11 @@ class OpenWireCluster:
         others = [u for u in uris if u != target]
         self.moving_to = target
         log.info("asking OpenWire client %s to move to %s", self.client_id or self.conn.peer, target)
-        self.write(ConnectionControl(connected_brokers=",".join(others)))
-        self.write(ConnectionControl(connected_brokers=",".join([target, *others]), rebalance_connection=True,
-                                     reconnect_to=target))
+        # after every response still owed (a send read before this is answered, not replayed)
+        self.session.confirm(self.codec.send(ConnectionControl(connected_brokers=",".join(others))))
+        self.session.confirm(self.codec.send(ConnectionControl(
+            connected_brokers=",".join([target, *others]), rebalance_connection=True, reconnect_to=target)))
+        self.session.flush()  # (not inside one of this client's reads: out now, in order)
         self.conn.call_later(MOVE_GRACE, self._moved_or_closed)
 
     def _moved_or_closed(self) -> None:
