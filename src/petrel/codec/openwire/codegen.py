@@ -17,11 +17,12 @@ from typing import Any
 from .commands import BY_TYPE, DESTINATION_TYPES, MESSAGE_TYPES, DataType, Destination, Message, WireFormatInfo
 from .errors import OpenWireLocalError, OpenWireProtocolError
 
-__all__ = ["CACHE_SIZE", "FIXED", "is_identity", "compile_reader", "compile_writer", "reader_lines", "writer_lines", "fail", "cached_writer", "fill_tables",
+__all__ = ["CACHE_SIZE", "CACHE_BYTES", "FIXED", "is_identity", "compile_reader", "compile_writer", "reader_lines", "writer_lines", "fail", "cached_writer", "fill_tables",
            "local_error", "fast_constructor", "new_message"]
 
 FIXED = {"b": 1, "y": 1, "i": 4, "q": 8}  # (loose sizes)
 CACHE_SIZE = 4096  # identities per type remembered before a cache starts afresh
+CACHE_BYTES = 256  # ...each of at most this many bytes (a client's long names are not kept)
 
 
 def is_identity(wire: str) -> bool:
@@ -162,9 +163,10 @@ def cached_writer(write: Callable) -> Callable:
             bstart = len(bs)
             write(obj, out, bs)
             kept = (obj, bytes(out[start:]), bytes(bs[bstart:]))
-        if len(cache) >= CACHE_SIZE:
-            cache.clear()
-        cache[id(obj)] = kept  # (the object kept: its id stays its own meanwhile)
+        if len(kept[1]) <= CACHE_BYTES:
+            if len(cache) >= CACHE_SIZE:
+                cache.clear()
+            cache[id(obj)] = kept  # (the object kept: its id stays its own meanwhile)
 
     return cached
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
-from .codegen import CACHE_SIZE, FIXED, compile_reader, compile_writer, fill_tables, is_identity, local_error, reader_lines, writer_lines, fail
+from .codegen import CACHE_BYTES, CACHE_SIZE, FIXED, compile_reader, compile_writer, fill_tables, is_identity, local_error, reader_lines, writer_lines, fail
 from .commands import DataType, JavaThrowable, WireFormatInfo
 from .errors import OpenWireLocalError, OpenWireProtocolError
 from .marshal import MAGIC, MAX_DEPTH, Reader, decode_map, encode_map, mutf8_decode, mutf8_encode
@@ -155,7 +155,7 @@ def _cached_reader(wire: str, read: Callable) -> Callable:
         if hit is not None:
             return hit, e
         value, q = read(data, p, d)
-        if q == e:
+        if q == e and e - p <= CACHE_BYTES:
             if len(cache) >= CACHE_SIZE:
                 cache.clear()
             cache[key] = value

@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
-from .codegen import CACHE_SIZE, compile_reader, compile_writer, fill_tables, is_identity, local_error, reader_lines, writer_lines, fail
+from .codegen import CACHE_BYTES, CACHE_SIZE, compile_reader, compile_writer, fill_tables, is_identity, local_error, reader_lines, writer_lines, fail
 from .commands import MESSAGE_TYPES, DataType, JavaThrowable, Message, WireFormatInfo
 from .errors import OpenWireLocalError, OpenWireProtocolError
 from .marshal import MAGIC, MAX_DEPTH, decode_map, encode_map, mutf8_decode, mutf8_encode
@@ -161,7 +161,7 @@ def _cached_reader(wire: str, read: Callable) -> Callable:
         if hit is not None:
             return hit, e, b
         value, q, used = read(data, p, d, flags, bi)
-        if q == e and used == b:
+        if q == e and used == b and e - p <= CACHE_BYTES:
             if len(cache) >= CACHE_SIZE:
                 cache.clear()
             cache[key] = value

@@ -46,7 +46,7 @@ def consumer_address(dest: Destination) -> tuple[str, bool]:
     return ".".join("#" if w == _ANY_WORDS else w for w in words), True
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def send_targets(dest: Destination) -> list[tuple[str, RoutingType]]:
     """The addresses (and routing types) a message sent to `dest` goes to: one, or each of a
     composite destination's (remembered per destination: the same list, not to be changed)."""
