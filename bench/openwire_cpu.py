@@ -76,6 +76,18 @@ class Dispatches:
         return out
 
 
+async def timed(broker, adapter, data: bytes, profile) -> float:
+    """The process CPU seconds of the adapter reading `data` and the broker settling it."""
+    t0 = time.process_time()
+    if profile:
+        profile.enable()
+    adapter.data_received(data)
+    await settle(broker)
+    if profile:
+        profile.disable()
+    return time.process_time() - t0
+
+
 async def run(n: int, persistent: bool, batch: int, tight: bool = False, profile=None) -> float:
     async with bench_broker() as broker:
         cconn, pconn = FakeConn(), FakeConn()
@@ -104,15 +116,7 @@ async def run(n: int, persistent: bool, batch: int, tight: bool = False, profile
                     producer_id=producer_id, destination=QUEUE,
                     message_id=MessageId(producer_id=producer_id, producer_sequence_id=i + 1),
                     persistent=persistent, priority=4, timestamp=1_700_000_000_000 + i, content=body)))
-            data = b"".join(frames)
-            t0 = time.process_time()
-            if profile:
-                profile.enable()
-            p.data_received(data)
-            await settle(broker)
-            if profile:
-                profile.disable()
-            cpu += time.process_time() - t0
+            cpu += await timed(broker, p, b"".join(frames), profile)
             acks = []
             for d in reader.take():
                 command += 1
@@ -120,15 +124,7 @@ async def run(n: int, persistent: bool, batch: int, tight: bool = False, profile
                     command_id=command, destination=QUEUE, consumer_id=consumer_id, ack_type=AckType.STANDARD,
                     first_message_id=d.message.message_id, last_message_id=d.message.message_id, message_count=1)))
                 acked += 1
-            data = b"".join(acks)
-            t0 = time.process_time()
-            if profile:
-                profile.enable()
-            c.data_received(data)
-            await settle(broker)
-            if profile:
-                profile.disable()
-            cpu += time.process_time() - t0
+            cpu += await timed(broker, c, b"".join(acks), profile)
         if acked != n:
             raise SystemExit(f"{acked} of {n} messages dispatched")
         return cpu / n * 1e6

@@ -23,7 +23,7 @@ from petrel.codec.openwire import (
     text_content,
 )
 from petrel.codec.openwire.tight import bool_stream, decode_tight, encode_tight
-from test_openwire_codec import COMMANDS, PRODUCER, QUEUE, TEXT, events
+from test_openwire_codec import COMMANDS, PRODUCER, QUEUE, TEXT, events, events_or_error
 
 
 def pair(client_tight: bool = True) -> tuple[OpenWireConnection, OpenWireConnection]:
@@ -139,12 +139,7 @@ def test_fuzz_events_or_protocol_error(noise, which, cut):
     client, _ = pair()
     frame = client.send(COMMANDS[which])
     for wire in (noise, frame[:cut] + noise, frame[:4] + noise):
-        _, codec = pair()
-        codec.receive_data(wire)
-        try:
-            events(codec)
-        except OpenWireProtocolError:
-            pass
+        events_or_error(pair()[1], wire)
 
 
 @settings(max_examples=200, deadline=None)
