@@ -7,7 +7,7 @@
 
 Every frame is a 4-byte size, then the command (its type byte and fields). The first
 command each way is a WireFormatInfo, always in loose encoding. The peer's is answered by
-`wire_format_info()`, this side's: version 12 at most, TightEncodingEnabled (unless made with
+`wire_format_info()`, this side's: version 12 (10 and 11 spoken too), TightEncodingEnabled (unless made with
 ``tight_encoding=False``), CacheEnabled, SizePrefixDisabled and StackTraceEnabled false. Each
 option is on only when both sides say so (the options of the WireFormatInfo this side sent,
 when it sent its own, as a client does), so a client that prefers tight encoding (the JMS
