@@ -22,8 +22,10 @@ from petrel.testing.chaos.ledger import Ledger, Verdict, message_id
 from petrel.testing.chaos.drain import DrainPair
 from petrel.testing.chaos.pair import SharedStorePair
 from petrel.testing.chaos.replication import LiveDisk, ReplicationPair
+from petrel.testing.chaos.scale_down import ScaleDown
 from petrel.testing.chaos.spark import SparkQuery, spark_available
-from petrel.testing.chaos.plan import EXTRA_PROTOCOLS, EXTRA_TOPOLOGIES, LARGE_THRESHOLD, Plan, make_plan
+from petrel.testing.chaos.plan import (EXTRA_PROTOCOLS, EXTRA_TOPOLOGIES, LARGE_THRESHOLD, SPARK_TOPOLOGIES, Plan,
+                                       make_plan)
 from petrel.testing.chaos.timeline import Timeline
 from petrel.testing.chaos.workload import QUEUE, TOPIC, Ports, Workload, streams_of
 from petrel.testing.cluster import (api_request, backlog, make_cluster, start_all, stop_all, wait_bindings,
@@ -93,6 +95,9 @@ def _settings_top(plan: Plan) -> str:
 
 def _settings(plan: Plan) -> str:
     text = f"min_large_message_size = {LARGE_THRESHOLD}\njournal_file_size = 1048576\n"
+    if plan.protocol == "OPENWIRE" and plan.topology == "cluster":
+        # a node back after a restart gets failover clients back: moves under the run's faults
+        text += "rebalance_cluster_clients = true\n"
     text += '[address_settings."chaos.#"]\n'
     if plan.limit != "none":
         text += f'max_size_bytes = 262144\naddress_full_policy = "{plan.limit}"\npage_size_bytes = 65536\n'
@@ -117,6 +122,7 @@ class _Brokers:
         self.disks: dict[int, DiskMount] = {}
         self.pair: SharedStorePair | ReplicationPair | None = None
         self.drain: DrainPair | None = None
+        self.scale: ScaleDown | None = None  # spark-scale: node 1 leaving
         self.zookeeper = None
         own = plan.topology in ("single", "pair", "drain")  # topologies without cluster credentials of their own
         top = security.settings_top(plan, workdir, cluster_credentials=own)
@@ -160,6 +166,8 @@ class _Brokers:
             for (i, j), proxy in self.proxies.items():
                 proxy.target_port = self.nodes[j].port
                 proxy.start()
+            if plan.topology == "spark-scale":
+                self.scale = ScaleDown(self.nodes, timeline)
         security.secure(plan, workdir, [proc for node in self.nodes for proc in getattr(node, "nodes", (node,))])
         for fault in plan.faults:
             if plan.topology == "replication":
@@ -175,7 +183,9 @@ class _Brokers:
 
     @property
     def retired(self) -> set[int]:
-        """Nodes gone for good (the drain topology's drained source)."""
+        """Nodes gone for good (the drain topology's drained source, spark-scale's node that left)."""
+        if self.scale is not None:
+            return self.scale.retired
         return self.drain.retired if self.drain is not None else set()
 
     def serving(self) -> list[tuple[int, BrokerProcess]]:
@@ -196,6 +206,9 @@ class _Brokers:
         if self.pair is not None:
             p, b = self.pair.nodes
             return [Ports(0, p.stomp_port, p.port, ((b.stomp_port, b.port),))]
+        if self.scale is not None:  # the first producer on the leaving node, then on the other
+            n0, n1 = self.nodes
+            return [Ports(1, n1.stomp_port, n1.port, ((n0.stomp_port, n0.port),)), Ports(0, n0.stomp_port, n0.port)]
         return [Ports(i, n.stomp_port, n.port) for i, n in enumerate(self.nodes)]
 
     def start(self) -> None:
@@ -338,13 +351,14 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
         let_in = security.anonymous_let_in(plan, brokers.ports()[0].stomp)
         if let_in:
             problems.append(let_in)
-        if plan.topology in ("spark", "spark-sink"):
+        if plan.topology in SPARK_TOPOLOGIES:
             query = _start_query(plan, brokers, workdir, timeline, ledger)
         workload = Workload(replace(plan, producers=0) if plan.topology == "spark-sink" else plan, ledger, timeline,
                             brokers.ports(), brokers.consumer_ports())
         injector = Injector(brokers.nodes, brokers.proxies, brokers.disks, workload, timeline, brokers.drain)
         injector.drain_kills = plan.drain_kills
         injector.query = query
+        injector.scale, injector.scale_when = brokers.scale, plan.scale_when
         workload.start_consumers()
         if plan.nodes > 1 and plan.destination == "queue":
             for c in workload.consumers:
@@ -368,6 +382,8 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
                             "a hang?")
         if brokers.drain is not None:
             problems += brokers.drain.wait()  # the consumers read what the drainer brings to the target
+        if brokers.scale is not None:
+            problems += brokers.scale.wait()  # every message of the leaving node on the other
         if query is None:
             _settle(workload)
         workload.stop()
@@ -381,7 +397,7 @@ def run_plan(plan: Plan, workdir: Path, *, scale: float = 1.0) -> RunResult:
                 if not full:
                     problems.append(note + ":\n" + node.log()[-1500:])
                 node.start()
-        if plan.nodes > 1:
+        if plan.nodes - len(brokers.retired) > 1:
             wait_connected(brokers.nodes, timeout=60)
         if isinstance(brokers.pair, ReplicationPair):
             brokers.pair.wait_ready()  # every restarted process is back as the backup, in sync
@@ -426,8 +442,9 @@ def _start_query(plan: Plan, brokers: _Brokers, workdir: Path, timeline: Timelin
     if missing:
         raise RuntimeError(f"the spark topology needs pyspark: {missing}")
     node = brokers.nodes[0]
-    with Connection(f"tcp://127.0.0.1:{node.port}") as conn:
-        conn.create_queue(QUEUE, QUEUE, "ANYCAST", exists_ok=True)
+    for each in brokers.nodes:  # spark-scale: the queue on both nodes
+        with Connection(f"tcp://127.0.0.1:{each.port}") as conn:
+            conn.create_queue(QUEUE, QUEUE, "ANYCAST", exists_ok=True)
     query = SparkQuery(workdir, f"tcp://127.0.0.1:{node.port}", QUEUE, timeline, max_per_batch=plan.batch_limit,
                        sink_chunk=plan.sink_chunk)
     query.start()
@@ -492,7 +509,7 @@ def _inject(plan: Plan, injector: Injector, t0: float, brokers: _Brokers, timeli
     events = sorted([(f.at, 0, n) for n, f in enumerate(plan.faults)]
                     + [(f.at + f.hold, 1, n) for n, f in enumerate(plan.faults)])
     for at, heal, n in events:
-        delay = t0 + at - time.monotonic()
+        delay = t0 + injector.waited + at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         fault = plan.faults[n]
