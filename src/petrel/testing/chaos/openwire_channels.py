@@ -190,20 +190,21 @@ class _Channel:
             self.abort()
             raise ChannelError(f"cannot connect: {exc}") from None
 
-    def abort(self) -> None:
+    def _end(self, verb: str, timeout: float) -> bool:
+        """ABORT or CLOSE (its failovers no longer noted); whether it was answered OK."""
         with self.jvm.lock:
             self.jvm.listeners.pop(self.id, None)
         try:
-            self.jvm.call(self.id, "ABORT", timeout=15)
+            self.jvm.call(self.id, verb, timeout=timeout)
         except ChannelError:
-            pass
+            return False
+        return True
+
+    def abort(self) -> None:
+        self._end("ABORT", 15)
 
     def close(self) -> None:
-        with self.jvm.lock:
-            self.jvm.listeners.pop(self.id, None)
-        try:
-            self.jvm.call(self.id, "CLOSE", timeout=20)
-        except ChannelError:
+        if not self._end("CLOSE", 20):
             self.abort()
 
 
