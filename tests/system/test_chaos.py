@@ -213,6 +213,10 @@ def test_chaos_seed(seed, tmp_path):
 # through writeStream.format("petrel") instead; 9106: killed mid-batch twice, the broker killed twice.
 SPARK_SEEDS = [9004, 9001]
 SPARK_SINK_SEEDS = [9106]
+# topology="spark-scale": the spark query reads a queue of a 2-node cluster through node 0 while node 1
+# scales down into node 0 (its messages keep _PETREL_ORIGIN); 7: node 1 leaves as soon as the query
+# plans a batch over it, and the query is killed in the middle of that batch (about 65 s here).
+SPARK_SCALE_SEEDS = [7]
 
 
 def test_the_spark_seeds_cover_both_protocols_and_the_query_kill():
@@ -233,3 +237,18 @@ def test_chaos_spark_seed(topology, seed, tmp_path):
     result = _run(seed, topology, tmp_path)
     assert result.ok, result.report()
     assert result.verdict.confirmed > 0 and result.injected.get("query_kill9", 0) >= 1
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("seed", SPARK_SCALE_SEEDS)
+def test_chaos_spark_scale_down_seed(seed, tmp_path):
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install petrel[spark])")
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install petrel[spark])")
+    plan = make_plan(seed, topology="spark-scale")
+    assert plan.nodes == 2 and plan.scale_when == "mid-batch" and plan.producers == 2
+    result = _run(seed, "spark-scale", tmp_path)
+    assert result.ok, result.report()
+    assert result.injected.get("scale_down") == 1 and result.injected.get("query_kill9", 0) >= 1
+    assert result.verdict.confirmed > 0
+    assert any("left (exit 0)" in line for line in result.timeline), result.report()

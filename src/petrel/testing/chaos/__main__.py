@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topology", choices=TOPOLOGIES + EXTRA_TOPOLOGIES,
                         help="replace the drawn topology (pair: a shared-store primary and backup; replication: a "
                              "replicating primary and backup; drain: a broker killed and drained into another; spark: "
-                             "a Spark streaming query for the consumer, killed and restarted)")
+                             "a Spark streaming query for the consumer, killed and restarted; spark-scale: that query "
+                             "reading a 2-node cluster while one node scales down)")
     parser.add_argument("--protocol", choices=PROTOCOLS + EXTRA_PROTOCOLS,
                         help="replace the drawn client protocol (AMQP: python-qpid-proton; MQTT: paho-mqtt, on the "
                              "durable topic, one persistent session per subscription; OPENWIRE: ActiveMQ's JMS client "

@@ -16,6 +16,8 @@
 - ``drain``: the drain topology's source killed and emptied by ``petrel drain`` (`drain.DrainPair`).
 - ``query_kill9``: the spark topology's query process group killed (SIGKILL), started again from
   its checkpoint after the hold (`spark.SparkQuery`).
+- ``scale_down``: the spark-scale topology's node 1 leaves the cluster, its messages moved to
+  node 0 (`scale_down.ScaleDown`); it is not started again.
 """
 
 from __future__ import annotations
@@ -108,6 +110,9 @@ class Injector:
         self.restarted = False
         self.drain_kills: tuple[float, ...] = ()
         self.query = None  # the spark topology's SparkQuery
+        self.scale = None  # the spark-scale topology's ScaleDown
+        self.scale_when = "now"
+        self.waited = 0.0  # seconds the scale-down waited for its moment: the later faults shift as much
 
     def apply(self, fault: Fault) -> None:
         kind = fault.kind
@@ -142,6 +147,8 @@ class Injector:
             self.restarted = True  # the source's non-durable messages die with it
         elif kind == "query_kill9":
             self.query.kill9()
+        elif kind == "scale_down":
+            self.waited += self.scale.begin(self.scale_when, self.query)
         elif kind == "consumer_drop":
             consumers = self.workload.consumers
             consumers[fault.node % len(consumers)].drop(fault.hold)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_PROTOCOLS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "HA_FAULT_KINDS", "SPARK_FAULT_KINDS", "Fault",
+__all__ = ["ACK_MODES", "DIMENSIONS", "EXTRA_PROTOCOLS", "EXTRA_TOPOLOGIES", "FAULT_KINDS", "HA_FAULT_KINDS", "SPARK_FAULT_KINDS",
+           "SPARK_TOPOLOGIES", "Fault",
            "Plan", "make_plan"]
 
 PROTOCOLS = ("STOMP", "CORE")
@@ -36,14 +37,16 @@ SECURITY = ("off", "users")
 #: A topology a run gets only when asked for (``make_plan(seed, topology="pair")``), so that the
 #: seeds drawn before it keep their plans: a shared-store primary and backup serving as one node,
 #: every fault that hits "the node" hitting whichever of the two is live.
-EXTRA_TOPOLOGIES = ("pair", "replication", "drain", "spark", "spark-sink")
+EXTRA_TOPOLOGIES = ("pair", "replication", "drain", "spark", "spark-sink", "spark-scale")
 #: replication: a primary and a backup with a data directory each (`replication.ReplicationPair`),
 #: serving as one node; drain: a broker killed mid-run and emptied by ``petrel drain`` into
 #: another broker, the clients moving over to that one (`drain.DrainPair`); spark: one broker whose
 #: consumer is a Spark streaming query into Parquet, killed and restarted from its checkpoint
 #: (`spark.SparkQuery`): queues only, persistent sends, plain messages, no limit or PAGE; spark-sink:
 #: the other way round, a Spark query publishing files of rows into the queue through the sink
-#: (the producers' messages are its rows), killed and restarted alike, the queue drained at the end.
+#: (the producers' messages are its rows), killed and restarted alike, the queue drained at the end;
+#: spark-scale: the spark query reading a queue of a 2-node cluster (through node 0) while node 1
+#: scales down into node 0 mid-stream (`scale_down.ScaleDown`), the query killed and restarted.
 #: kill9/sigterm: a broker killed (or stopped) and started again; link_cut/link_freeze: one
 #: node's cluster links reset or silent for a while; consumer_drop: a consumer's connection
 #: dropped between receiving a batch and acknowledging it; disk_full: the data directory's
@@ -55,7 +58,9 @@ FAULT_KINDS = ("kill9", "sigterm", "link_cut", "link_freeze", "consumer_drop", "
 HA_FAULT_KINDS = ("backup_kill9", "drain")
 #: query_kill9: the spark topology's query process group killed (SIGKILL), started again from its
 #: checkpoint after the hold.
-SPARK_FAULT_KINDS = ("query_kill9",)
+#: scale_down: the spark-scale topology's node 1 leaves, its messages moved to node 0.
+SPARK_FAULT_KINDS = ("query_kill9", "scale_down")
+SPARK_TOPOLOGIES = ("spark", "spark-sink", "spark-scale")
 
 #: The values each dimension takes (the coverage of a set of seeds is checked against these).
 DIMENSIONS: dict[str, tuple] = {
@@ -86,6 +91,8 @@ class Fault:
         target = f"consumer {self.node}" if self.kind == "consumer_drop" else f"node {self.node}"
         if self.kind == "query_kill9":
             target = "the spark query"
+        if self.kind == "scale_down":  # the faults after it wait as long as it waits (`scale_when`)
+            return f"t+{self.at:.1f}s scale_down node {self.node} into node 0"
         return f"t+{self.at:.1f}s {self.kind} {target} (held {self.hold:.1f}s)"
 
 
@@ -119,11 +126,15 @@ class Plan:
     # spark-sink only: rows per broker transaction (the sink's chunkSize)
     sink_chunk: int = 0
     security: str = "off"
+    # spark-scale only: when node 1 leaves, from its fault's moment on: "now"; "read" (once a batch
+    # the query planned after that moment is committed: what it read of node 1 is behind its
+    # cursor); "mid-batch" (once the query plans a batch after that moment, before its commit)
+    scale_when: str = ""
 
     @property
     def nodes(self) -> int:
         """Nodes the clients see (a pair is one node served by one of two processes)."""
-        return 3 if self.topology == "cluster" else 1
+        return 3 if self.topology == "cluster" else 2 if self.topology == "spark-scale" else 1
 
     @property
     def body_size(self) -> int:
@@ -154,8 +165,10 @@ class Plan:
             work += f" failback={self.failback} lock={self.lock}"
         if self.topology == "drain":
             work += f" drainer killed after {', '.join(f'{k:.2f}s' for k in self.drain_kills)}"
-        if self.topology == "spark":
+        if self.topology in ("spark", "spark-scale"):
             work += f" query maxMessagesPerBatch={self.batch_limit or 'unlimited'}"
+        if self.scale_when:
+            work += f" node 1 leaves: {self.scale_when}"
         if self.topology == "spark-sink":
             work += f" query: {self.rows_per_file} rows per file (micro-batch), chunkSize={self.sink_chunk}"
         return f"seed {self.seed}: {head}\n  {work}\n  faults: {faults}"
@@ -177,7 +190,7 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None, pro
         raise ValueError(f"unknown topology {topology!r}")
     if protocol is not None and protocol not in PROTOCOLS + EXTRA_PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}")
-    if protocol == "MQTT" and topology in ("spark", "spark-sink"):
+    if protocol == "MQTT" and topology in SPARK_TOPOLOGIES:
         raise ValueError("the spark topologies read and write queues, which MQTT cannot address")
     rng = random.Random(seed)
     protocol_drawn = rng.choice(PROTOCOLS)
@@ -197,11 +210,11 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None, pro
     base = rng.randint(600, 1500) if size == "small" else rng.randint(60, 160)
     messages = max(10, int(base * scale))
     duration = rng.uniform(6.0, 10.0) * max(scale, 0.3)
-    nodes = 3 if topology == "cluster" else 1
+    nodes = 3 if topology == "cluster" else 2 if topology == "spark-scale" else 1
     kinds = ["kill9", "sigterm", "consumer_drop", "disk_full"]
     if nodes > 1:
         kinds += ["link_cut", "link_freeze"]
-    failback, lock, drain_kills, batch_limit, sink_chunk = False, "none", (), 0, 0
+    failback, lock, drain_kills, batch_limit, sink_chunk, scale_when = False, "none", (), 0, 0, ""
     faults = []
     if topology == "replication":
         failback = rng.random() < 0.5
@@ -220,7 +233,19 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None, pro
         batch_limit = rng.choice((500, 2000, 0))
         faults.append(Fault("query_kill9", round(rng.uniform(0.1, 0.85) * duration, 2), 0,
                             round(rng.uniform(0.2, 1.5), 2)))
-    for _ in range(rng.choice((1, 1, 2, 3)) - (topology == "drain")):
+    elif topology == "spark-scale":
+        # node 1 leaves once, mid-stream; the query is killed 1 to 3 times, once maybe just after
+        # the node was asked to leave (while its messages move)
+        leave = round(rng.uniform(0.25, 0.7) * duration, 2)
+        faults.append(Fault("scale_down", leave, 1, 0.0))
+        kills = [round(rng.uniform(0.1, 0.95) * duration, 2) for _ in range(rng.randint(1, 3))]
+        if rng.random() < 0.5:
+            kills[0] = round(leave + rng.uniform(0.0, 1.5), 2)
+        faults += [Fault("query_kill9", at, 0, round(rng.uniform(0.2, 1.5), 2)) for at in kills]
+        batch_limit = rng.choice((500, 2000, 0))
+        scale_when = rng.choice(("now", "read", "mid-batch"))
+        kinds = []
+    for _ in range(rng.choice((1, 1, 2, 3)) - (topology == "drain") if kinds else 0):
         kind = rng.choice(kinds)
         if kind == "disk_full" and any(f.kind == "disk_full" for f in faults):
             kind = "kill9"
@@ -235,7 +260,7 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None, pro
     if topology == "spark-sink":  # the rows in 3 to 10 files (micro-batches)
         sink_chunk = rng.choice((10, 50, 200))
         batch_limit = max(10, producers * messages // rng.choice((3, 6, 10)))
-    if topology in ("spark", "spark-sink"):  # what the Spark source reads: queues of persistent, plain messages; no BLOCK
+    if topology in SPARK_TOPOLOGIES:  # what the Spark source reads: queues of persistent, plain messages; no BLOCK
         destination, persistent, feature, churn = "queue", True, "plain", False
         limit = "PAGE" if limit == "BLOCK" else limit
         consumers, subscriptions = 0, 0
@@ -245,8 +270,10 @@ def make_plan(seed: int, *, scale: float = 1.0, topology: str | None = None, pro
         ack = "client-individual" if ack == "transacted" else ack
     protocol_ = protocol or protocol_drawn
     security = random.Random(f"security-{seed}").choice(SECURITY)
-    if topology in ("spark", "spark-sink"):  # the Spark source and sink log in as anonymous clients
+    if topology == "spark-scale":  # one producer on each node (node 1's go to node 0 once it left)
+        producers = 2
+    if topology in SPARK_TOPOLOGIES:  # the Spark source and sink log in as anonymous clients
         security = "off"
     return Plan(seed, protocol_, ack, persistent, size, limit, feature, destination, topology, churn,
                 duplicate_ids, producers, consumers, subscriptions, messages, duration, tuple(faults),
-                failback, lock, drain_kills, batch_limit, sink_chunk, security)
+                failback, lock, drain_kills, batch_limit, sink_chunk, security, scale_when)
