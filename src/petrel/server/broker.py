@@ -50,6 +50,9 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.connections: set[Connection] = set()
+        # nodes whose migration here began and has not said MIGRATION_DONE (a drainer killed part
+        # way leaves the rest in its directory): queue_info's migrating_from (not kept across a restart)
+        self.migrations_open: set[str] = set()
         self.limits = ConnectionLimits(config)  # max_connections, handshake_timeout, unfinished frames
         self.servers: list[asyncio.AbstractServer] = []
         self.ports: dict[str, int] = {}

@@ -21,10 +21,11 @@ hop whose key the batch's ``end`` offset has passed (``seq < end[key]``). So
 
 Every batch (and its replay) applies the same rule to the same offsets, so the rows of all
 committed batches hold each message once. A gone node's range is read from its copies only
-once no other node says the node is moving messages to it now (``migrating_from`` of
-`queue_info`: a scale-down or a drain connected to it), so they have all arrived. What the
-rule cannot know: a drain killed part way and not run again yet has left the rest in the
-node's directory, and those are not read when they arrive; see the README.
+once no other node says the node is moving messages to it (``migrating_from`` of
+`queue_info`: a scale-down or a drain connected to it, or one that began and has not finished,
+such as a drainer killed part way), so they have all arrived: a batch run again before the
+drainer is run again waits for it (up to ``reconnectTimeout``, then fails and is run again).
+A target restarted meanwhile forgets an unfinished drain.
 """
 
 from __future__ import annotations

@@ -91,9 +91,10 @@ class AdminFrames:
         if e.kind == "queue":
             queue = office.queues.get(e.name)
             value = queue_info(queue) if queue is not None else None
-            if value is not None:  # nodes moving their messages here now (scale-down, drain)
+            if value is not None:  # nodes moving their messages here now, or that began and are not done
                 value["migrating_from"] = sorted({source for conn in self.broker.connections
-                                                  if (source := getattr(conn.adapter, "migration_source", None))})
+                                                  if (source := getattr(conn.adapter, "migration_source", None))}
+                                                 | self.broker.migrations_open)
         elif e.kind == "address":
             address = office.addresses.get(e.name)
             value = None if address is None else {

@@ -43,6 +43,7 @@ class MigrationFrames:
         if e.node_id == self.broker.node_id:
             raise Fatal(ErrorCode.INVALID, f"node {e.node_id} is this broker itself: migrate to another one")
         self.migration_source = e.node_id
+        self.broker.migrations_open.add(e.node_id)
         log.info("node %s migrates its messages here (from %s)", e.node_id, self.conn.peer,
                  extra={"event": "scale_down.receiving"})
         # the caches of its messages' IDs (MIGRATION.<node>) and of its bridge's copies
@@ -154,4 +155,5 @@ class MigrationFrames:
                 if rerouted:
                     log.info("%d messages on their way to node %s, which scaled down here, went to its queues "
                              "here", rerouted, self.migration_source, extra={"event": "scale_down.absorbed"})
+        self.broker.migrations_open.discard(self.migration_source)
         self.reply(Result(e.corr, 0, "", {"rerouted": rerouted}), sync=True)
