@@ -481,9 +481,8 @@ class Queue:
                     deliver: bool = True, consumed: bool = False) -> None:
         """The consumer is done with the message: forget it here and in the store.
 
-        ``deliver=False``: the caller acknowledges several at once and calls `deliver` after.
-        ``consumed``: a consumer's own acknowledgement (not one at dispatch, as an auto-ack
-        consumer's): it may confirm the message's send before its sync (`reference_done`)."""
+        ``deliver=False``: the caller acknowledges several at once and calls `deliver` after;
+        ``consumed``: a consumer's own ack, not one at dispatch (`reference_done`)."""
         if self.non_destructive:  # the message stays; only the consumer's credit comes back
             if consumer is not None and consumer.delivering.pop(ref.seq, None) is not None:
                 consumer.bytes_in_flight -= ref.message.body_size
