@@ -20,11 +20,17 @@ from petrel.testing.chaos.runner import run_seed
 
 pytestmark = pytest.mark.system
 
-OPENWIRE_SEEDS = [(3, None), (4, "pair"), (11, None)]
+OPENWIRE_RUNS = [(3, None), (4, "pair"), (11, None)]
+#: seed 3 is the 3-node cluster (rebalancing on): a known defect, open, as in test_openwire_rebalance
+_OPEN_DEFECT = pytest.mark.xfail(strict=False, reason=(
+    "known defect, open: in the final CI run of 2026-11-28 this cluster seed saw 14 messages delivered "
+    "after their acknowledgement was confirmed, under load; not yet explained (a failover client's acks "
+    "and redistribution across rebalancing are suspected)"))
+OPENWIRE_SEEDS = [pytest.param(seed, topology, marks=_OPEN_DEFECT if seed == 3 else ()) for seed, topology in OPENWIRE_RUNS]
 
 
 def test_the_openwire_seeds_cover_every_acknowledgement_mode_but_auto_and_the_failover_topologies():
-    plans = [make_plan(seed, topology=topology, protocol="OPENWIRE") for seed, topology in OPENWIRE_SEEDS]
+    plans = [make_plan(seed, topology=topology, protocol="OPENWIRE") for seed, topology in OPENWIRE_RUNS]
     assert {p.ack for p in plans} == {"client", "client-individual", "transacted"}
     assert {p.topology for p in plans} == {"single", "pair", "cluster"}
     assert all("kill9" in p.fault_kinds for p in plans)
