@@ -179,8 +179,10 @@ def test_a_backup_restarted_during_its_initial_copy_syncs_again(tmp_path):
         target = f"tcp://127.0.0.1:{p.port}"
         run(send_range(target, "queue://q", range(20_000), body=b"z" * 1000))
         b.start(wait=False)
-        wait_for(lambda: (ha_view(b).get("replication", {}).get("live") or {}).get("bytes_received", 0) > 0, 30,
-                 interval=0.005)
+        # the copy has begun on disk (a byte received is not yet a file written: the worker applies it)
+        wait_for(lambda: (ha_view(b).get("replication", {}).get("live") or {}).get("bytes_received", 0) > 0
+                 and any(f.is_file() and f.stat().st_size > 0 for f in b.data_dir.rglob("*")
+                         if f.name != "server.lock"), 30, interval=0.005)
         b.kill9()
         b.start(wait=False)
         wait_in_sync(b)
