@@ -228,3 +228,28 @@ def test_a_four_node_chain_delivers_from_the_first_node_to_the_last(cluster) -> 
     for node in nodes[:3]:
         assert cluster_view(node)["messages_forwarded"] == N
     assert cluster_view(d)["duplicates_dropped"] == 0
+
+
+def test_a_redistributed_message_keeps_its_delivery_count(cluster) -> None:
+    """A message delivered on one node and never acknowledged there (its consumer left) is
+    redelivered, not new, on the node redistribution moves it to: JMSRedelivered, the MQTT DUP
+    flag and max-delivery-attempts all read that count."""
+    nodes, conns = cluster(2, balancing="OFF_WITH_REDISTRIBUTION", redistribution_delay=0)
+    create_everywhere(conns, "rd.q")
+    wait_bindings(nodes[0], "rd.q", count=1, timeout=DEADLINE)
+    bodies = send(conns[0], "rd.q", "rd", 5)
+
+    session0 = conns[0].session()
+    consumer0 = session0.consumer("queue://rd.q", ack="client")
+    first = [consumer0.receive(DEADLINE) for _ in bodies]
+    assert [m.body for m in first if m is not None] == bodies
+    assert [m.delivery_count for m in first] == [0] * 5
+    session0.close()  # never acknowledged: back in node0's queue, delivered once
+
+    consumer1 = conns[1].session().consumer("queue://rd.q", ack="client")
+    moved = [consumer1.receive(DEADLINE) for _ in bodies]
+    assert sorted(m.body for m in moved if m is not None) == sorted(bodies)
+    assert [m.delivery_count for m in moved] == [1] * 5, "redistribution forgot the delivery count"
+    for m in moved:
+        m.ack()
+    settled(nodes, "rd.q")

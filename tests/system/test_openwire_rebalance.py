@@ -80,11 +80,6 @@ def run_rebalance(tmp_path, rebalance: bool, seconds: int, join: bool = True) ->
         stop_all(nodes)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known defect, open: under CI load one message ('0-35') was delivered twice as new; the likely cause, "
-    "not yet proven: redistribution forwards a message without its reference's delivery count "
-    "(core/redistribution.py), so a message delivered on the node a client left, never acknowledged "
-    "there, reaches the node it joined as new (JMSRedelivered false); the test passes alone (3 of 3)"))
 def test_a_joining_node_gets_a_share_of_the_failover_clients_and_nothing_is_lost_or_duplicated(tmp_path):
     program, nodes, port2 = run_rebalance(tmp_path, rebalance=True, seconds=90)
     lines = program.lines

@@ -36,6 +36,7 @@ from petrel.core.outcome import SendOutcome, SendResult
 from petrel.core.remote import (
     INSTANCE,
     KEY_SEPARATOR,
+    MIGRATED_DELIVERY_COUNT,
     ROUTE_TO,
     SYNC_FIRST,
     Balancing,
@@ -209,13 +210,17 @@ class Clustering:
         return _next_binding(address, candidates, message, self.balancing)
 
     def forward(self: PostOffice, message: Message, bindings: list[RemoteBinding], tx_id: int, *,
-                sync_first: bool = False) -> None:
+                sync_first: bool = False, delivery_count: int = 0) -> None:
         """Store one copy per next hop in its store-and-forward queue, tagged with the keys there.
 
         `sync_first`: the bridge sends the copy only once it is on disk. A redistributed copy
         needs it: its transaction also removes the original, and a crash before that is durable
         would bring the original back to be moved again. A routed copy goes at once, as a local
-        delivery does: its sender is confirmed only after the disk either way."""
+        delivery does: its sender is confirmed only after the disk either way.
+
+        `delivery_count`: how often the message was delivered here (a redistributed one): the
+        next hop's reference starts from it, so a message a consumer here saw and never
+        acknowledged arrives there as a redelivery."""
         by_link: dict[int, list[RemoteBinding]] = {}
         for b in bindings:
             by_link.setdefault(id(b.link), []).append(b)
@@ -231,6 +236,8 @@ class Clustering:
                 copy.routing_type = types.pop()  # stored with the message
             if sync_first:
                 props[SYNC_FIRST] = True
+            if delivery_count:
+                props[MIGRATED_DELIVERY_COUNT] = delivery_count
             copy._size = message.size + 64  # the original's, and the route-to keys (no recount)
             self.link_large(copy, message)
             for b in group:

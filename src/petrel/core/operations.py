@@ -11,7 +11,7 @@ from collections.abc import Callable
 from petrel.core.message import ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Message, RoutingType
 from petrel.core.postoffice import PostOffice, RoutingError
 from petrel.core.queue import MessageReference, Queue
-from petrel.core.remote import KEY_SEPARATOR, ROUTE_TO, SYNC_FIRST
+from petrel.core.remote import KEY_SEPARATOR, MIGRATED_DELIVERY_COUNT, ROUTE_TO, SYNC_FIRST
 from petrel.core.selector import compile_selector
 
 
@@ -104,6 +104,8 @@ def _transfer(
     drop = (ORIGINAL_ADDRESS, ORIGINAL_QUEUE, ROUTE_TO, SYNC_FIRST)
     props = {k: v for k, v in old.properties.items() if k not in drop}
     props.pop("_AMQ_DUPL_ID", None)
+    # a store-and-forward copy of a redistributed message: deliveries it had before it left
+    delivery_count = int(props.pop(MIGRATED_DELIVERY_COUNT, 0) or 0)
     props.update(extra)
     copy = Message(
         id=office.store.next_id(),
@@ -121,7 +123,7 @@ def _transfer(
     source.take(ref)
     source.messages_acked += 1
     if only is not None:
-        office.route_to(copy, only if isinstance(only, list) else [only], tx_id)
+        office.route_to(copy, only if isinstance(only, list) else [only], tx_id, delivery_count=delivery_count)
     else:
         existing = office.addresses.get(address)
         target, routing_type = office.ensure_address_for(
@@ -129,6 +131,6 @@ def _transfer(
         )
         if routing_type == RoutingType.ANYCAST:
             office.ensure_anycast_queue(target)
-        office.route_to(copy, None, tx_id)
+        office.route_to(copy, None, tx_id, delivery_count=delivery_count)
     office.reference_done(ref, tx_id)
     office.commit_store(tx_id)

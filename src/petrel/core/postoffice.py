@@ -173,9 +173,10 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
         self.discard(message)
         return SendResult(SendOutcome.DROPPED)
 
-    def route_to(self, message: Message, queues: list[Queue] | None, tx_id: int) -> SendResult:
+    def route_to(self, message: Message, queues: list[Queue] | None, tx_id: int, *,
+                 delivery_count: int = 0) -> SendResult:
         """Route to the given queues (or by the address's bindings when None), in a store transaction."""
-        return self._route(message, None, tx_id, queues)
+        return self._route(message, None, tx_id, queues, delivery_count=delivery_count)
 
     def _route(
         self,

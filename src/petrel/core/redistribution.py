@@ -134,7 +134,7 @@ class Redistributing:
         tx_id = self.store.begin()
         for ref, binding in moves:
             queue.take(ref)
-            self.forward(ref.message, [binding], tx_id, sync_first=True)
+            self.forward(ref.message, [binding], tx_id, sync_first=True, delivery_count=ref.delivery_count)
             self.reference_done(ref, tx_id)
         self.commit_store(tx_id)
         self.messages_redistributed += len(moves)

@@ -94,7 +94,7 @@ class ClusterFrames:
         if session.sent - session.confirmed == 1:
             self._dirty.append(session)
         properties, delivery_count = e.properties, 0
-        if self.migration_source is not None and MIGRATED_DELIVERY_COUNT in properties:
+        if MIGRATED_DELIVERY_COUNT in properties:  # migrated, or redistributed, after deliveries there
             properties = dict(properties)
             delivery_count = int(properties.pop(MIGRATED_DELIVERY_COUNT) or 0)
         if self.migration_source is not None and self.migration_refusing:
