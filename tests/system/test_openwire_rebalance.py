@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from cluster_harness import make_cluster, start_all, stop_all, wait_connected
+from cluster_harness import make_cluster, queue_count, start_all, stop_all, wait_connected
 from jms import compile_program
 from petrel.testing.process import wait_for
 
@@ -99,8 +99,8 @@ def check_accounts(lines: list[str]) -> None:
     got = [line.split() for line in lines if line.startswith("GOT ")]
     counts = Counter(g[1] for g in got)
     # every send stored once: each client's ids 0..n-1 all received, none twice as a new message
-    # (a later copy can only be a redelivery the client is told of: its acknowledgement went to
-    # the node it left)
+    # (a later copy can only be a redelivery the client is told of: one its consumer held when it
+    # was closed, or when the client failed over)
     fresh = Counter(g[1] for g in got if g[2] == "false")
     assert [i for i, n in fresh.items() if n > 1] == [], "a message delivered twice as new"
     total = 0
@@ -130,3 +130,71 @@ def test_new_failover_clients_that_all_name_one_node_are_spread_over_the_members
     print(f"final {final}")
     assert sum(port == port2 for port in final.values()) == CLIENTS // 2, final
     check_accounts(lines)
+
+
+def test_a_client_holding_unacknowledged_messages_moves_only_once_it_acknowledged_them(tmp_path):
+    """ActiveMQ's transport moves without telling the JMS session: had the client moved while it
+    held messages of node1 unacknowledged, its acknowledgement would have gone to node2, settled
+    nothing, and been answered OK, while the messages came back to be delivered again. Node1 holds
+    the move (and its dispatch) until the client acknowledged them: each message once, none after
+    its acknowledgement, and the client moves."""
+    from petrel.client import Connection
+    from petrel.testing.chaos.openwire_channels import OpenWireTarget, java_missing, openwire_consumer
+
+    if java_missing():
+        pytest.skip(java_missing())
+    node1, node2 = nodes = make_cluster(tmp_path, 2, extra_top="rebalance_cluster_clients = true\n",
+                                        redistribution_delay=0)
+    start_all([node1])
+    consumers: list = []
+    try:
+        with Connection(f"tcp://127.0.0.1:{node1.port}") as conn:
+            session = conn.session()
+            producer = session.producer("queue://hold.q")
+            for i in range(20):
+                producer.send(f"m-{i}|".encode(), durable=True)
+            session.flush()
+        notes: list[tuple[int, str]] = []
+        acked: set[str] = set()
+        got: list[tuple[int, str, bool]] = []  # (consumer, mid, redelivered) in order
+
+        def make(n: int):
+            return openwire_consumer(OpenWireTarget((node1.port,)), "queue://hold.q", "client", client_id=None,
+                                     subscription=None, on_delivery=lambda d: None,
+                                     on_ack_confirmed=lambda batch: None,
+                                     note=lambda text: notes.append((n, text)))
+
+        consumers += [make(0), make(1)]
+
+        def receive_all(n: int, timeout: float) -> list[str]:
+            mids = []
+            while (d := consumers[n].receive(timeout)) is not None:
+                assert d.mid not in acked, f"{d.mid} delivered again after its acknowledgement was confirmed"
+                got.append((n, d.mid, d.redelivered))
+                mids.append(d.mid)
+            return mids
+
+        held = [receive_all(0, 1.0), receive_all(1, 1.0)]  # everything, prefetched over both
+        assert sorted(held[0] + held[1], key=lambda m: int(m[2:])) == [f"m-{i}" for i in range(20)]
+
+        node2.start()  # joins: one of node1's two failover clients is asked to move
+        wait_connected(nodes)
+
+        def moved() -> bool:
+            return any(text.startswith("FAILOVER resumed") for _, text in notes)
+
+        wait_for(lambda: moved() or "holds nothing unacknowledged" in node1.log(), 60, 0.05,
+                 "no move planned")
+        for n in (0, 1):  # both acknowledge what they hold (an ack sent to node2 would settle nothing)
+            consumers[n].ack([object()], lambda batch: None)
+            acked.update(held[n])
+        wait_for(moved, 30, 0.05, "the client never moved")
+        for n in (0, 1):  # nothing comes back
+            assert receive_all(n, 2.0) == []
+        assert all(not redelivered for _, _, redelivered in got)
+        wait_for(lambda: not queue_count(node1, "hold.q") and not queue_count(node2, "hold.q"), 30, 0.1,
+                 "messages left in the cluster after their acknowledgement")
+    finally:
+        for c in consumers:
+            c.close()
+        stop_all(nodes)

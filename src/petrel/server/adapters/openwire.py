@@ -119,6 +119,8 @@ class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers, Op
                 if command is NEED_DATA:
                     break
                 self.handle(command)
+            if self.move_planned is not None:
+                self.try_move()
         except OpenWireProtocolError as exc:
             self.fail(f"protocol error: {exc.message}")
         except Exception as exc:  # never let one client take the broker down

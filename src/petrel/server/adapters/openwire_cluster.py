@@ -15,6 +15,17 @@ leave each member about as many as the newcomer gets (``clients * newcomers // m
 of them, dealt round-robin over the newcomers). Such a client gets two
 ConnectionControls: the members without the newcomer, then the newcomer first with
 rebalanceConnection (and reconnectTo naming it), both after the responses still owed to it.
+
+A client moves only once it holds nothing unsettled here. ActiveMQ's transport moves without
+telling the JMS session (no transportInterrupted): messages dispatched here and not yet
+acknowledged stay in the session, which would acknowledge them on the newcomer, where such an
+ack settles nothing, while they come back here to be delivered again (an acknowledgement the
+client was told succeeded, and a duplicate). So from the plan on, nothing more is dispatched to
+the client's consumers (a pulling consumer still gets the one message it asks for), and the
+controls go out at the end of the first read that leaves it quiet: every message dispatched to
+it acknowledged and no transaction open. A client not quiet within `MOVE_GRACE` seconds stays
+(its consumers get messages again), as does one that ignores the controls but then is
+disconnected.
 ActiveMQ's failover transport acts on a
 rebalance only when the set of URIs it was given changes (``FailoverTransport.updateURIs``), and
 then reconnects to the first: the first control makes sure the second changes the set. A moving
@@ -98,6 +109,7 @@ class OpenWireCluster:
     """Mixed into the OpenWire adapter: what it tells failover clients of the cluster."""
 
     moving_to: str | None = None  # asked to move to this member (rebalance_cluster_clients)
+    move_planned: tuple[str, list[str]] | None = None  # (to, the others): once quiet here
 
     def rebalancing(self) -> bool:
         return bool(getattr(self.broker.config, "rebalance_cluster_clients", False))
@@ -105,7 +117,11 @@ class OpenWireCluster:
     def movable(self) -> bool:
         """A failover client, connected, not yet asked to move."""
         return (self.fault_tolerant and self.connection_id is not None and self.moving_to is None
-                and not self._closing and not self.conn.closed)
+                and self.move_planned is None and not self._closing and not self.conn.closed)
+
+    def holding(self) -> bool:
+        """Nothing is pushed to this client's consumers: it is about to move, or moving."""
+        return self.moving_to is not None or self.move_planned is not None
 
     def leaving(self, m: Any) -> bool:
         """Drop this send, unanswered (`m` waits for a response, outside a transaction): the
@@ -162,15 +178,48 @@ class OpenWireCluster:
         if target is None or not self.movable():
             self.write(ConnectionControl(connected_brokers=",".join(uris)))
             return
-        others = [u for u in uris if u != target]
+        self.move_planned = (target, [u for u in uris if u != target])
+        log.info("OpenWire client %s moves to %s once it holds nothing unacknowledged here",
+                 self.client_id or self.conn.peer, target)
+        for sub in self.subs.values():
+            if sub.consumer is not None and sub.prefetch:
+                sub.consumer.window = 0  # (a pulling consumer's window is its pull's)
+        self.conn.call_later(MOVE_GRACE, self._stay)
+        self.try_move()
+        self.session.flush()  # (not inside one of this client's reads: out now, in order)
+
+    def quiet(self) -> bool:
+        """Nothing dispatched here unacknowledged, no transaction open: a move loses nothing."""
+        if self.session.transactions or self.tx_acks:
+            return False
+        return not any(sub.consumer is not None and sub.consumer.delivering for sub in self.subs.values())
+
+    def try_move(self) -> None:
+        """The planned move, if the client is quiet now (called at the end of each of its reads)."""
+        if self.move_planned is None or self._closing or self.conn.closed or not self.quiet():
+            return
+        (target, others), self.move_planned = self.move_planned, None
         self.moving_to = target
         log.info("asking OpenWire client %s to move to %s", self.client_id or self.conn.peer, target)
         # after every response still owed (a send read before this is answered, not replayed)
         self.session.confirm(self.codec.send(ConnectionControl(connected_brokers=",".join(others))))
         self.session.confirm(self.codec.send(ConnectionControl(
             connected_brokers=",".join([target, *others]), rebalance_connection=True, reconnect_to=target)))
-        self.session.flush()  # (not inside one of this client's reads: out now, in order)
         self.conn.call_later(MOVE_GRACE, self._moved_or_closed)
+
+    def _stay(self) -> None:
+        """The planned move did not find the client quiet in time: it stays, and consumes again."""
+        if self.move_planned is None or self._closing or self.conn.closed:
+            return
+        unsettled = sum(len(sub.consumer.delivering) for sub in self.subs.values() if sub.consumer is not None)
+        log.info("OpenWire client %s stays: it held %d unacknowledged message(s)%s for %.0fs", self.client_id
+                 or self.conn.peer, unsettled, " and a transaction" if self.session.transactions else "", MOVE_GRACE)
+        self.move_planned = None
+        for sub in self.subs.values():
+            consumer = sub.consumer
+            if consumer is not None and sub.prefetch:
+                consumer.window = sub.prefetch + sub.extension
+                consumer.queue.deliver()
 
     def _moved_or_closed(self) -> None:
         if not self._closing and not self.conn.closed:

@@ -105,9 +105,11 @@ class OpenWireConsumers:
         with self.office.names_from_elsewhere() if pattern else nullcontext():  # (its words checked)
             queue, selector = self.session.open_queue(address, routing, selector=c.selector,
                                                       client_id=c.client_id or self.client_id, durable_name=durable_name)
-        consumer = Consumer(queue, self._deliver, selector=selector, window=max(0, c.prefetch_size))
+        prefetch = max(0, c.prefetch_size)
+        consumer = Consumer(queue, self._deliver, selector=selector, window=0 if self.holding() else prefetch)
         self.session.add_consumer(consumer)
         sub = Sub(c, consumer)
+        sub.prefetch = prefetch
         self.subs[c.consumer_id] = sub
         self.by_consumer[consumer.id] = sub
         self.respond(c)
@@ -149,6 +151,9 @@ class OpenWireConsumers:
         self.respond(p)
         if sub is None or sub.consumer is None or sub.prefetch != 0:
             return  # (a consumer with a prefetch has its messages pushed)
+        if self.moving_to is not None:  # on its way to another node: nothing here (see openwire_cluster)
+            self.write(MessageDispatch(consumer_id=sub.info.consumer_id, destination=sub.info.destination))
+            return
         consumer = sub.consumer
         sub.pull += 1
         pull, before = sub.pull, sub.dispatched
@@ -191,8 +196,9 @@ class OpenWireConsumers:
                 self.respond(a)
                 return
             sub.extension += max(0, a.message_count)
-            consumer.window = sub.prefetch + sub.extension
-            consumer.queue.deliver()
+            if not self.holding():
+                consumer.window = sub.prefetch + sub.extension
+                consumer.queue.deliver()
             self.respond(a)
             return
         if kind in (AckType.REDELIVERED, AckType.UNMATCHED) or a.last_message_id is None:
@@ -221,7 +227,8 @@ class OpenWireConsumers:
             sub.by_message = {i: s for i, s in sub.by_message.items() if s in delivering}
         if sub.extension:
             sub.extension = max(0, sub.extension - len(refs))
-            consumer.window = sub.prefetch + sub.extension
+            if not self.holding():
+                consumer.window = sub.prefetch + sub.extension
         tx = self.tx_name(a.transaction_id)
         if kind == AckType.POISON:  # the client gave up on them (its redelivery policy): to the DLA
             cause = a.poison_cause.message if a.poison_cause is not None else None
