@@ -54,3 +54,32 @@ def test_a_member_back_after_a_restart_is_a_newcomer_again():
     balance.plan(broker_with(*clients), ["tcp://a"])
     balance.plan(broker_with(*clients), ["tcp://a", "tcp://b"])
     assert sorted(balance.moves.values()) == ["tcp://b", "tcp://b"]
+
+
+def _adapter(**kw):
+    from petrel.server.adapters.openwire_cluster import OpenWireCluster
+
+    a = OpenWireCluster()
+    a.fault_tolerant, a.connection_id, a._closing = True, "ID:c-1", False
+    a.conn = SimpleNamespace(closed=False)
+    a.subs, a.tx_acks, a.session = {}, {}, SimpleNamespace(transactions={})
+    for k, v in kw.items():
+        setattr(a, k, v)
+    return a
+
+
+def test_a_transaction_managers_connection_is_never_moved():
+    a = _adapter()
+    assert a.movable()
+    a.xa_used = True  # its prepared branches are here: a commit on another node would not find them
+    assert not a.movable()
+
+
+def test_a_client_is_quiet_only_with_nothing_unacknowledged_and_no_transaction_open():
+    holding = SimpleNamespace(consumer=SimpleNamespace(delivering={7: object()}))
+    idle = SimpleNamespace(consumer=SimpleNamespace(delivering={}))
+    advisory = SimpleNamespace(consumer=None)
+    assert _adapter(subs={1: idle, 2: advisory}).quiet()
+    assert not _adapter(subs={1: idle, 2: holding}).quiet()
+    assert not _adapter(subs={1: idle}, session=SimpleNamespace(transactions={"tx": object()})).quiet()
+    assert not _adapter(subs={1: idle}, tx_acks={"tx": []}).quiet()

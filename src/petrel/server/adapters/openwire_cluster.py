@@ -110,14 +110,16 @@ class OpenWireCluster:
 
     moving_to: str | None = None  # asked to move to this member (rebalance_cluster_clients)
     move_planned: tuple[str, list[str]] | None = None  # (to, the others): once quiet here
+    xa_used = False  # an XA transaction was seen on this connection
 
     def rebalancing(self) -> bool:
         return bool(getattr(self.broker.config, "rebalance_cluster_clients", False))
 
     def movable(self) -> bool:
-        """A failover client, connected, not yet asked to move."""
+        """A failover client, connected, not yet asked to move, and not one of a transaction
+        manager (its prepared branches live here: a commit sent to another node would not find them)."""
         return (self.fault_tolerant and self.connection_id is not None and self.moving_to is None
-                and self.move_planned is None and not self._closing and not self.conn.closed)
+                and self.move_planned is None and not self.xa_used and not self._closing and not self.conn.closed)
 
     def holding(self) -> bool:
         """Nothing is pushed to this client's consumers: it is about to move, or moving."""

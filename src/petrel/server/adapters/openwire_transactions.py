@@ -97,6 +97,8 @@ class OpenWireTransactions:
         if name is None:
             raise Refused("a TransactionInfo without a transaction id")
         xa = xa_key(tid) if isinstance(tid, XATransactionId) else None
+        if xa is not None:
+            self.xa_used = True  # its branches' outcomes come here: never asked to move (openwire_cluster)
         session = self.session
         if kind == BEGIN:
             if xa is not None and xa in self.office.prepared:
