@@ -76,10 +76,13 @@ def test_a_transaction_managers_connection_is_never_moved():
 
 
 def test_a_client_is_quiet_only_with_nothing_unacknowledged_and_no_transaction_open():
-    holding = SimpleNamespace(consumer=SimpleNamespace(delivering={7: object()}))
-    idle = SimpleNamespace(consumer=SimpleNamespace(delivering={}))
-    advisory = SimpleNamespace(consumer=None)
+    holding = SimpleNamespace(consumers=[SimpleNamespace(delivering={7: object()})])
+    idle = SimpleNamespace(consumers=[SimpleNamespace(delivering={})])
+    advisory = SimpleNamespace(consumers=[])
+    # a wildcard queue consumer: one core consumer per queue, the second holding one
+    wildcard = SimpleNamespace(consumers=[SimpleNamespace(delivering={}), SimpleNamespace(delivering={3: object()})])
     assert _adapter(subs={1: idle, 2: advisory}).quiet()
     assert not _adapter(subs={1: idle, 2: holding}).quiet()
+    assert not _adapter(subs={1: idle, 2: wildcard}).quiet()
     assert not _adapter(subs={1: idle}, session=SimpleNamespace(transactions={"tx": object()})).quiet()
     assert not _adapter(subs={1: idle}, tx_acks={"tx": []}).quiet()

@@ -7,7 +7,7 @@ import pytest
 
 from petrel.codec.openwire import DataType, Destination, Message, ProducerId
 from petrel.core.message import RoutingType
-from petrel.server.adapters.openwire_destinations import consumer_address, send_targets
+from petrel.server.adapters.openwire_destinations import consumer_address, consumer_parts, send_targets
 from petrel.server.adapters.openwire_producers import message_size
 from petrel.server.refusals import Refused
 
@@ -33,9 +33,14 @@ def test_topic_consumer_wildcards(name, address):
     assert consumer_address(topic(name)) == address
 
 
+def test_queue_consumer_wildcards():
+    assert consumer_address(queue("orders.>")) == ("orders.#", True)
+    assert consumer_address(queue("orders.*.eu")) == ("orders.*.eu", True)
+    assert consumer_parts(queue("orders.>")) == [("orders.#", A, True)]
+
+
 @pytest.mark.parametrize("dest, why", [
-    (queue("orders.>"), "wildcard queue consumers"),
-    (queue("orders.*"), "wildcard queue consumers"),
+    (queue("orders.>.eu"), "last word"),
     (topic("a.>.b"), "last word"),
     (topic("a..*"), "empty word"),
     (topic("a,b"), "composite"),

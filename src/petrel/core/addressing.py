@@ -127,6 +127,8 @@ class Addressing:
         self.quota.added(queue)
         if self.observer is not None:
             self.observer.binding_added(queue)
+        for listener in list(self.queue_listeners):
+            listener(queue)
 
     def delete_queue(self, name: str) -> None:
         queue = self.queues.get(name)

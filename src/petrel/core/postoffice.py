@@ -103,6 +103,8 @@ class PostOffice(Addressing, Diverting, Paging, LargeBodies, Recovery, Clusterin
         #: the user whose connection's frames are being handled (the adapters set it): the queues
         #: created meanwhile are theirs (`Queue.created_by`, max_queues_per_user)
         self.creator: str | None = None
+        #: called with each queue made (an OpenWire wildcard queue consumer follows new queues)
+        self.queue_listeners: list[Callable[[Queue], None]] = []
 
     def settings_for(self, address: str) -> AddressSettings:
         return self.settings.match(address)

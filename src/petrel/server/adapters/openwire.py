@@ -312,6 +312,7 @@ class OpenWireAdapter(OpenWireProducers, OpenWireConsumers, OpenWireBrowsers, Op
                 sub.timer.cancel()
         self.subs.clear()
         self.by_consumer.clear()
+        self.stop_following()
         self.browsers.clear()
         self.session.release()
         temporary, self.temporary = self.temporary, set()

@@ -184,8 +184,9 @@ class OpenWireCluster:
         log.info("OpenWire client %s moves to %s once it holds nothing unacknowledged here",
                  self.client_id or self.conn.peer, target)
         for sub in self.subs.values():
-            if sub.consumer is not None and sub.prefetch:
-                sub.consumer.window = 0  # (a pulling consumer's window is its pull's)
+            if sub.prefetch:
+                for consumer in sub.consumers:
+                    consumer.window = 0  # (a pulling consumer's window is its pull's)
         self.conn.call_later(MOVE_GRACE, self._stay)
         self.try_move()
         self.session.flush()  # (not inside one of this client's reads: out now, in order)
@@ -194,7 +195,7 @@ class OpenWireCluster:
         """Nothing dispatched here unacknowledged, no transaction open: a move loses nothing."""
         if self.session.transactions or self.tx_acks:
             return False
-        return not any(sub.consumer is not None and sub.consumer.delivering for sub in self.subs.values())
+        return not any(consumer.delivering for sub in self.subs.values() for consumer in sub.consumers)
 
     def try_move(self) -> None:
         """The planned move, if the client is quiet now (called at the end of each of its reads)."""
@@ -213,15 +214,14 @@ class OpenWireCluster:
         """The planned move did not find the client quiet in time: it stays, and consumes again."""
         if self.move_planned is None or self._closing or self.conn.closed:
             return
-        unsettled = sum(len(sub.consumer.delivering) for sub in self.subs.values() if sub.consumer is not None)
+        unsettled = sum(sub.held() for sub in self.subs.values())
         log.info("OpenWire client %s stays: it held %d unacknowledged message(s)%s for %.0fs", self.client_id
                  or self.conn.peer, unsettled, " and a transaction" if self.session.transactions else "", MOVE_GRACE)
         self.move_planned = None
         for sub in self.subs.values():
-            consumer = sub.consumer
-            if consumer is not None and sub.prefetch:
-                consumer.window = sub.prefetch + sub.extension
-                consumer.queue.deliver()
+            if sub.consumers and sub.prefetch:
+                sub.open_windows(sub.prefetch + sub.extension)
+                sub.deliver()
 
     def _moved_or_closed(self) -> None:
         if not self._closing and not self.conn.closed:

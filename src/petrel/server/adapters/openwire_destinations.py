@@ -5,8 +5,10 @@ ActiveMQ separates the words of a name with ``.``, as Petrel does; in a topic co
 ``prices.>`` subscribes to Petrel's pattern address ``prices.#`` and gets what is sent to every
 address below ``prices`` (`petrel.core.wildcard_routing`). A producer's composite destination
 lists several, comma-separated: ``a,b`` (each of the destination's kind) or
-``queue://a,topic://b``; the message goes to each. Wildcard queue consumers, composite
-consumers and sends to a wildcard destination are refused with a clear error.
+``queue://a,topic://b``; the message goes to each. A queue consumer's wildcard (``orders.>``,
+``orders.*.eu``) names every anycast queue it matches, existing or created later
+(`consumer_parts`; the consumer follows them in `openwire_consumers`). Composite consumers and
+sends to a wildcard destination are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from petrel.core.message import RoutingType
 from petrel.core.names import name_problem
 from petrel.server.refusals import Refused
 
-__all__ = ["consumer_address", "send_targets", "QUEUE_PREFIX", "TOPIC_PREFIX"]
+__all__ = ["consumer_address", "consumer_parts", "send_targets", "QUEUE_PREFIX", "TOPIC_PREFIX"]
 
 QUEUE_PREFIX = "queue://"
 TOPIC_PREFIX = "topic://"
@@ -36,14 +38,18 @@ def consumer_address(dest: Destination) -> tuple[str, bool]:
     words = name.split(".")
     if not any(w in _WILDCARDS for w in words):
         return name, False
-    if not dest.is_topic:
-        raise Refused(f"wildcard queue consumers are not supported ({name!r}); topic consumers take wildcards")
     if _ANY_WORDS in words[:-1]:
         raise Refused(f"'>' must be the last word of a wildcard destination, not in {name!r}")
     problem = name_problem(".".join("w" if w in _WILDCARDS else w for w in words))
     if problem is not None:
         raise Refused(f"invalid destination {name!r}: {problem}")
     return ".".join("#" if w == _ANY_WORDS else w for w in words), True
+
+
+def consumer_parts(dest: Destination) -> list[tuple[str, RoutingType, bool]]:
+    """What a consumer of `dest` takes from: (address or pattern, routing type, is a pattern)."""
+    address, pattern = consumer_address(dest)
+    return [(address, RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST, pattern)]
 
 
 @functools.lru_cache(maxsize=256)
