@@ -5,7 +5,9 @@ a running broker holds is refused), recovers it (most messages are built only as
 their queue's order: ``petrel.core.staged``), listens on nothing, moves every message to the
 target (``petrel.ha.scale_down``), checks that nothing is left, and stops. Exit 0 only
 when the directory is empty of messages; 1 with the reason otherwise; 2 on bad usage. A rerun
-after any failure (or a ``kill -9``) moves the rest and delivers nothing twice.
+after any failure (or a ``kill -9``) moves the rest and delivers nothing twice. A directory
+holding prepared XA transaction branches is refused (1, naming their xids) before anything
+moves: prepared branches do not move, and the data must not be deleted while one is there.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def drain(ctx: click.Context, data_dir: Path, target: str, config_file: Path | N
 
 
 async def _drain(config, target: str, user: str, password: str, mode: str) -> int:
-    from petrel.ha.scale_down import Migration, MigrationFailed
+    from petrel.ha.scale_down import Migration, MigrationFailed, PreparedBranchesLeft
     from petrel.server.broker import Broker
 
     broker = Broker(config)
@@ -95,6 +97,9 @@ async def _drain(config, target: str, user: str, password: str, mode: str) -> in
         except MigrationFailed as exc:
             emit({"event": "failed", "reason": str(exc), "messages_moved": migration.moved})
             close()
+            if isinstance(exc, PreparedBranchesLeft):
+                print(f"petrel: error: drain of {config.data_dir} refused: {exc}", file=sys.stderr)
+                return 1
             hint = ("give the target's cluster user and password (--user/--password, or --config with its "
                     "broker.toml)" if "login refused" in str(exc) else "once the target can take it")
             print(f"petrel: error: drain of {config.data_dir} failed: {exc}; what was not moved stays there: "

@@ -18,7 +18,8 @@ messages, and `prepared` lists them by xid for a transaction manager's recovery.
 
 Not covered: duplicate IDs of a prepared send stay remembered if it rolls back (a resend with
 the same ID is dropped); a drainer's deferred recovery does not hold what a prepared
-transaction acknowledged.
+transaction acknowledged, and prepared transactions do not move in a scale-down: the
+migration refuses to start while one is here (`petrel.ha.scale_down.refuse_prepared`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("petrel.core.prepared")
 
-__all__ = ["PreparedTransaction", "PreparedTransactions", "UnknownXid", "xid_bytes", "xid_parts"]
+__all__ = ["PreparedTransaction", "PreparedTransactions", "UnknownXid", "describe_xid", "xid_bytes", "xid_parts"]
 
 _XID_HEAD = struct.Struct(">iI")
 
@@ -56,6 +57,24 @@ def xid_parts(key: bytes) -> tuple[int, bytes, bytes] | None:
     if _XID_HEAD.size + n > len(key):
         return None
     return format_id, key[_XID_HEAD.size:_XID_HEAD.size + n], key[_XID_HEAD.size + n:]
+
+
+def describe_xid(key: bytes) -> str:
+    """An xid for operators: format id, global transaction id and branch qualifier (text where
+    they are printable, else hex), or the key in hex when it is no `xid_bytes`."""
+    parts = xid_parts(key)
+    if parts is None:
+        return key.hex()
+
+    def text(b: bytes) -> str:
+        try:
+            t = b.decode("ascii")
+        except UnicodeDecodeError:
+            return "0x" + b.hex()
+        return repr(t) if t.isprintable() else "0x" + b.hex()
+
+    format_id, gtrid, bqual = parts
+    return f"(format {format_id}, gtrid {text(gtrid)}, bqual {text(bqual)})"
 
 
 class UnknownXid(KeyError):

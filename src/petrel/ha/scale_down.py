@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from petrel.core.queue import MessageReference, Queue
     from petrel.server.node import NodeContext
 
-__all__ = ["Migration", "MigrationFailed", "Progress"]
+__all__ = ["Migration", "MigrationFailed", "PreparedBranchesLeft", "Progress"]
 
 log = logging.getLogger("petrel.ha.scale_down")
 
@@ -75,6 +75,24 @@ FRAME_MARGIN = 64 * 1024  # takes smaller frames; what a batch's frame holds bey
 
 class MigrationFailed(Exception):
     """The migration could not finish; what was not moved stays here."""
+
+
+class PreparedBranchesLeft(MigrationFailed):
+    """Prepared transaction branches (XA) are here: they do not move, so nothing moves (their
+    sends would be lost, what they acknowledged delivered again) until they are finished."""
+
+
+def refuse_prepared(office) -> None:
+    """Raise PreparedBranchesLeft, naming them, when `office` holds prepared transactions."""
+    from petrel.core.prepared import describe_xid
+
+    prepared = getattr(office, "prepared", None)
+    if prepared:
+        xids = ", ".join(describe_xid(xid) for xid in sorted(prepared))
+        raise PreparedBranchesLeft(
+            f"{len(prepared)} prepared transaction branch(es) are here, which do not move: {xids}; nothing "
+            "was moved. Have the transaction manager commit or roll them back first (recover() lists them "
+            "on a broker running on this data directory), then scale down or drain again")
 
 
 @dataclass
@@ -141,6 +159,7 @@ class Migration:
 
     async def run(self) -> int:
         """Move everything; the number of messages moved. Raises MigrationFailed."""
+        refuse_prepared(self.office)  # before anything moves
         loop = asyncio.get_running_loop()
         self._lost = loop.create_future()
         self._started = time.monotonic()
@@ -535,6 +554,10 @@ async def scale_down(broker: NodeContext, targets: list[str]) -> bool:
         try:
             await migration.run()
             return True
+        except PreparedBranchesLeft as exc:
+            log.error("scale-down refused: %s; everything stays in %s", exc, config.data_dir,
+                      extra={"event": "scale_down.prepared_left"})
+            return False
         except MigrationFailed as exc:
             reasons.append(f"{target}: {exc}")
             log.warning("scale-down to %s failed: %s", target, exc, extra={"event": "scale_down.target_failed"})
