@@ -36,6 +36,7 @@ def print_(directory: Path, records: bool) -> None:
             sys.exit(2)
     console.print(f"[bold]data directory[/] {directory}   node id {read_node_id(directory) or '(none)'}")
     queues: dict[int, str] = {}
+    migrating: list[str] = []
     live_refs: Counter[int] = Counter()
     for sub, prefix, ext in JOURNALS:
         path = directory / sub
@@ -77,6 +78,8 @@ def print_(directory: Path, records: bool) -> None:
             if utype == RecordKind.QUEUE:
                 name, address, rt, filt, *_ = unpack(body)
                 queues[rid] = f"{name} ({address}, {'ANYCAST' if rt == 0 else 'MULTICAST'})"
+            elif utype == RecordKind.MIGRATION_OPEN:
+                migrating.append(str(unpack(body)[1]))
             elif utype == RecordKind.MESSAGE:
                 _, refs = unpack(body)
                 acked = {unpack(b) for k, b in updates if k == RecordKind.ACK}
@@ -93,6 +96,8 @@ def print_(directory: Path, records: bool) -> None:
     console.print(q_table)
     if orphans:
         console.print(f"{orphans} message references to queues that no longer exist")
+    if migrating:
+        console.print(f"migrations begun here and not finished, from: {', '.join(sorted(migrating))}")
 
 
 def _replay(state: dict, pending: dict, rec) -> None:

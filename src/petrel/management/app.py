@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from petrel.core.selector import SelectorError
-from petrel.management import address_api, auth, broker_api, cluster_api, cursor_api, ha_api, message_api, queue_api
+from petrel.management import address_api, auth, broker_api, cluster_api, cursor_api, ha_api, message_api, migration_api, queue_api
 from petrel.management.auth import Tokens, authenticate
 from petrel.management.crosssite import cross_site
 from petrel.management.errors import ApiError
@@ -132,6 +132,6 @@ def create_app(server: ManagementServer) -> web.Application:
     app[SERVER] = server
     app[TOKENS] = Tokens(server.broker.config.management_token_ttl)
     for table in (routes, auth.routes, broker_api.routes, address_api.routes, queue_api.routes, message_api.routes,
-                  cluster_api.routes, ha_api.routes, cursor_api.routes):
+                  cluster_api.routes, ha_api.routes, cursor_api.routes, migration_api.routes):
         app.router.add_routes(table)
     return app

@@ -293,6 +293,15 @@ def _paths() -> dict[str, Any]:
             "delete": _op("Delete a cursor: what it alone held is released",
                           _json(_obj({"queue": _STR, "deleted": _STR}), "deleted"), tag="queues",
                           errors={"404": "no such queue or cursor"})},
+        "/api/v1/migrations": {"get": _op(
+            "Nodes whose migration here (scale-down, drain) began and has not finished; readers of their messages "
+            "(the Spark source) wait while one is open", _json(_obj({"node_id": _STR, "open": {
+                "type": "array", "items": _STR}, "count": _INT}), "the open migrations"), tag="cluster")},
+        "/api/v1/migrations/{node}": {
+            "parameters": [{"name": "node", "in": "path", "required": True, "schema": _STR}],
+            "delete": _op("Give up an open migration whose origin is never coming back (running its drain again "
+                          "to the end closes it too)", _json(_obj({"node_id": _STR, "closed": _STR}), "closed"),
+                          tag="cluster", errors={"404": "no open migration from that node"})},
         "/api/v1/queues/{name}/retry": {"parameters": [_NAME], "post": _op(
             "Send dead-lettered or expired messages back to their original address (with security on, only to "
             "addresses the user may manage; the others stay and are listed in not_permitted)",

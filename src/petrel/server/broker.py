@@ -19,6 +19,7 @@ from petrel import __version__
 from petrel.config import BrokerConfig
 from petrel.core.message import now_ms
 from petrel.core.limits import MemoryLimits
+from petrel.core.migrations_open import OpenMigrations
 from petrel.core.postoffice import PostOffice
 from petrel.core.quotas import AutoCreateQuota
 from petrel.errors import PetrelError
@@ -51,8 +52,9 @@ class Broker:
         self.config = config
         self.connections: set[Connection] = set()
         # nodes whose migration here began and has not said MIGRATION_DONE (a drainer killed part
-        # way leaves the rest in its directory): queue_info's migrating_from (not kept across a restart)
-        self.migrations_open: set[str] = set()
+        # way leaves the rest in its directory): queue_info's migrating_from, kept in the store
+        # (core/migrations_open.py; recovered in activate)
+        self.migrations_open: OpenMigrations | frozenset = frozenset()
         self.limits = ConnectionLimits(config)  # max_connections, handshake_timeout, unfinished frames
         self.servers: list[asyncio.AbstractServer] = []
         self.ports: dict[str, int] = {}
@@ -151,6 +153,7 @@ class Broker:
             self.office.quota = AutoCreateQuota(config.max_auto_created_queues, config.max_auto_created_addresses,
                                                 config.max_queues_per_user)
             self.office.recover(recovered)
+            self.migrations_open = OpenMigrations(self.store, recovered.migrations_open)
             del recovered
             heap.settle()
         self.office.ensure_defaults()

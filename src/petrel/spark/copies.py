@@ -25,7 +25,7 @@ once no other node says the node is moving messages to it (``migrating_from`` of
 `queue_info`: a scale-down or a drain connected to it, or one that began and has not finished,
 such as a drainer killed part way), so they have all arrived: a batch run again before the
 drainer is run again waits for it (up to ``reconnectTimeout``, then fails and is run again).
-A target restarted meanwhile forgets an unfinished drain.
+The target keeps that mark in its store (core/migrations_open.py), across its own restarts.
 """
 
 from __future__ import annotations
@@ -165,7 +165,9 @@ def read_gone_range(part, credentials: dict[str, str], timeout: float) -> list[t
             if time.monotonic() > deadline:
                 raise ClientError(f"petrel source: node {part.node} has left the cluster and is still moving its "
                                   f"messages to {', '.join(still)} after {timeout:g} s; the batch reads "
-                                  f"[{part.lo}, {part.hi}) of {part.queue} from there once it is done")
+                                  f"[{part.lo}, {part.hi}) of {part.queue} from there once it is done: run "
+                                  f"its drain again to the end (petrel drain), or, if node {part.node} is never "
+                                  f"coming back, DELETE /api/v1/migrations/{part.node} on {', '.join(still)}")
             time.sleep(MOVING_WAIT)
         return read_copies(part.node, part.queue, part.lo, part.hi, part.peers, dict(part.cover),
                            lambda node, url, at: ask(node, url, lambda c: c.browse_range(part.queue, at, 2 ** 62, PAGE),

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from petrel.core.message import Message, encode_message
+from petrel.core.message import Message, encode_message, now_ms
 from petrel.storage.journal import FileJournal
 from petrel.storage.paging import PagedMessage, PagePosition, PageStore, remove
 from petrel.storage.store import AddressRecord, DivertRecord, QueueRecord, Recovered
 from petrel.storage.store_records import (  # noqa: F401  (RecordKind, pack, unpack: imported from here too)
+    MIGRATION_OPEN_VERSION,
     SEQ_CURSOR_VERSION,
     RecordKind,
     pack,
@@ -403,6 +404,19 @@ class FileStore:
 
     def delete_seq_cursor(self, tx_id: int, record_id: int) -> None:
         self.delete_message(tx_id, record_id)
+
+    # -- migrations begun here and not done (core/migrations_open.py) --------------------------
+
+    def add_migration_open(self, tx_id: int, origin: str) -> int:
+        """Record that node `origin` began migrating its messages here (in `tx_id`: with its
+        first messages, so a crash never keeps them without it); returns the record's id."""
+        record_id = self.next_id()
+        self._add_message_record(tx_id, record_id, RecordKind.MIGRATION_OPEN,
+                                 pack((MIGRATION_OPEN_VERSION, origin, now_ms())))
+        return record_id
+
+    def delete_migration_open(self, record_id: int) -> None:
+        self.messages.delete(record_id)
 
     # -- paging -------------------------------------------------------------------------
 

@@ -90,6 +90,8 @@ class Recovered:
     page_cursors: dict = field(default_factory=dict)
     # named sequence cursors (core/cursors.py): (record id, queue id, name, acked)
     seq_cursors: list[tuple[int, int, str, int]] = field(default_factory=list)
+    # nodes whose migration here began and did not say MIGRATION_DONE: (record id, origin node id)
+    migrations_open: list[tuple[int, str]] = field(default_factory=list)
     rolled_back: int = 0
     # `recover(defer=True)` (the drainer): messages not built yet, each one's only reference
     # unacknowledged, not large, as (record id, encoded message, queue id, seq, priority, scheduled);
@@ -132,6 +134,8 @@ class Store(Protocol):
     def delete_duplicate_id(self, tx_id: int, record_id: int) -> None: ...
     def put_seq_cursor(self, tx_id: int, record_id: int, queue_id: int, name: str, acked: int) -> int: ...
     def delete_seq_cursor(self, tx_id: int, record_id: int) -> None: ...
+    def add_migration_open(self, tx_id: int, origin: str) -> int: ...
+    def delete_migration_open(self, record_id: int) -> None: ...
     def close(self) -> None: ...
 
     # durability
@@ -187,6 +191,9 @@ class NullStore:
     def put_seq_cursor(self, tx_id: int, record_id: int, queue_id: int, name: str, acked: int) -> int:
         return self.next_id()
 
+    def add_migration_open(self, tx_id: int, origin: str) -> int:
+        return self.next_id()
+
     def persist_error(self) -> BaseException | None:
         return None
 
@@ -222,4 +229,4 @@ class NullStore:
     add_queue = reserve_queue_seq = delete_queue = add_divert = delete_divert = _ignore
     add_message = add_messages = ack = delete_message = update_delivery_count = _ignore
     add_duplicate_id = add_duplicate_ids = add_duplicate_id_after_pages = delete_duplicate_id = _ignore
-    release_pages = delete_pages = delete_seq_cursor = _ignore
+    release_pages = delete_pages = delete_seq_cursor = delete_migration_open = _ignore

@@ -20,6 +20,9 @@ message journal
                            written anew (and the old record deleted) each time it moves
   16 DUPLICATE_IDS add     (address, [duplicate id, ...]): several IDs of one cache in one record (a
                            migration's batch); deleted once the cache has evicted them all
+  17 MIGRATION_OPEN add    (format version, origin node id, opened at ms): a node began migrating
+                           its messages here (scale-down, the drainer) and has not said
+                           MIGRATION_DONE; deleted when it does (core/migrations_open.py)
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ class RecordKind(IntEnum):
     PAGE_CURSOR = 14
     SEQ_CURSOR = 15
     DUPLICATE_IDS = 16
+    MIGRATION_OPEN = 17
 
 
 SEQ_CURSOR_VERSION = 1  # the first field of a SEQ_CURSOR record
+MIGRATION_OPEN_VERSION = 1  # the first field of a MIGRATION_OPEN record
 
 
 _enc = msgspec.msgpack.Encoder()
@@ -86,7 +91,7 @@ def read_bindings(records: Iterable, rec: Recovered) -> tuple[int, int]:
 
 def read_messages(records: Iterable, rec: Recovered, defer: bool) -> None:
     """Add the message journal's live `records` to `rec`: messages with their live references,
-    duplicate IDs, page cursors and sequence cursors. With ``defer`` a message whose only
+    duplicate IDs, page cursors, sequence cursors and open migrations. With ``defer`` a message whose only
     reference is unacknowledged and whose body is in the journal is not built (see
     `FileStore.recover`): it goes to ``rec.deferred``."""
     deferred = rec.deferred
@@ -140,6 +145,12 @@ def read_messages(records: Iterable, rec: Recovered, defer: bool) -> None:
                 raise ValueError(f"sequence cursor record {r.id} has format version {version}; this broker "
                                  f"reads version {SEQ_CURSOR_VERSION}: start the version that wrote it")
             rec.seq_cursors.append((r.id, queue_id, name, acked))
+        elif r.user_type == RecordKind.MIGRATION_OPEN:
+            version, origin, *_ = unpack(r.body)
+            if version != MIGRATION_OPEN_VERSION:
+                raise ValueError(f"open migration record {r.id} has format version {version}; this broker "
+                                 f"reads version {MIGRATION_OPEN_VERSION}: start the version that wrote it")
+            rec.migrations_open.append((r.id, origin))
 
 
 def read_prepared(tx) -> PreparedRecord:

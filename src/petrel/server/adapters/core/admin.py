@@ -94,7 +94,7 @@ class AdminFrames:
             if value is not None:  # nodes moving their messages here now, or that began and are not done
                 value["migrating_from"] = sorted({source for conn in self.broker.connections
                                                   if (source := getattr(conn.adapter, "migration_source", None))}
-                                                 | self.broker.migrations_open)
+                                                 | set(self.broker.migrations_open))
         elif e.kind == "address":
             address = office.addresses.get(e.name)
             value = None if address is None else {

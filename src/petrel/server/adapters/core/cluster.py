@@ -112,6 +112,8 @@ class ClusterFrames:
         try:
             if not self.forward_tx:  # one store transaction for the read's forwarded messages
                 self.forward_tx = self.office.store.begin()
+            if self.migration_source is not None:  # open (durably) with its first messages
+                self.broker.migrations_open.open(self.migration_source, self.forward_tx)
             self.office.receive_forwarded(message, e.keys, e.dup, self.forward_tx, delivery_count,
                                           strict=self.migration_source is not None)
         except (AddressFull, RoutingError, SelectorError, ValueError) as exc:

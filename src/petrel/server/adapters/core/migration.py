@@ -43,7 +43,6 @@ class MigrationFrames:
         if e.node_id == self.broker.node_id:
             raise Fatal(ErrorCode.INVALID, f"node {e.node_id} is this broker itself: migrate to another one")
         self.migration_source = e.node_id
-        self.broker.migrations_open.add(e.node_id)
         log.info("node %s migrates its messages here (from %s)", e.node_id, self.conn.peer,
                  extra={"event": "scale_down.receiving"})
         # the caches of its messages' IDs (MIGRATION.<node>) and of its bridge's copies
@@ -58,6 +57,8 @@ class MigrationFrames:
         if self.migration_source is None:
             raise Fatal(ErrorCode.UNAUTHORIZED, "MIGRATE_QUEUE before MIGRATION_BEGIN")
         self.migration_refusing = False  # the origin starts again from its oldest unconfirmed message
+        # open from now on, durably before the answer, so before the origin sends any message
+        self.broker.migrations_open.open(self.migration_source)
         office = self.office
         queue = office.queues.get(e.name)
         if queue is None:
@@ -107,6 +108,7 @@ class MigrationFrames:
         durable = any(m.durable for m in messages)
         if not self.forward_tx:  # one store transaction for the read's forwarded messages
             self.forward_tx = self.office.store.begin()
+        self.broker.migrations_open.open(self.migration_source, self.forward_tx)  # with its first messages
         if self.forward_pending is None:
             self.forward_pending = {}
         taken, refusal = self.office.receive_migrated(batch, e.keys, self.forward_tx, self.forward_pending)
@@ -155,5 +157,7 @@ class MigrationFrames:
                 if rerouted:
                     log.info("%d messages on their way to node %s, which scaled down here, went to its queues "
                              "here", rerouted, self.migration_source, extra={"event": "scale_down.absorbed"})
-        self.broker.migrations_open.discard(self.migration_source)
+        if self.broker.migrations_open.close(self.migration_source):  # durably before the answer
+            log.info("node %s finished migrating its messages here", self.migration_source,
+                     extra={"event": "scale_down.received"})
         self.reply(Result(e.corr, 0, "", {"rerouted": rerouted}), sync=True)
