@@ -84,6 +84,7 @@ def test_scale_down_on_stop_refuses_with_a_prepared_branch_and_keeps_it(brokers,
     prepare_branch(classpath, src.port, "g-s")
     assert src.stop() == 1, src.log()
     assert "scale_down.prepared_left" in src.log() and "'g-s'" in src.log()
+    assert "scale_down.begin" not in src.log()  # its clients were not sent to the target either
     assert drained(classpath, dst.port, "xa.in") == [] and drained(classpath, dst.port, "xa.out") == []
 
     src.start()  # still prepared: the TM rolls it back, then the scale-down moves everything

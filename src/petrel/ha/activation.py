@@ -120,9 +120,17 @@ class LiveOnly(_Base):
     async def _scale_down(self, timeout: float) -> None:
         """Clients are sent to the target, then every message moves there before the store closes."""
         from petrel.codec.core import DisconnectCode
-        from petrel.ha.scale_down import scale_down, scale_down_targets
+        from petrel.ha.scale_down import PreparedBranchesLeft, refuse_prepared, scale_down, scale_down_targets
 
         broker = self.broker
+        try:  # prepared XA branches do not move: clients are not sent away, nothing moves
+            refuse_prepared(broker.office)
+        except PreparedBranchesLeft as exc:
+            log.error("scale-down refused: %s; everything stays in %s", exc, broker.config.data_dir,
+                      extra={"event": "scale_down.prepared_left"})
+            await broker.deactivate(timeout)
+            broker.exit_code = 1
+            return
         targets = scale_down_targets(broker)
         moved = []
 

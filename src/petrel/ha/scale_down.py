@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from petrel.core.queue import MessageReference, Queue
     from petrel.server.node import NodeContext
 
-__all__ = ["Migration", "MigrationFailed", "PreparedBranchesLeft", "Progress"]
+__all__ = ["Migration", "MigrationFailed", "PreparedBranchesLeft", "Progress", "refuse_prepared"]
 
 log = logging.getLogger("petrel.ha.scale_down")
 
