@@ -39,6 +39,15 @@ def test_queue_consumer_wildcards():
     assert consumer_parts(queue("orders.>")) == [("orders.#", A, True)]
 
 
+def test_composite_consumers():
+    assert consumer_parts(queue("a,b")) == [("a", A, False), ("b", A, False)]
+    assert consumer_parts(topic("a, queue://b.>,a")) == [("a", M, False), ("b.#", A, True)]
+    assert consumer_parts(queue("queue://a,topic://t.*")) == [("a", A, False), ("t.*", M, True)]
+    for bad in (",", "a,b.>.c", "a,b..*"):
+        with pytest.raises(Refused):
+            consumer_parts(queue(bad))
+
+
 @pytest.mark.parametrize("dest, why", [
     (queue("orders.>.eu"), "last word"),
     (topic("a.>.b"), "last word"),

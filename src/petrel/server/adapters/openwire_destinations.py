@@ -7,8 +7,9 @@ address below ``prices`` (`petrel.core.wildcard_routing`). A producer's composit
 lists several, comma-separated: ``a,b`` (each of the destination's kind) or
 ``queue://a,topic://b``; the message goes to each. A queue consumer's wildcard (``orders.>``,
 ``orders.*.eu``) names every anycast queue it matches, existing or created later
-(`consumer_parts`; the consumer follows them in `openwire_consumers`). Composite consumers and
-sends to a wildcard destination are refused with a clear error.
+(`consumer_parts`; the consumer follows them in `openwire_consumers`). A consumer's composite
+destination takes from each of its parts (each one a name or a wildcard, of the destination's
+kind or prefixed). Sends to a wildcard destination are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ def consumer_address(dest: Destination) -> tuple[str, bool]:
     pattern (its words checked here: a pattern is not a name `petrel.core.names` accepts)."""
     name = dest.name or ""
     if "," in name:
-        raise Refused(f"composite destination {name!r}: a consumer takes one destination here "
-                      "(composite destinations are for producers)")
+        raise Refused(f"composite destination {name!r}: one destination here (`consumer_parts` splits them)")
+    return _consumer_name(name)
+
+
+def _consumer_name(name: str) -> tuple[str, bool]:
     words = name.split(".")
     if not any(w in _WILDCARDS for w in words):
         return name, False
@@ -48,8 +52,27 @@ def consumer_address(dest: Destination) -> tuple[str, bool]:
 
 def consumer_parts(dest: Destination) -> list[tuple[str, RoutingType, bool]]:
     """What a consumer of `dest` takes from: (address or pattern, routing type, is a pattern)."""
-    address, pattern = consumer_address(dest)
-    return [(address, RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST, pattern)]
+    name = dest.name or ""
+    default = RoutingType.MULTICAST if dest.is_topic else RoutingType.ANYCAST
+    out: list[tuple[str, RoutingType, bool]] = []
+    for part in name.split(","):
+        part, routing = _prefixed(part.strip(), default)
+        if part:
+            address, pattern = _consumer_name(part)
+            if (address, routing, pattern) not in out:
+                out.append((address, routing, pattern))
+    if not out:
+        raise Refused(f"composite destination {name!r} names no destination")
+    return out
+
+
+def _prefixed(part: str, default: RoutingType) -> tuple[str, RoutingType]:
+    """A composite destination's part without its ``queue://``/``topic://`` prefix, and its kind."""
+    if part.startswith(QUEUE_PREFIX):
+        return part[len(QUEUE_PREFIX):], RoutingType.ANYCAST
+    if part.startswith(TOPIC_PREFIX):
+        return part[len(TOPIC_PREFIX):], RoutingType.MULTICAST
+    return part, default
 
 
 @functools.lru_cache(maxsize=256)
@@ -63,12 +86,7 @@ def send_targets(dest: Destination) -> list[tuple[str, RoutingType]]:
         return [(name, default)]
     out = []
     for part in name.split(","):
-        part = part.strip()
-        routing = default
-        if part.startswith(QUEUE_PREFIX):
-            part, routing = part[len(QUEUE_PREFIX):], RoutingType.ANYCAST
-        elif part.startswith(TOPIC_PREFIX):
-            part, routing = part[len(TOPIC_PREFIX):], RoutingType.MULTICAST
+        part, routing = _prefixed(part.strip(), default)
         _no_wildcard(part)
         if part and (part, routing) not in out:
             out.append((part, routing))
