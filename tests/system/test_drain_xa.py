@@ -8,43 +8,13 @@ Before this, the drain exited 0 with the sends lost and the taken messages moved
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from jms import compile_program, petrel_only
-from petrel.testing.process import BrokerProcess
-
-from test_openwire_xa import K, N, drained, ins, outs, step
+from jms import petrel_only
+from test_drain import drainer
+from test_openwire_xa import K, N, classpath, drained, ins, outs, step  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.system, petrel_only]
-
-
-@pytest.fixture
-def classpath(tmp_path):
-    return compile_program("JmsXa", tmp_path / "classes")
-
-
-@pytest.fixture
-def brokers(tmp_path):
-    made: list[BrokerProcess] = []
-
-    def make(name: str, settings: str = "") -> BrokerProcess:
-        b = BrokerProcess(tmp_path / name, name=name, settings=settings)
-        made.append(b)
-        return b
-
-    yield make
-    for b in made:
-        if b.proc is not None and b.proc.poll() is None:
-            b.kill9()
-
-
-def drainer(source: BrokerProcess, target: BrokerProcess) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "petrel", "drain", "--data-dir", str(source.data_dir),
-                           "--target", f"tcp://127.0.0.1:{target.port}", "--progress", "json"],
-                          capture_output=True, text=True, timeout=120)
 
 
 def prepare_branch(classpath: str, port: int, gtrid: str) -> None:
@@ -53,8 +23,8 @@ def prepare_branch(classpath: str, port: int, gtrid: str) -> None:
     assert "VOTE XA_OK" in lines and lines[-1] == "DONE prepare"
 
 
-def test_drain_refuses_a_directory_with_a_prepared_branch_until_it_is_committed(brokers, classpath):
-    src, dst = brokers("src"), brokers("dst")
+def test_drain_refuses_a_directory_with_a_prepared_branch_until_it_is_committed(broker_factory, classpath):
+    src, dst = broker_factory(name="src"), broker_factory(name="dst")
     src.start()
     dst.start()
     prepare_branch(classpath, src.port, "g-d")
@@ -75,11 +45,12 @@ def test_drain_refuses_a_directory_with_a_prepared_branch_until_it_is_committed(
     assert drained(classpath, dst.port, "xa.in") == ins(range(K, N))  # the taken ones gone
 
 
-def test_scale_down_on_stop_refuses_with_a_prepared_branch_and_keeps_it(brokers, classpath):
-    dst = brokers("dst")
+def test_scale_down_on_stop_refuses_with_a_prepared_branch_and_keeps_it(broker_factory, classpath):
+    dst = broker_factory(name="dst")
     dst.start()
-    src = brokers("src", f'[ha_policy]\nlive_only = true\n'
-                         f'scale_down = {{ enabled = true, connectors = ["tcp://127.0.0.1:{dst.port}"] }}\n')
+    src = broker_factory(f'[ha_policy]\nlive_only = true\n'
+                         f'scale_down = {{ enabled = true, connectors = ["tcp://127.0.0.1:{dst.port}"] }}\n',
+                         name="src")
     src.start()
     prepare_branch(classpath, src.port, "g-s")
     assert src.stop() == 1, src.log()
