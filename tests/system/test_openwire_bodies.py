@@ -184,7 +184,7 @@ class JmsReceiver:
 
 @petrel_only
 def test_each_protocols_bodies_reach_jms_as_their_kind(broker, classpath):
-    rx = JmsReceiver(classpath, f"tcp://127.0.0.1:{broker.port}", "topic:tojms", 9)
+    rx = JmsReceiver(classpath, f"tcp://127.0.0.1:{broker.port}", "topic:tojms", 10)
     try:
         assert rx.line() == "READY"
         st = stomp.Connection12([("127.0.0.1", broker.port)], auto_decode=False, heartbeats=(0, 0))
@@ -192,6 +192,12 @@ def test_each_protocols_bodies_reach_jms_as_their_kind(broker, classpath):
         st.send("/topic/tojms", BYTES, headers={"kind": "stomp-bytes", "JMSType": "t-stomp",
                                                 "correlation-id": "c-stomp"})
         st.send("/topic/tojms", TEXT.encode(), headers={"kind": "stomp-text", "content-type": "text/plain"})
+        st.disconnect()
+        # a SEND without content-length (nor content type): a TextMessage, as ActiveMQ makes it
+        st = stomp.Connection12([("127.0.0.1", broker.port)], auto_decode=False, heartbeats=(0, 0),
+                                auto_content_length=False)
+        st.connect("guest", "guest", wait=True)
+        st.send("/topic/tojms", TEXT.encode(), headers={"kind": "stomp-nolength"})
         st.disconnect()
         mqtt = Paho(broker.port, "tojms-mqtt", version=V5)
         props = Properties(PacketTypes.PUBLISH)
@@ -218,15 +224,16 @@ def test_each_protocols_bodies_reach_jms_as_their_kind(broker, classpath):
         data.annotations = {symbol("x-opt-jms-msg-type"): 3}
         tx.send(data)
         amqp.close()
-        lines = [rx.line() for _ in range(10)]
+        lines = [rx.line() for _ in range(11)]
     finally:
         rx.stop()
-    assert lines[-1] == "RECEIVED 9"
+    assert lines[-1] == "RECEIVED 10"
     got = {line.rsplit(" kind=", 1)[1]: line.rsplit(" type=", 1)[0] for line in lines[:-1]}
     meta = {line.rsplit(" kind=", 1)[1]: line.rsplit(" kind=", 1)[0].split(" type=", 1)[1] for line in lines[:-1]}
     assert got == {
         "stomp-bytes": "BYTES [0, 1, 2, -1, 101, 110, 100]",
         "stomp-text": f"TEXT {TEXT}",
+        "stomp-nolength": f"TEXT {TEXT}",
         "mqtt-bytes": "BYTES [0, 1, 2, -1, 101, 110, 100]",
         "mqtt-text": f"TEXT {TEXT}",
         "core-bytes": "BYTES [0, 1, 2, -1, 101, 110, 100]",

@@ -32,6 +32,8 @@ from petrel.core.message import (
     now_ms,
 )
 from petrel.core.message_props import CONTENT_TYPE, INTERNAL_PREFIXES
+from petrel.server.adapters.openwire_bodies import KIND as JMS_KIND
+from petrel.server.adapters.openwire_bodies import TEXT as JMS_TEXT
 from petrel.server.adapters.stomp_headers import StompError, int_header, parse_destination
 from petrel.server.adapters.stomp_large import LargeSends
 from petrel.server.adapters.stomp_render import receipt_bytes
@@ -218,6 +220,8 @@ class StompAdapter(SubscriptionFrames):
         ctype = headers.get(CONTENT_TYPE)
         if ctype is not None:
             message.properties[CONTENT_TYPE] = ctype
+        if "content-length" not in headers:  # a text frame: a JMS consumer's TextMessage (ActiveMQ's rule)
+            message.properties[JMS_KIND] = int(JMS_TEXT)
         if "priority" in headers:
             message.priority = int_header(headers, "priority", 0, 9)
         if "expires" in headers:
