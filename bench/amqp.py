@@ -28,8 +28,9 @@ sockets, Petrel's codec for the handshake, transfer frames from a template, tran
 undecoded, a credit top-up at half the window and (at-least-once) one accepting disposition per
 read covering its range; a few µs of CPU per message where proton's handlers take about 50.
 msgs/s = COUNT / (the producer's first send to the consumer's last receive). Each run also reads
-the broker process's CPU time per message and each generator process's CPU share (CPU time /
-wall time: near 100 % means the generator, not the broker, was the limit). Runs are interleaved
+the broker process's CPU time per message, each generator process's CPU share (CPU time /
+wall time: near 100 % means the generator, not the broker, was the limit) and the broker's
+run-queue wait (the share of the run its threads were runnable but had no CPU: other load). Runs are interleaved
 (the first broker alternates). Results: bench/results/amqp-<time>.json.
 """
 
@@ -208,6 +209,7 @@ def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: i
         out["error"] = "consumer not attached"
         return out
     cpu0 = procstat.cpu_seconds(pid) if pid else None
+    wait0, wall0 = (procstat.run_queue_wait_ns(pid) if pid else 0), time.perf_counter()
     producer = ctx.Process(target=_producer_main, args=(url, address, durable, count, size, pres, generator))
     producer.start()
     deadline = 120 + count / 500
@@ -229,6 +231,8 @@ def one_run(url: str, address: str, durable: bool, count: int, size: int, pid: i
     out["generator_us_per_msg"] = max(pcpu, ccpu) * 1e6 / count  # the busier generator process
     if cpu0 is not None:
         out["cpu_us_per_msg"] = (procstat.cpu_seconds(pid) - cpu0) * 1e6 / count
+        # the share of the run the broker's threads were runnable but had no CPU (a loaded machine)
+        out["broker_runq_wait"] = (procstat.run_queue_wait_ns(pid) - wait0) / 1e9 / (time.perf_counter() - wall0)
     return out
 
 
@@ -270,6 +274,7 @@ def summary(figures: dict[tuple[str, str], list[dict]], brokers: list[str]) -> l
             "cpu_us_per_msg": {b: bs.median(r.get("cpu_us_per_msg") for r in runs[b]) for b in brokers},
             "generator_us_per_msg": {b: bs.median(r.get("generator_us_per_msg") for r in runs[b])
                                      for b in brokers},
+            "broker_runq_wait": {b: bs.median(r.get("broker_runq_wait") for r in runs[b]) for b in brokers},
             "generator_cpu": {b: max((bs.median(r.get(k) for r in runs[b]) or 0.0)
                                      for k in ("producer_cpu", "consumer_cpu")) for b in brokers},
             "goal_met": None if ratio is None else ratio >= 1.0,
@@ -346,7 +351,8 @@ def main() -> None:
                         print(f"run {run + 1} {workload} {name}: {bs.fmt(m['rate'])} msgs/s, "
                               f"{bs.fmt(m['cpu_us_per_msg'], 1)} µs/msg, generator CPU "
                               f"{(m['producer_cpu'] or 0) * 100:.0f} % / {(m['consumer_cpu'] or 0) * 100:.0f} %, "
-                              f"{bs.fmt(m['generator_us_per_msg'], 1)} µs/msg"
+                              f"{bs.fmt(m['generator_us_per_msg'], 1)} µs/msg, broker run-queue wait "
+                              f"{(m.get('broker_runq_wait') or 0) * 100:.0f} % of the run"
                               f" (load {m['loadavg']}) {m.get('error') or ''}", flush=True)
         finally:
             for stop in reversed(stops):

@@ -78,3 +78,20 @@ def loadavg_1m() -> float | None:
             return float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def run_queue_wait_ns(pid: int) -> int:
+    """Nanoseconds the process's threads have spent runnable but waiting for a CPU
+    (/proc/<pid>/task/*/schedstat, second field): the time a loaded machine took from it."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
