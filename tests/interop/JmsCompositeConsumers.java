@@ -1,5 +1,4 @@
 import javax.jms.*;
-import java.util.*;
 
 /** Composite destinations on a consumer, as ActiveMQ spells them: args url prefix. Prints BOTH
  *  (a consumer on queue "p.a,p.b" gets what is on each), MIXED (one on
@@ -11,16 +10,6 @@ public class JmsCompositeConsumers {
         JmsProgram.main(args, JmsCompositeConsumers::run, 90000);
     }
 
-    static String text(Message m) throws JMSException {
-        return m == null ? "null" : ((TextMessage) m).getText();
-    }
-
-    static String receive(MessageConsumer c, int n) throws JMSException {
-        List<String> got = new ArrayList<>();
-        for (int i = 0; i < n; i++) got.add(text(c.receive(10000)));
-        Collections.sort(got);
-        return String.join(" ", got);
-    }
 
     static void run(String[] args) throws Exception {
         String url = args[0], p = args[1];
@@ -31,27 +20,27 @@ public class JmsCompositeConsumers {
         out.send(s.createQueue(p + ".a"), s.createTextMessage("a1"));
         out.send(s.createQueue(p + ".b"), s.createTextMessage("b1"));
         MessageConsumer both = s.createConsumer(s.createQueue(p + ".a," + p + ".b"));
-        System.out.println("BOTH " + receive(both, 2));
+        System.out.println("BOTH " + JmsProgram.receiveSorted(both, 2));
         both.close();
         MessageConsumer mixed = s.createConsumer(s.createQueue("queue://" + p + ".c,topic://" + p + ".t"));
         out.send(s.createQueue(p + ".c"), s.createTextMessage("c1"));
         out.send(s.createTopic(p + ".t"), s.createTextMessage("t1"));
-        System.out.println("MIXED " + receive(mixed, 2));
+        System.out.println("MIXED " + JmsProgram.receiveSorted(mixed, 2));
         mixed.close();
         out.send(s.createQueue(p + ".w.one"), s.createTextMessage("w1"));
         out.send(s.createQueue(p + ".x"), s.createTextMessage("x1"));
         MessageConsumer wild = s.createConsumer(s.createQueue(p + ".w.>," + p + ".x"));
-        System.out.println("WILD " + receive(wild, 2));
+        System.out.println("WILD " + JmsProgram.receiveSorted(wild, 2));
         wild.close();
         Session acking = connection.createSession(false, Session.CLIENT_ACKNOWLEDGE);
         s.createProducer(s.createQueue(p + ".d," + p + ".e")).send(s.createTextMessage("s1"));
         MessageConsumer sent = acking.createConsumer(acking.createQueue(p + ".d," + p + ".e"));
         Message first = sent.receive(10000), second = sent.receive(10000);
         if (second != null) second.acknowledge();
-        System.out.println("SENT " + text(first) + " " + text(second));
+        System.out.println("SENT " + JmsProgram.text(first) + " " + JmsProgram.text(second));
         sent.close();
         MessageConsumer left = s.createConsumer(s.createQueue(p + ".a," + p + ".b," + p + ".c," + p + ".d," + p + ".e"));
-        System.out.println("LEFT " + text(left.receive(500)));
+        System.out.println("LEFT " + JmsProgram.text(left.receive(500)));
         connection.close();
     }
 }

@@ -1,5 +1,8 @@
 import javax.jms.Connection;
 import javax.jms.JMSException;
+import javax.jms.Message;
+import javax.jms.MessageConsumer;
+import javax.jms.TextMessage;
 import org.apache.activemq.ActiveMQConnectionFactory;
 
 /** What the test programs share (compiled beside each by tests/system/jms.py): run the program's
@@ -46,5 +49,18 @@ public final class JmsProgram {
             System.exit(1);
         }
         System.exit(0);
+    }
+
+    /** A text message's text, "null" for none. */
+    public static String text(Message m) throws JMSException {
+        return m == null ? "null" : ((TextMessage) m).getText();
+    }
+
+    /** The texts of the next `n` messages (10 s each at most), sorted, space-separated. */
+    public static String receiveSorted(MessageConsumer c, int n) throws JMSException {
+        java.util.List<String> got = new java.util.ArrayList<>();
+        for (int i = 0; i < n; i++) got.add(text(c.receive(10000)));
+        java.util.Collections.sort(got);
+        return String.join(" ", got);
     }
 }

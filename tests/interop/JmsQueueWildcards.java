@@ -1,5 +1,4 @@
 import javax.jms.*;
-import java.util.*;
 
 /** Wildcard queue consumers as ActiveMQ spells them: args url prefix. Prints EXISTING (what a
  *  consumer on queue prefix.&gt; gets from queues that existed before it), FUTURE (from queues
@@ -12,16 +11,6 @@ public class JmsQueueWildcards {
         JmsProgram.main(args, JmsQueueWildcards::run, 90000);
     }
 
-    static String text(Message m) throws JMSException {
-        return m == null ? "null" : ((TextMessage) m).getText();
-    }
-
-    static String receive(MessageConsumer c, int n) throws JMSException {
-        List<String> got = new ArrayList<>();
-        for (int i = 0; i < n; i++) got.add(text(c.receive(10000)));
-        Collections.sort(got);
-        return String.join(" ", got);
-    }
 
     static void send(Session s, MessageProducer p, String queue, String text) throws JMSException {
         p.send(s.createQueue(queue), s.createTextMessage(text));
@@ -37,15 +26,15 @@ public class JmsQueueWildcards {
         send(session, p, pre + ".b.eu", "b1");
         send(session, p, pre + "x.a", "x1");
         MessageConsumer all = session.createConsumer(session.createQueue(pre + ".>"));
-        System.out.println("EXISTING " + receive(all, 2));
+        System.out.println("EXISTING " + JmsProgram.receiveSorted(all, 2));
         send(session, p, pre + ".c", "c1");
         send(session, p, pre + ".d.eu", "d1");
-        System.out.println("FUTURE " + receive(all, 2));
+        System.out.println("FUTURE " + JmsProgram.receiveSorted(all, 2));
         all.close();
         MessageConsumer star = session.createConsumer(session.createQueue(pre + ".*.eu"));
         send(session, p, pre + ".e.eu", "e1");
         send(session, p, pre + "x.e.eu", "f1");
-        System.out.println("STAR " + text(star.receive(10000)) + " " + text(star.receive(500)));
+        System.out.println("STAR " + JmsProgram.text(star.receive(10000)) + " " + JmsProgram.text(star.receive(500)));
         star.close();
         Session acking = connection.createSession(false, Session.CLIENT_ACKNOWLEDGE);
         for (int i = 0; i < 30; i++) send(session, p, pre + (i % 2 == 0 ? ".a" : ".b.eu"), "m" + i);
@@ -62,9 +51,9 @@ public class JmsQueueWildcards {
         System.out.println("MANY " + got);
         many.close();
         MessageConsumer again = session.createConsumer(session.createQueue(pre + ".>"));
-        System.out.println("LEFT " + text(again.receive(500)));
+        System.out.println("LEFT " + JmsProgram.text(again.receive(500)));
         MessageConsumer other = session.createConsumer(session.createQueue(pre + "x.>"));
-        System.out.println("OTHER " + receive(other, 2));
+        System.out.println("OTHER " + JmsProgram.receiveSorted(other, 2));
         connection.close();
     }
 }

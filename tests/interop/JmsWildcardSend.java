@@ -8,9 +8,6 @@ public class JmsWildcardSend {
         JmsProgram.main(args, JmsWildcardSend::run, 60000);
     }
 
-    static String text(Message m) throws JMSException {
-        return m == null ? "null" : ((TextMessage) m).getText();
-    }
 
     static void run(String[] args) throws Exception {
         String url = args[0], p = args[1];
@@ -30,8 +27,8 @@ public class JmsWildcardSend {
                 System.out.println("SENT refused");
             }
         }
-        System.out.println("QUEUES " + text(a.receive(1000)) + " " + text(b.receive(500)));
-        System.out.println("TOPICS " + text(ta.receive(1000)) + " " + text(tb.receive(500)));
+        System.out.println("QUEUES " + JmsProgram.text(a.receive(1000)) + " " + JmsProgram.text(b.receive(500)));
+        System.out.println("TOPICS " + JmsProgram.text(ta.receive(1000)) + " " + JmsProgram.text(tb.receive(500)));
         connection.close();
     }
 }
