@@ -2,7 +2,8 @@
 drainer killed part way: the batch that had read the node and was not committed runs again
 before the drainer is run again. It must wait for the rest of the node's messages (the target
 still says the node is migrating to it) and read each message once, not read the part that
-had arrived and then skip the rest when it comes (the node's offset covers it)."""
+had arrived and then skip the rest when it comes (the node's offset covers it). Also with the
+target killed (kill -9) and started again before the drainer resumes."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from petrel.client import Message
+from petrel.client import Connection, Message
 from petrel.testing.process import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
@@ -80,6 +81,16 @@ def names(spark, out: Path) -> Counter:
 
 
 def test_a_batch_run_again_after_a_drain_killed_part_way_waits_for_the_rest(spark, tmp_path, cluster):
+    batch_run_again_after_a_drain_killed_part_way(spark, tmp_path, cluster, restart_target=False)
+
+
+def test_the_target_restarted_meanwhile_still_knows_the_drain_is_not_done(spark, tmp_path, cluster):
+    """As above, the target killed (kill -9) and started again between the drainer's kill and
+    its resume: it must still say the node is migrating to it (the mark is in its store)."""
+    batch_run_again_after_a_drain_killed_part_way(spark, tmp_path, cluster, restart_target=True)
+
+
+def batch_run_again_after_a_drain_killed_part_way(spark, tmp_path, cluster, *, restart_target: bool) -> None:
     nodes, (stay, leave) = cluster
     url = f"tcp://127.0.0.1:{nodes[0].port}"
     out, ck = tmp_path / "out", tmp_path / "ck"
@@ -98,6 +109,11 @@ def test_a_batch_run_again_after_a_drain_killed_part_way_waits_for_the_rest(spar
     moved = drain_part_way(nodes[1], url, stay)
     if not 0 < moved < MOVED:
         pytest.skip(f"the drainer was not caught part way ({moved} of {MOVED} moved)")
+    if restart_target:
+        nodes[0].kill9()
+        nodes[0].start()
+        stay = Connection(url)  # (the fixture's is gone with the process; closed below)
+        assert stay.queue_info(QUEUE)["migrating_from"] == [leaving], "the restarted target forgot the drain"
 
     def resume() -> None:
         """The drainer again once the replayed batch is committed (what a source that does not
@@ -113,6 +129,9 @@ def test_a_batch_run_again_after_a_drain_killed_part_way_waits_for_the_rest(spar
     run(spark, url, QUEUE, str(out), str(ck), reconnectTimeout="120")
     resumer.join(150)
     expected |= send(stay, "after", range(10))
+    assert stay.queue_info(QUEUE)["migrating_from"] == []  # done: closed
+    if restart_target:
+        stay.close()
     run(spark, url, QUEUE, str(out), str(ck))
     got = names(spark, out)
     assert [b for b, n in got.items() if n > 1] == []

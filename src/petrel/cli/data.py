@@ -97,7 +97,8 @@ def print_(directory: Path, records: bool) -> None:
     if orphans:
         console.print(f"{orphans} message references to queues that no longer exist")
     if migrating:
-        console.print(f"migrations begun here and not finished, from: {', '.join(sorted(migrating))}")
+        console.print(f"migrations begun here and not finished, from: {', '.join(sorted(migrating))}",
+                      soft_wrap=True)  # (node ids whole, for scripts)
 
 
 def _replay(state: dict, pending: dict, rec) -> None:
