@@ -30,7 +30,8 @@ read covering its range; a few µs of CPU per message where proton's handlers ta
 msgs/s = COUNT / (the producer's first send to the consumer's last receive). Each run also reads
 the broker process's CPU time per message, each generator process's CPU share (CPU time /
 wall time: near 100 % means the generator, not the broker, was the limit) and the broker's
-run-queue wait (the share of the run its threads were runnable but had no CPU: other load). Runs are interleaved
+run-queue wait (the time its threads were runnable but had no CPU, summed over the threads, as a
+share of the run: other load; over 100 % when several threads waited at once, as RabbitMQ's do). Runs are interleaved
 (the first broker alternates). Results: bench/results/amqp-<time>.json.
 """
 
