@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from petrel.orchestrator.processes import pid_listening_on
 
 
 #: What the brokers of a test run inherit (set by petrel.testing.pytest_plugin): no limit on the
@@ -25,11 +29,17 @@ OWN_DISK_LIMIT: dict[str, str | None] = dict.fromkeys(HOST_DISK)
 TEST_SECURITY = {"PETREL_SECURITY_ENABLED": "false"}
 OWN_SECURITY: dict[str, str | None] = dict.fromkeys(TEST_SECURITY)
 
-#: The config settings of the acceptors a broker opens after its STOMP port (wait_ready waits for them).
+#: The config settings of the acceptors a broker opens after its STOMP port (wait_ready waits for them too).
 ACCEPTOR_SETTINGS = ("mqtt_port", "amqp_port", "ws_port")
 
 PORTS = (20000, 32000)  # below the ephemeral range
 _handed_out: set[int] = set()
+#: One byte per port, locked (fcntl record locks) while the process that handed the port out
+#: lives: test sessions run side by side on one machine (several engineers', xdist workers) see
+#: each other's ports. POSIX locks are the process's, released when it exits, and all of them
+#: when it closes any descriptor of the file: this is the only one, and it stays open.
+PORT_LOCKS = Path(tempfile.gettempdir()) / "petrel-test-ports.lock"
+_locks_fd: int | None = None
 
 
 def port_range() -> tuple[int, int]:
@@ -43,27 +53,56 @@ def port_range() -> tuple[int, int]:
     return low, low + span - 1
 
 
+def _lock_port(port: int, lock: bool = True) -> bool:
+    """Take (or give back) this process's claim on `port` among the processes on this machine;
+    False when another one holds it. True where the lock file cannot be used (no claims then)."""
+    global _locks_fd
+    try:
+        if _locks_fd is None:
+            _locks_fd = os.open(PORT_LOCKS, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.lockf(_locks_fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if lock else fcntl.LOCK_UN, 1, port)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def free_port() -> int:
     """A free loopback port below the ephemeral range (so that no client connection's local
     port takes it between this check and the broker's bind), not handed out before by this
-    process, and from this test worker's own slice of the range."""
+    process nor by another that is still running (PORT_LOCKS: two test sessions at once would
+    otherwise pick one port, and a broker's readiness check could find the other's listener),
+    and from this test worker's own slice of the range."""
     low, high = port_range()
     if len(_handed_out) > (high - low) // 2:
+        for port in _handed_out:
+            _lock_port(port, lock=False)
         _handed_out.clear()
     for _ in range(200):
         port = random.randint(low, high)
-        if port in _handed_out:
+        if port in _handed_out or not _lock_port(port):
             continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
+                _lock_port(port, lock=False)
                 continue
             _handed_out.add(port)
             return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listening(pid: int, port: int) -> bool | None:
+    """Whether process `pid` itself holds the socket listening on TCP `port` (Linux: /proc); None
+    where that cannot be told (then a connection is the only probe, and it cannot tell whose
+    listener answered)."""
+    if not os.path.exists("/proc/net/tcp"):
+        return None
+    return pid_listening_on(port) == pid
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.02, message: str = "") -> object:
@@ -143,9 +182,15 @@ class BrokerProcess:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until the broker takes connections on every port it was configured with: the
-        STOMP port, the management port when asked for, and the MQTT, AMQP and WebSocket ports
-        when the settings give them (the broker opens those after the STOMP port)."""
-        ports = [self.stomp_port, *self.acceptor_ports().values()]
+        all-protocols port, the STOMP port, the management port when asked for, and the MQTT,
+        AMQP and WebSocket ports when the settings give them.
+
+        Where /proc tells (`listening`), a port counts only once this broker's own process
+        listens on it: a port some other process took meanwhile would answer a probe before
+        the broker has bound anything (the broker then exits, unable to listen, and this says
+        so), and no probe connection is made for the broker to count. Elsewhere a connection is
+        the probe."""
+        ports = [self.port, self.stomp_port, *self.acceptor_ports().values()]
         if self.http_port > 0:
             ports.append(self.http_port)
         waiting = list(ports)
@@ -154,11 +199,15 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
             while waiting:  # each port once: a probe is a connection the broker counts
-                try:
-                    with socket.create_connection(("127.0.0.1", waiting[0]), timeout=1):
-                        pass
-                except OSError:
+                own = listening(self.proc.pid, waiting[0])
+                if own is False:
                     return False
+                if own is None:
+                    try:
+                        with socket.create_connection(("127.0.0.1", waiting[0]), timeout=1):
+                            pass
+                    except OSError:
+                        return False
                 waiting.pop(0)
             return True
 
