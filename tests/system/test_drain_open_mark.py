@@ -29,18 +29,12 @@ SOURCE = "id_cache_size = 200\nmin_large_message_size = 2048\n"
 
 
 @pytest.fixture
-def brokers(tmp_path):
-    made: list[BrokerProcess] = []
-
-    def make(name: str, settings: str = "", http: bool = False) -> BrokerProcess:
-        b = BrokerProcess(tmp_path / name, name=name, settings=settings, http=http)
-        made.append(b)
-        return b
-
-    yield make
-    for b in made:
-        if b.proc is not None and b.proc.poll() is None:
-            b.kill9()
+def target(tmp_path):
+    """The drain's target, with its management API; killed at the end."""
+    b = BrokerProcess(tmp_path / "dst", name="dst", http=True)
+    yield b
+    if b.proc is not None and b.proc.poll() is None:
+        b.kill9()
 
 
 def drain_command(source: BrokerProcess, url: str) -> list[str]:
@@ -68,10 +62,9 @@ def migrating(url: str) -> list[str]:
         return conn.queue_info(QUEUE)["migrating_from"]
 
 
-def filled_and_killed(brokers) -> tuple[BrokerProcess, str]:
+def filled_and_killed(broker_factory) -> tuple[BrokerProcess, str]:
     """A broker holding COUNT large messages on QUEUE, killed (kill -9); it and its node id."""
-    src = brokers("src", SOURCE)
-    src.start()
+    src = broker_factory(SOURCE, "src").start()
     with Connection(f"tcp://127.0.0.1:{src.port}") as conn:
         node = conn.node_id
         conn.create_queue(QUEUE)
@@ -106,12 +99,19 @@ def drain_part_way(src: BrokerProcess, url: str) -> int:
     return moved
 
 
-def test_an_unfinished_drain_survives_the_target_kill_9_until_it_is_run_to_the_end(brokers):
-    src, node = filled_and_killed(brokers)
-    dst = brokers("dst", http=True)
+def part_way_drained(broker_factory, dst: BrokerProcess) -> tuple[BrokerProcess, str, str]:
+    """A killed broker's directory drained part way to `dst` (started): the source, its node id
+    and the target's URL."""
+    src, node = filled_and_killed(broker_factory)
     dst.start()
     url = f"tcp://127.0.0.1:{dst.port}"
     drain_part_way(src, url)
+    return src, node, url
+
+
+def test_an_unfinished_drain_survives_the_target_kill_9_until_it_is_run_to_the_end(broker_factory, target):
+    dst = target
+    src, node, url = part_way_drained(broker_factory, dst)
     assert migrating(url) == [node]
     dst.kill9()
     dst.start()
@@ -129,12 +129,9 @@ def test_an_unfinished_drain_survives_the_target_kill_9_until_it_is_run_to_the_e
     assert printed.returncode == 0 and "not finished" not in printed.stdout
 
 
-def test_an_operator_gives_up_an_origin_that_never_comes_back(brokers):
-    src, node = filled_and_killed(brokers)
-    dst = brokers("dst", http=True)
-    dst.start()
-    url = f"tcp://127.0.0.1:{dst.port}"
-    drain_part_way(src, url)
+def test_an_operator_gives_up_an_origin_that_never_comes_back(broker_factory, target):
+    dst = target
+    _, node, url = part_way_drained(broker_factory, dst)
     dst.kill9()
     printed = subprocess.run([sys.executable, "-m", "petrel", "data", "print", str(dst.data_dir)],
                              capture_output=True, text=True, timeout=60)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +23,9 @@ from petrel.core.migrations_open import OpenMigrations
 from petrel.server.broker import Broker
 from petrel.storage.file_store import FileStore, RecordKind, pack
 
-QUEUE = "moved"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_migrate_batch_frames import QUEUE, Owner  # noqa: E402  (a link's owner that records its events)
+
 ORIGIN = "origin-node"
 
 
@@ -83,34 +87,6 @@ def test_a_second_record_for_one_origin_is_dropped_at_recovery(tmp_path):
 # -- on a broker, over the migration protocol ---------------------------------------------------
 
 
-class Owner:
-    def __init__(self) -> None:
-        self.events: list[object] = []
-        self.lost: str | None = None
-        self.changed = asyncio.Event()
-
-    def link_event(self, link, event) -> None:
-        self.events.append(event)
-        self.changed.set()
-
-    def link_lost(self, link, reason: str) -> None:
-        self.lost = reason
-        self.changed.set()
-
-    def link_writable(self, link, writable: bool) -> None:
-        pass
-
-    async def wait(self, condition, timeout: float = 10.0):
-        async def until():
-            while not condition():
-                self.changed.clear()
-                await self.changed.wait()
-        await asyncio.wait_for(until(), timeout)
-
-    def results(self) -> int:
-        return sum(type(e).__name__ == "Result" for e in self.events)
-
-
 def migrated(n: int) -> Migrated:
     return Migrated(QUEUE, True, 4, 0, 0, 0, {}, b"m%d" % n, 0, f"{ORIGIN}:{n}@3")
 
@@ -139,7 +115,7 @@ async def session(broker: Broker, steps: list) -> None:
             link.send(MigrateBatch(1, 0, [QUEUE], [migrated(n) for n in numbers]))
             await owner.wait(lambda: owner.lost or any(type(e).__name__ == "SendConfirm" and e.count >= len(numbers)
                                                        for e in owner.events))
-        await owner.wait(lambda: owner.results() >= asked or owner.lost)
+        await owner.wait(lambda: len(owner.named("Result")) >= asked or owner.lost)
     assert owner.lost is None
     link.close("done")
 
