@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import random
@@ -156,6 +157,7 @@ class BrokerProcess:
             env=env,
             start_new_session=True,
         )
+        _running.add(self)
         if wait:
             self.wait_ready()
         return self
@@ -267,6 +269,7 @@ class BrokerProcess:
         return self.start()
 
     def _close_log(self) -> None:
+        _running.discard(self)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -276,3 +279,15 @@ class BrokerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+#: The brokers started and not stopped yet: killed when the interpreter exits (a test session
+#: that ends with one still running, its cleanup cut short). They run in sessions of their own,
+#: which nothing sent to the test process's group reaches.
+_running: set[BrokerProcess] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for broker in list(_running):
+        broker.kill9()

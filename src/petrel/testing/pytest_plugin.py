@@ -15,12 +15,18 @@ reports (the xdist controller, or pytest itself without xdist):
   (a CI machine did: the run ended at its time limit). A test of the disk limit sets its own, on
   a small tmpfs (``BrokerProcess(env=OWN_DISK_LIMIT)``);
 - **brokers without security**: they inherit ``PETREL_SECURITY_ENABLED=false`` (secure is the
-  product's default); a test of security starts its brokers with ``env=OWN_SECURITY``.
+  product's default); a test of security starts its brokers with ``env=OWN_SECURITY``;
+- **SIGTERM as Ctrl-C** (``timeout 600 pytest ...``, a CI runner's stop): the interrupted test's
+  ``finally`` blocks and fixtures still stop its brokers, and those left are killed at exit
+  (`petrel.testing.process`); by default SIGTERM ends Python at once, and the brokers, in
+  sessions of their own, ran on.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 
 import pytest
@@ -93,8 +99,14 @@ class Reporter:
         self.session = session
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, value in (HOST_DISK | TEST_SECURITY).items():
         os.environ.setdefault(name, value)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     if _is_controller(config):
         config.pluginmanager.register(Reporter(config, deadline()), "petrel-reporter")

@@ -44,6 +44,8 @@ class Drainer(threading.Thread):
         self.moved = 0  # the total of the run that exited 0
         self.problem: str | None = None
         self.done = threading.Event()
+        self.stopping = threading.Event()  # `stop`: no further run, the current one killed
+        self.proc: subprocess.Popen | None = None  # the run under way
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "petrel", "drain", "--data-dir", str(self.source.data_dir),
@@ -60,11 +62,13 @@ class Drainer(threading.Thread):
     def _run(self) -> None:
         deadline = time.monotonic() + GIVE_UP
         kills = list(self.kills)
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.stopping.is_set():
             n = len(self.runs)
             out = open(self.log_dir / f"drain-{n}.out", "wb")
             err = open(self.log_dir / f"drain-{n}.err", "wb")
-            proc = subprocess.Popen(self.command(), stdout=out, stderr=err, start_new_session=True)
+            proc = self.proc = subprocess.Popen(self.command(), stdout=out, stderr=err, start_new_session=True)
+            if self.stopping.is_set():  # `stop` came between the check and the start: it missed this run
+                os.killpg(proc.pid, signal.SIGKILL)
             kill_after = kills.pop(0) if kills else None
             try:
                 code = proc.wait(kill_after if kill_after is not None else max(deadline - time.monotonic(), 1))
@@ -90,6 +94,18 @@ class Drainer(threading.Thread):
                 self.timeline.note(f"drainer run {n} exited {code}: {reason[0] if reason else '?'}")
                 time.sleep(0.5)
         self.problem = f"the drainer never exited 0 in {GIVE_UP:.0f}s (exit codes {self.runs})"
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """No further run; the one under way killed (its own process group: the run's end does not
+        reach it otherwise, it outlived a run that ended early); wait for the loop to end."""
+        self.stopping.set()
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.done.wait(timeout)
 
     def _events(self, n: int) -> list[dict]:
         events = []
@@ -143,6 +159,14 @@ class DrainPair:
         self.retired.add(0)
         self.drainer = Drainer(self.source, self.target, kills, timeline, self.workdir, self.login)
         self.drainer.start()
+
+    def close(self) -> None:
+        """The end of the run, however it ended: the drainer stopped (an aborted run, or one whose
+        `wait` gave up, left it running), and the source killed whatever became of it (retired
+        nodes are not among those the runner stops)."""
+        if self.drainer is not None:
+            self.drainer.stop()
+        self.source.kill9()
 
     def wait(self) -> list[str]:
         """Wait for the drainer to exit 0; the problems."""

@@ -242,6 +242,8 @@ class _Brokers:
             self.pair.close()
         else:
             self.stop()
+        if self.drain is not None:
+            self.drain.close()
         for proxy in self.proxies.values():
             proxy.stop()
         for disk in self.disks.values():
