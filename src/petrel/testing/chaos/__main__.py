@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", action="store_true", help="print the plan(s) only, run nothing")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every run's report, not only failures'")
     args = parser.parse_args(argv)
+    # ``timeout`` (or a kill) sends SIGTERM: unwind, so each run's ``finally`` stops its brokers
+    # instead of leaving them running, orphaned, with their ports and data
+    signal.signal(signal.SIGTERM, _terminated)
     if args.protocol == "OPENWIRE" and not args.plan:
         from petrel.testing.chaos.openwire_channels import java_missing
 
@@ -69,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(not r.ok for r in results):
         print(f"the failed runs' broker directories are under {base}")
     return 1 if any(not r.ok for r in results) else 0
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _forever(start: int):
